@@ -1,0 +1,175 @@
+//! The `myriad` command: `serve` runs a node, `sub` and `pub` are a tiny
+//! client for trying it.
+
+mod client;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use myriad_protocol::message::{
+    encode_publish, encode_subscribe, parse_server_message, ServerMessage,
+};
+use myriad_server::Config;
+
+use crate::client::{Client, ClientError};
+
+#[derive(Parser)]
+#[command(
+    name = "myriad",
+    version,
+    about = "A real-time publish/subscribe server for the web"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a node (no configuration needed; see docs/operations.md).
+    Serve(Box<ServeArgs>),
+    /// Subscribe to subjects and print every delivery as a JSON line.
+    Sub(SubArgs),
+    /// Publish one message over WebSocket.
+    Pub(PubArgs),
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// TOML file with settings (flags and MYRIAD_* variables override it).
+    #[arg(long, env = "MYRIAD_CONFIG")]
+    config: Option<PathBuf>,
+    /// Declares the settings' flags; `Config::assemble` reads them back from
+    /// the matches, where it can also see which ones were given explicitly.
+    #[command(flatten)]
+    _settings: Config,
+}
+
+#[derive(Args)]
+struct SubArgs {
+    /// Subjects to subscribe to.
+    #[arg(required = true)]
+    subjects: Vec<String>,
+    /// The node's WebSocket endpoint.
+    #[arg(long, default_value = "ws://127.0.0.1:8080/ws")]
+    url: String,
+    /// Exit after this many deliveries.
+    #[arg(long)]
+    count: Option<u64>,
+}
+
+#[derive(Args)]
+struct PubArgs {
+    subject: String,
+    /// JSON value, or any text (sent as a JSON string).
+    data: String,
+    #[arg(long, default_value = "ws://127.0.0.1:8080/ws")]
+    url: String,
+}
+
+fn main() -> ExitCode {
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    match cli.command {
+        Command::Serve(args) => {
+            let serve_matches = matches
+                .subcommand_matches("serve")
+                .expect("clap matched serve");
+            serve(args.config, serve_matches)
+        }
+        Command::Sub(args) => report(subscribe(args)),
+        Command::Pub(args) => report(publish(args)),
+    }
+}
+
+fn serve(file: Option<PathBuf>, matches: &clap::ArgMatches) -> ExitCode {
+    let config = match Config::assemble(matches, file.as_deref()) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("myriad: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_new(&config.log)
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match myriad_server::serve(config) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("myriad: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn report(result: Result<(), ClientError>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("myriad: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn subscribe(args: SubArgs) -> Result<(), ClientError> {
+    let mut client = Client::connect(&args.url)?;
+    let subjects: Vec<&str> = args.subjects.iter().map(String::as_str).collect();
+    client.send_text(&encode_subscribe(&subjects, Some(1)))?;
+    let mut received = 0;
+    loop {
+        let text = client.next_text()?;
+        match parse_server_message(&text) {
+            Ok(ServerMessage::Delivery { .. }) => {
+                println!("{text}");
+                received += 1;
+                if args.count.is_some_and(|n| received >= n) {
+                    client.close()?;
+                    return Ok(());
+                }
+            }
+            Ok(ServerMessage::Ok { id: Some(1) }) => {
+                eprintln!("subscribed to {}", subjects.join(", "));
+            }
+            Ok(ServerMessage::Error { code, message, .. }) => {
+                eprintln!("error {code}: {message}");
+            }
+            _ => {}
+        }
+    }
+}
+
+fn publish(args: PubArgs) -> Result<(), ClientError> {
+    let data = if serde_json::from_str::<serde_json::Value>(&args.data).is_ok() {
+        args.data
+    } else {
+        serde_json::Value::String(args.data).to_string()
+    };
+    let mut client = Client::connect(&args.url)?;
+    client.send_text(&encode_publish(&args.subject, &data, Some(1)))?;
+    loop {
+        let text = client.next_text()?;
+        match parse_server_message(&text) {
+            Ok(ServerMessage::Ok { id: Some(1) }) => {
+                client.close()?;
+                return Ok(());
+            }
+            Ok(ServerMessage::Error { code, message, .. }) => {
+                return Err(ClientError::Refused {
+                    code: code.into_owned(),
+                    message: message.into_owned(),
+                });
+            }
+            _ => {}
+        }
+    }
+}

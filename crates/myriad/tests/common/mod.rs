@@ -1,0 +1,212 @@
+//! Shared test harness: starts the real `myriad` binary on ephemeral
+//! loopback ports and talks to it with tungstenite and plain HTTP.
+
+#![allow(dead_code)] // each test file uses a different part of the harness
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tungstenite::protocol::frame::coding::CloseCode;
+use tungstenite::stream::MaybeTlsStream;
+use tungstenite::{Message, WebSocket};
+
+pub type Ws = WebSocket<MaybeTlsStream<TcpStream>>;
+
+/// A running node; killed when dropped.
+pub struct Node {
+    pub child: Child,
+    pub ws: SocketAddr,
+    pub admin: SocketAddr,
+}
+
+impl Node {
+    /// Starts `myriad serve` with `extra` flags (plus ephemeral ports).
+    pub fn start(extra: &[&str]) -> Node {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_myriad"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+            ])
+            .args(extra)
+            .env("MYRIAD_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start myriad");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .expect("read the ready line");
+        let ready: Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("ready line {line:?}: {e}"));
+        assert_eq!(ready["event"], "listening");
+        Node {
+            ws: ready["ws"].as_str().unwrap().parse().unwrap(),
+            admin: ready["admin"].as_str().unwrap().parse().unwrap(),
+            child,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("ws://{}{}", self.ws, path)
+    }
+
+    /// Opens a WebSocket to `/ws`.
+    pub fn connect(&self) -> Ws {
+        self.connect_path("/ws")
+    }
+
+    pub fn connect_path(&self, path: &str) -> Ws {
+        let (ws, response) = tungstenite::connect(self.url(path)).expect("websocket connect");
+        assert_eq!(response.status(), 101);
+        set_timeout(&ws, Duration::from_secs(10));
+        ws
+    }
+
+    /// A plain HTTP request to the admin listener: (status, body).
+    pub fn http(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> (u16, String) {
+        http(self.admin, method, path, headers, body)
+    }
+
+    pub fn stats(&self) -> Value {
+        let (status, body) = self.http("GET", "/stats", &[], "");
+        assert_eq!(status, 200);
+        serde_json::from_str(&body).unwrap()
+    }
+
+    /// Publishes through the HTTP API; returns the response JSON.
+    pub fn publish(&self, subject: &str, data: &Value) -> Value {
+        let body = serde_json::json!({"subject": subject, "data": data}).to_string();
+        let (status, reply) = self.http("POST", "/api/publish", &[], &body);
+        assert_eq!(status, 200, "{reply}");
+        serde_json::from_str(&reply).unwrap()
+    }
+
+    /// Waits until `f(stats)` holds, or fails after 10 s.
+    pub fn wait_for_stats(&self, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let stats = self.stats();
+            if f(&stats) {
+                return stats;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}: {stats:#}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn set_timeout(ws: &Ws, timeout: Duration) {
+    if let MaybeTlsStream::Plain(s) = ws.get_ref() {
+        s.set_read_timeout(Some(timeout)).unwrap();
+    }
+}
+
+pub fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response[9..12].parse().unwrap();
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    (status, body)
+}
+
+/// Sends a raw request on a fresh socket and returns the HTTP status line's code.
+pub fn raw_status(addr: SocketAddr, request: &str) -> u16 {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response);
+    assert!(text.starts_with("HTTP/1.1 "), "{text:?}");
+    text[9..12].parse().unwrap()
+}
+
+pub fn send(ws: &mut Ws, value: Value) {
+    ws.send(Message::text(value.to_string())).unwrap();
+}
+
+/// The next text message as JSON, skipping pings and pongs.
+pub fn recv(ws: &mut Ws) -> Value {
+    loop {
+        match ws.read().expect("read from websocket") {
+            Message::Text(text) => return serde_json::from_str(text.as_str()).unwrap(),
+            Message::Ping(_) | Message::Pong(_) => continue,
+            other => panic!("expected text, got {other:?}"),
+        }
+    }
+}
+
+/// Reads until the server's close frame; returns its code.
+pub fn recv_close(ws: &mut Ws) -> u16 {
+    loop {
+        match ws.read() {
+            Ok(Message::Close(Some(frame))) => return u16::from(frame.code),
+            Ok(Message::Close(None)) => return 1005,
+            Ok(_) => continue,
+            Err(tungstenite::Error::Protocol(e)) => panic!("protocol error before close: {e}"),
+            Err(e) => panic!("connection ended without a close frame: {e}"),
+        }
+    }
+}
+
+/// Subscribes and waits for the ok.
+pub fn subscribe(ws: &mut Ws, subjects: &[&str]) {
+    send(
+        ws,
+        serde_json::json!({"op": "subscribe", "subjects": subjects, "id": 1}),
+    );
+    let reply = recv(ws);
+    assert_eq!(reply, serde_json::json!({"op": "ok", "id": 1}));
+}
+
+pub fn close_code(code: u16) -> CloseCode {
+    CloseCode::from(code)
+}

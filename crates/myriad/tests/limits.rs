@@ -1,0 +1,147 @@
+//! Limits and timeouts: slow consumers are cut while others keep receiving;
+//! silent peers, stalled handshakes and idle connections are closed by the
+//! worker's sweep with their documented codes.
+
+mod common;
+
+use std::io::Read;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{recv, recv_close, set_timeout, subscribe, Node, Ws};
+use serde_json::json;
+use socket2::{Domain, Socket, Type};
+use tungstenite::Message;
+
+/// A subscriber whose socket buffers are tiny, so it stalls quickly when it
+/// stops reading.
+fn stalled_subscriber(node: &Node, subject: &str) -> Ws {
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    socket.connect(&node.ws.into()).unwrap();
+    let stream: TcpStream = socket.into();
+    let (mut ws, _) = tungstenite::client(
+        node.url("/ws"),
+        tungstenite::stream::MaybeTlsStream::Plain(stream),
+    )
+    .expect("handshake");
+    set_timeout(&ws, Duration::from_secs(10));
+    subscribe(&mut ws, &[subject]);
+    ws
+}
+
+#[test]
+fn a_slow_consumer_is_cut_and_the_fast_one_gets_everything() {
+    // A long close timeout: the stalled client reads its close frame only at the end.
+    let node = Node::start(&[
+        "--workers",
+        "2",
+        "--max-outbound-bytes",
+        "262144",
+        "--close-timeout",
+        "120",
+    ]);
+    let mut slow = stalled_subscriber(&node, "firehose");
+    let mut fast = node.connect();
+    subscribe(&mut fast, &["firehose"]);
+
+    let reader = std::thread::spawn(move || {
+        let mut seqs = Vec::new();
+        while seqs.len() < 800 {
+            seqs.push(recv(&mut fast)["seq"].as_u64().unwrap());
+        }
+        seqs
+    });
+    // 6.4 MB in 80 KB requests: far past what the stalled client's buffers
+    // and its 256 KiB queue hold, while each request fits a reader that keeps up.
+    let chunk = "x".repeat(8 * 1024);
+    for batch in 0..80 {
+        let messages: Vec<_> = (0..10)
+            .map(|i| json!({"subject": "firehose", "data": format!("{batch}-{i}-{chunk}")}))
+            .collect();
+        let body = json!({ "messages": messages }).to_string();
+        let (status, reply) = node.http("POST", "/api/publish", &[], &body);
+        assert_eq!(status, 200, "{reply}");
+    }
+    let seqs = reader.join().unwrap();
+    assert_eq!(
+        seqs,
+        (1..=800).collect::<Vec<u64>>(),
+        "fast subscriber lost nothing"
+    );
+
+    let stats = node.wait_for_stats("slow consumer cut", |s| s["slow_consumer_disconnects"] == 1);
+    assert_eq!(stats["closes"]["slow_consumer"], 1);
+    // The stalled client, once it reads, finds deliveries and then close 4001.
+    assert_eq!(recv_close(&mut slow), 4001);
+}
+
+#[test]
+fn a_peer_that_never_answers_pings_is_closed() {
+    let node = Node::start(&[
+        "--workers",
+        "1",
+        "--heartbeat-interval",
+        "1",
+        "--heartbeat-timeout",
+        "1",
+    ]);
+    let mut silent = node.connect();
+    subscribe(&mut silent, &["hb"]);
+    // A well-behaved client (tungstenite answers pings while reading) stays.
+    let mut alive = node.connect();
+    subscribe(&mut alive, &["hb"]);
+    set_timeout(&alive, Duration::from_millis(200));
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        match alive.read() {
+            Ok(_) => {}
+            Err(tungstenite::Error::Io(e)) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => panic!("live client lost its connection: {e}"),
+        }
+    }
+    let stats = node.wait_for_stats("heartbeat timeout", |s| {
+        s["closes"]["heartbeat_timeout"] == 1
+    });
+    assert_eq!(stats["connections"], 1, "only the answering client remains");
+    // The silent one's buffer holds pings and then the close frame.
+    assert_eq!(recv_close(&mut silent), 4002);
+    alive
+        .send(Message::text(r#"{"op":"ping","id":1}"#))
+        .unwrap();
+    set_timeout(&alive, Duration::from_secs(10));
+    assert_eq!(recv(&mut alive), json!({"op": "pong", "id": 1}));
+}
+
+#[test]
+fn a_stalled_handshake_is_dropped() {
+    let node = Node::start(&["--workers", "1", "--handshake-timeout", "1"]);
+    let mut s = TcpStream::connect(node.ws).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 16];
+    // Slowloris: a partial request, then silence.
+    std::io::Write::write_all(&mut s, b"GET /ws HTTP/1.1\r\nHost: x\r\n").unwrap();
+    let n = s.read(&mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "closed without a response");
+    assert!(started.elapsed() < Duration::from_secs(9));
+    let stats = node.wait_for_stats("handshake timeout", |s| {
+        s["closes"]["handshake_timeout"] == 1
+    });
+    assert_eq!(stats["errors"]["handshake_408_timeout"], 1);
+}
+
+#[test]
+fn an_idle_connection_without_subscriptions_is_closed() {
+    let node = Node::start(&["--workers", "1", "--idle-timeout", "1"]);
+    let mut idle = node.connect();
+    let mut subscribed = node.connect();
+    subscribe(&mut subscribed, &["keep"]);
+    assert_eq!(recv_close(&mut idle), 4003);
+    drop(idle);
+    node.wait_for_stats("idle close", |s| {
+        s["closes"]["idle_timeout"] == 1 && s["connections"] == 1
+    });
+    assert_eq!(node.publish("keep", &json!(1))["delivered"], 1);
+    assert_eq!(recv(&mut subscribed)["data"], 1);
+}

@@ -1,0 +1,161 @@
+//! Subscribe/publish round trips against the real binary: over WebSocket,
+//! across workers, after unsubscribing, and through the HTTP publish API.
+
+mod common;
+
+use common::{recv, send, subscribe, Node};
+use serde_json::json;
+
+#[test]
+fn websocket_round_trip_with_sequence_numbers() {
+    let node = Node::start(&["--workers", "1"]);
+    let mut sub = node.connect();
+    subscribe(&mut sub, &["news"]);
+    let mut publisher = node.connect();
+    for i in 0..3 {
+        send(
+            &mut publisher,
+            json!({"op": "publish", "subject": "news", "data": {"n": i}, "id": 10 + i}),
+        );
+        assert_eq!(recv(&mut publisher), json!({"op": "ok", "id": 10 + i}));
+    }
+    for i in 0..3 {
+        let msg = recv(&mut sub);
+        assert_eq!(
+            msg,
+            json!({"op": "msg", "subject": "news", "seq": i + 1, "data": {"n": i}})
+        );
+    }
+    send(&mut sub, json!({"op": "ping", "id": 5}));
+    assert_eq!(recv(&mut sub), json!({"op": "pong", "id": 5}));
+}
+
+#[test]
+fn every_subscriber_on_every_worker_gets_every_message_in_order() {
+    let node = Node::start(&["--workers", "2"]);
+    let mut subs: Vec<_> = (0..60).map(|_| node.connect()).collect();
+    for ws in &mut subs {
+        subscribe(ws, &["fan"]);
+    }
+    let stats = node.stats();
+    assert_eq!(stats["subscriptions"], 60);
+    assert_eq!(stats["subjects"], 1);
+    for i in 0..20 {
+        let reply = node.publish("fan", &json!(i));
+        assert_eq!(reply, json!({"seq": i + 1, "delivered": 60}));
+    }
+    for ws in &mut subs {
+        for i in 0..20 {
+            let msg = recv(ws);
+            assert_eq!(msg["seq"], i + 1);
+            assert_eq!(msg["data"], i);
+        }
+    }
+    let stats = node.stats();
+    assert!(stats["messages_out"].as_u64().unwrap() >= 60 * 20);
+}
+
+#[test]
+fn unsubscribe_stops_delivery_and_frees_the_subject() {
+    let node = Node::start(&["--workers", "1"]);
+    let mut a = node.connect();
+    let mut b = node.connect();
+    subscribe(&mut a, &["x", "y"]);
+    subscribe(&mut b, &["y"]);
+    send(
+        &mut a,
+        json!({"op": "unsubscribe", "subjects": ["x", "y"], "id": 2}),
+    );
+    assert_eq!(recv(&mut a), json!({"op": "ok", "id": 2}));
+    assert_eq!(node.stats()["subjects"], 1);
+    assert_eq!(
+        node.publish("x", &json!(1)),
+        json!({"seq": null, "delivered": 0})
+    );
+    assert_eq!(node.publish("y", &json!(2))["delivered"], 1);
+    assert_eq!(recv(&mut b)["data"], 2);
+    // `a` gets nothing: its next message is the pong.
+    send(&mut a, json!({"op": "ping", "id": 3}));
+    assert_eq!(recv(&mut a), json!({"op": "pong", "id": 3}));
+}
+
+#[test]
+fn publish_api_requires_the_key_when_one_is_set() {
+    let node = Node::start(&["--workers", "1", "--api-key", "s3cret"]);
+    let mut sub = node.connect();
+    subscribe(&mut sub, &["k"]);
+    let body = json!({"subject": "k", "data": "hello"}).to_string();
+    let (status, reply) = node.http("POST", "/api/publish", &[], &body);
+    assert_eq!(status, 401, "{reply}");
+    let (status, _) = node.http("POST", "/api/publish", &[("X-Api-Key", "wrong")], &body);
+    assert_eq!(status, 401);
+    let (status, reply) = node.http("POST", "/api/publish", &[("X-Api-Key", "s3cret")], &body);
+    assert_eq!(
+        (status, reply.as_str()),
+        (200, r#"{"delivered":1,"seq":1}"#)
+    );
+    let (status, _) = node.http(
+        "POST",
+        "/api/publish",
+        &[("Authorization", "Bearer s3cret")],
+        &body,
+    );
+    assert_eq!(status, 200);
+    assert_eq!(recv(&mut sub)["data"], "hello");
+    assert_eq!(recv(&mut sub)["seq"], 2);
+    assert_eq!(node.stats()["errors"]["api_unauthorized"], 2);
+}
+
+#[test]
+fn batch_publish_and_admin_endpoints() {
+    let node = Node::start(&["--workers", "2"]);
+    let mut sub = node.connect();
+    subscribe(&mut sub, &["a", "b"]);
+    let body = json!({"messages": [
+        {"subject": "a", "data": 1},
+        {"subject": "b", "data": [2]},
+        {"subject": "nobody", "data": 3},
+    ]})
+    .to_string();
+    let (status, reply) = node.http("POST", "/api/publish", &[], &body);
+    assert_eq!(status, 200);
+    let reply: serde_json::Value = serde_json::from_str(&reply).unwrap();
+    assert_eq!(reply["delivered"], 2);
+    assert_eq!(reply["results"][2], json!({"seq": null, "delivered": 0}));
+    assert_eq!(recv(&mut sub)["data"], 1);
+    assert_eq!(recv(&mut sub)["data"], json!([2]));
+
+    for (body, code) in [
+        ("not json", "invalid_json"),
+        (r#"{"subject":"a"}"#, "missing_field"),
+        (r#"{"subject":"a b","data":1}"#, "invalid_subject"),
+    ] {
+        let (status, reply) = node.http("POST", "/api/publish", &[], body);
+        assert_eq!(status, 400, "{body}");
+        let reply: serde_json::Value = serde_json::from_str(&reply).unwrap();
+        assert_eq!(reply["error"]["code"], code);
+    }
+    let big = format!(r#"{{"subject":"a","data":"{}"}}"#, "x".repeat(2 << 20));
+    assert_eq!(node.http("POST", "/api/publish", &[], &big).0, 413);
+
+    assert_eq!(
+        node.http("GET", "/healthz", &[], ""),
+        (200, "ok\n".to_owned())
+    );
+    assert_eq!(node.http("GET", "/api/publish", &[], "").0, 405);
+    assert_eq!(node.http("GET", "/nope", &[], "").0, 404);
+    let (status, metrics) = node.http("GET", "/metrics", &[], "");
+    assert_eq!(status, 200);
+    for family in [
+        "myriad_connections{worker=\"1\"}",
+        "myriad_publishes_total 3",
+        "myriad_publishes_unrouted_total 1",
+        "myriad_errors_total{kind=\"api_bad_request\"} 4",
+    ] {
+        assert!(metrics.contains(family), "{family} missing:\n{metrics}");
+    }
+    let stats = node.stats();
+    assert_eq!(stats["connections"], 1);
+    assert!(stats["process"]["rss_bytes"].as_u64().unwrap() > 0);
+    assert!(stats["rss_per_connection"].as_f64().unwrap() > 0.0);
+}

@@ -1,0 +1,37 @@
+//! Graceful shutdown: on SIGTERM every client gets close 1001 and the
+//! process exits cleanly within the shutdown timeout.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{recv_close, subscribe, Node};
+
+#[test]
+fn sigterm_sends_going_away_to_everyone_and_exits() {
+    let mut node = Node::start(&["--workers", "2", "--shutdown-timeout", "5"]);
+    let mut clients: Vec<_> = (0..10).map(|_| node.connect()).collect();
+    for ws in &mut clients {
+        subscribe(ws, &["bye"]);
+    }
+    let status = Command::new("kill")
+        .args(["-TERM", &node.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for ws in &mut clients {
+        assert_eq!(recv_close(ws), 1001);
+    }
+    // Clients answer the close (tungstenite does on read); the node then exits.
+    drop(clients);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Some(status) = node.child.try_wait().unwrap() {
+            assert!(status.success(), "exit status {status}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "node did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

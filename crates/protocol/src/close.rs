@@ -1,0 +1,156 @@
+//! The registry of close codes: every reason myriad ends a WebSocket
+//! connection, with the code sent in the close frame.
+//!
+//! Codes below 4000 are RFC 6455 §7.4.1 codes. myriad's own codes use the
+//! private range (§7.4.2) and their hundreds digit tells a client what to do:
+//! `40xx` means "reconnect (with back-off)", `45xx` means "do not reconnect
+//! without changing something". docs/protocol.md mirrors this table, and the
+//! SDKs are generated from the same list.
+
+/// Why a connection ended. One variant per cause, so logs, metrics and the
+/// close frame all name the same thing. A few causes end a connection before
+/// or without a close frame; they report 1006, which RFC 6455 §7.4.1 reserves
+/// for exactly that and which is never sent on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CloseReason {
+    /// The peer asked to close, or the server finished an exchange normally.
+    Normal,
+    /// The server is shutting down (RFC 6455 1001).
+    GoingAway,
+    /// The peer broke RFC 6455 framing rules (1002).
+    ProtocolError,
+    /// A frame type this endpoint does not accept, e.g. binary on the JSON endpoint (1003).
+    UnsupportedData,
+    /// A text message or close reason was not valid UTF-8 (1007).
+    InvalidUtf8,
+    /// A message exceeded the configured maximum size (1009).
+    MessageTooBig,
+    /// The client did not read fast enough and its outbound queue passed the limit.
+    SlowConsumer,
+    /// The client did not answer the server's ping in time.
+    HeartbeatTimeout,
+    /// The client held a connection with no subscriptions and sent nothing for too long.
+    IdleTimeout,
+    /// The connection dropped without a close frame (reset, EOF, or the
+    /// close handshake timed out). Reported as 1006, never sent.
+    Abnormal,
+    /// The upgrade request did not complete within the handshake timeout.
+    /// Reported as 1006, never sent: no WebSocket existed yet.
+    HandshakeTimeout,
+    /// The upgrade request was refused with an HTTP error status.
+    /// Reported as 1006, never sent: no WebSocket existed yet.
+    HandshakeRejected,
+}
+
+impl CloseReason {
+    /// Every reason, for metrics registration and documentation tables.
+    pub const ALL: [CloseReason; 12] = [
+        CloseReason::Normal,
+        CloseReason::GoingAway,
+        CloseReason::ProtocolError,
+        CloseReason::UnsupportedData,
+        CloseReason::InvalidUtf8,
+        CloseReason::MessageTooBig,
+        CloseReason::SlowConsumer,
+        CloseReason::HeartbeatTimeout,
+        CloseReason::IdleTimeout,
+        CloseReason::Abnormal,
+        CloseReason::HandshakeTimeout,
+        CloseReason::HandshakeRejected,
+    ];
+
+    /// The code carried in the close frame (1006 for endings without one).
+    pub const fn code(self) -> u16 {
+        match self {
+            CloseReason::Normal => 1000,
+            CloseReason::GoingAway => 1001,
+            CloseReason::ProtocolError => 1002,
+            CloseReason::UnsupportedData => 1003,
+            CloseReason::InvalidUtf8 => 1007,
+            CloseReason::MessageTooBig => 1009,
+            CloseReason::SlowConsumer => 4001,
+            CloseReason::HeartbeatTimeout => 4002,
+            CloseReason::IdleTimeout => 4003,
+            CloseReason::Abnormal
+            | CloseReason::HandshakeTimeout
+            | CloseReason::HandshakeRejected => 1006,
+        }
+    }
+
+    /// A stable snake_case name, used as the metric label and in logs.
+    pub const fn name(self) -> &'static str {
+        match self {
+            CloseReason::Normal => "normal",
+            CloseReason::GoingAway => "going_away",
+            CloseReason::ProtocolError => "protocol_error",
+            CloseReason::UnsupportedData => "unsupported_data",
+            CloseReason::InvalidUtf8 => "invalid_utf8",
+            CloseReason::MessageTooBig => "message_too_big",
+            CloseReason::SlowConsumer => "slow_consumer",
+            CloseReason::HeartbeatTimeout => "heartbeat_timeout",
+            CloseReason::IdleTimeout => "idle_timeout",
+            CloseReason::Abnormal => "abnormal",
+            CloseReason::HandshakeTimeout => "handshake_timeout",
+            CloseReason::HandshakeRejected => "handshake_rejected",
+        }
+    }
+
+    /// The human-readable reason sent in the close frame (kept short: a close
+    /// payload is at most 125 bytes).
+    pub const fn text(self) -> &'static str {
+        match self {
+            CloseReason::Normal => "",
+            CloseReason::GoingAway => "server shutting down",
+            CloseReason::ProtocolError => "protocol error",
+            CloseReason::UnsupportedData => "unsupported data",
+            CloseReason::InvalidUtf8 => "invalid utf-8",
+            CloseReason::MessageTooBig => "message too big",
+            CloseReason::SlowConsumer => "slow consumer: outbound queue over limit",
+            CloseReason::HeartbeatTimeout => "heartbeat timeout",
+            CloseReason::IdleTimeout => "idle timeout",
+            CloseReason::Abnormal => "abnormal closure",
+            CloseReason::HandshakeTimeout => "handshake timeout",
+            CloseReason::HandshakeRejected => "handshake rejected",
+        }
+    }
+
+    /// Whether a client should reconnect after this close (with back-off):
+    /// every code below 4500 says yes; `45xx` would say no (none is used yet).
+    pub const fn should_reconnect(self) -> bool {
+        self.code() < 4500
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_unique_and_reasons_fit_a_control_frame() {
+        let mut codes: Vec<u16> = CloseReason::ALL
+            .iter()
+            .map(|r| r.code())
+            .filter(|&c| c != 1006)
+            .collect();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), CloseReason::ALL.len() - 3);
+        for r in CloseReason::ALL {
+            assert!(r.text().len() + 2 <= 125, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn private_codes_sit_in_the_reconnect_range() {
+        for r in CloseReason::ALL {
+            let code = r.code();
+            assert!(
+                code < 1004
+                    || (1007..=1011).contains(&code)
+                    || code == 1006
+                    || (4000..4500).contains(&code)
+            );
+            assert!(r.should_reconnect());
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! myriad's wire formats, as pure functions over bytes.
+//!
+//! Nothing in this crate performs I/O, spawns, sleeps or reads a clock: the
+//! server and the bench both drive it with bytes they read themselves, so one
+//! codec has two users and can be tested with literal byte vectors.
+//!
+//! Map of the crate, bytes up:
+//! - [`ws`]: RFC 6455 framing (frame headers, masking, close payloads), the
+//!   incremental UTF-8 check, and [`ws::MessageReader`], which turns a byte
+//!   stream into whole messages and control frames.
+//! - [`handshake`]: the HTTP/1.1 upgrade request (parse, validate, answer).
+//! - [`close`]: the one registry of close codes shared by server, bench and SDKs.
+//! - [`subject`]: subject syntax and limits.
+//! - [`message`]: protocol v1, the JSON commands clients send and the frames
+//!   the server sends back.
+
+pub mod close;
+pub mod handshake;
+pub mod message;
+pub mod subject;
+pub mod ws;

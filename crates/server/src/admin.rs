@@ -1,0 +1,322 @@
+//! The admin/API listener: the HTTP publish API for backends, `/stats`,
+//! `/metrics` and `/healthz`.
+//!
+//! It runs on its own thread with a single-threaded tokio runtime and hyper,
+//! apart from the workers: admin traffic is low-volume and must never sit in
+//! the client event loops. Publishing goes through the same [`Engine`] the
+//! workers use, so an API publish and a WebSocket publish are ordered alike.
+//!
+//! [`Engine`]: crate::engine::Engine
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use myriad_protocol::subject;
+use serde::Deserialize;
+use serde_json::json;
+use serde_json::value::RawValue;
+use tokio::sync::watch;
+use tracing::{debug, warn};
+
+use crate::hub::Published;
+use crate::metrics::ErrorKind;
+use crate::process;
+use crate::worker::Shared;
+
+/// Header carrying the API key (`Authorization: Bearer <key>` works too).
+pub const API_KEY_HEADER: &str = "x-api-key";
+
+/// How long a publish request waits for congested workers before giving up with 503.
+const CONGESTION_WAIT: Duration = Duration::from_secs(5);
+
+type Reply = Response<Full<Bytes>>;
+
+/// Serves the admin API until `shutdown` turns true.
+pub async fn serve(
+    listener: std::net::TcpListener,
+    shared: Arc<Shared>,
+    mut shutdown: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let started = Instant::now();
+    loop {
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    warn!(error = %e, "admin accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.changed() => return Ok(()),
+        };
+        let shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            let service = service_fn(move |req| {
+                let shared = Arc::clone(&shared);
+                async move { Ok::<_, Infallible>(route(req, &shared, started).await) }
+            });
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await
+            {
+                debug!(error = %e, "admin connection ended with an error");
+            }
+        });
+    }
+}
+
+async fn route(req: Request<Incoming>, shared: &Shared, started: Instant) -> Reply {
+    match (req.method(), req.uri().path()) {
+        (&Method::POST, "/api/publish") => publish(req, shared).await,
+        (&Method::GET, "/stats") => json_reply(StatusCode::OK, &stats(shared, started)),
+        (&Method::GET, "/metrics") => {
+            let mut reply = Response::new(Full::new(Bytes::from(shared.metrics.render())));
+            reply.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            );
+            reply
+        }
+        (&Method::GET, "/healthz") => {
+            if shared.shutting_down.load(Ordering::Relaxed) {
+                text_reply(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+            } else {
+                text_reply(StatusCode::OK, "ok\n")
+            }
+        }
+        (_, "/api/publish" | "/stats" | "/metrics" | "/healthz") => {
+            text_reply(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n")
+        }
+        _ => text_reply(StatusCode::NOT_FOUND, "not found\n"),
+    }
+}
+
+/// `{"subject":..,"data":..}` or `{"messages":[{"subject":..,"data":..},..]}`.
+#[derive(Deserialize)]
+struct PublishRequest<'a> {
+    #[serde(default, borrow)]
+    subject: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    data: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    messages: Option<Vec<PublishItem<'a>>>,
+}
+
+#[derive(Deserialize)]
+struct PublishItem<'a> {
+    #[serde(borrow)]
+    subject: Cow<'a, str>,
+    #[serde(borrow)]
+    data: &'a RawValue,
+}
+
+async fn publish(req: Request<Incoming>, shared: &Shared) -> Reply {
+    if !authorized(&req, shared.config.api_key.as_deref()) {
+        shared.metrics.error(ErrorKind::ApiUnauthorized);
+        return error_reply(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or wrong API key",
+        );
+    }
+    let body = match Limited::new(req.into_body(), shared.config.max_http_body)
+        .collect()
+        .await
+    {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) => {
+            shared.metrics.error(ErrorKind::ApiBadRequest);
+            return if e.is::<http_body_util::LengthLimitError>() {
+                error_reply(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body_too_large",
+                    &format!("body over {} bytes", shared.config.max_http_body),
+                )
+            } else {
+                error_reply(StatusCode::BAD_REQUEST, "bad_body", &e.to_string())
+            };
+        }
+    };
+    let request: PublishRequest<'_> = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => {
+            shared.metrics.error(ErrorKind::ApiBadRequest);
+            return error_reply(StatusCode::BAD_REQUEST, "invalid_json", &e.to_string());
+        }
+    };
+    let (items, batch) = match request {
+        PublishRequest {
+            messages: Some(items),
+            subject: None,
+            data: None,
+        } => (items, true),
+        PublishRequest {
+            messages: None,
+            subject: Some(subject),
+            data: Some(data),
+        } => (vec![PublishItem { subject, data }], false),
+        _ => {
+            shared.metrics.error(ErrorKind::ApiBadRequest);
+            return error_reply(
+                StatusCode::BAD_REQUEST,
+                "missing_field",
+                "expected {\"subject\",\"data\"} or {\"messages\":[...]}",
+            );
+        }
+    };
+    // All or nothing: check every subject before publishing any.
+    for item in &items {
+        if let Err(e) = subject::validate(&item.subject, shared.config.max_subject_len) {
+            shared.metrics.error(ErrorKind::ApiBadRequest);
+            return error_reply(StatusCode::BAD_REQUEST, "invalid_subject", &e.to_string());
+        }
+    }
+    let deadline = Instant::now() + CONGESTION_WAIT;
+    let mut results: Vec<Published> = Vec::with_capacity(items.len());
+    for item in &items {
+        while shared.engine.congested() {
+            if Instant::now() >= deadline {
+                return error_reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "congested",
+                    &format!(
+                        "workers did not catch up; {} of {} published",
+                        results.len(),
+                        items.len()
+                    ),
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        match shared.engine.publish(&item.subject, item.data.get()) {
+            Ok(published) => {
+                shared.metrics.published(published.seq.is_some());
+                results.push(published);
+            }
+            Err(e) => {
+                return error_reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "publish_failed",
+                    &e.to_string(),
+                )
+            }
+        }
+    }
+    let result_json = |p: &Published| json!({"seq": p.seq, "delivered": p.subscribers});
+    let body = if batch {
+        let delivered: u64 = results.iter().map(|p| u64::from(p.subscribers)).sum();
+        json!({
+            "delivered": delivered,
+            "results": results.iter().map(result_json).collect::<Vec<_>>(),
+        })
+    } else {
+        result_json(&results[0])
+    };
+    json_reply(StatusCode::OK, &body)
+}
+
+fn authorized(req: &Request<Incoming>, key: Option<&str>) -> bool {
+    let Some(key) = key else {
+        return true;
+    };
+    let headers = req.headers();
+    let given = headers
+        .get(API_KEY_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| {
+            headers
+                .get(AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "))
+        });
+    given.is_some_and(|given| constant_time_eq(given.as_bytes(), key.as_bytes()))
+}
+
+/// Compares without an early exit, so response timing does not reveal how
+/// much of a guessed key was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
+    let s = shared.metrics.snapshot();
+    let usage = process::usage();
+    let slow = s
+        .closes
+        .iter()
+        .find(|(name, _)| *name == "slow_consumer")
+        .map_or(0, |(_, n)| *n);
+    json!({
+        "uptime_seconds": started.elapsed().as_secs_f64(),
+        "workers": shared.config.worker_count(),
+        "connections": s.connections,
+        "connections_accepted": s.accepted,
+        "subscriptions": s.subscriptions,
+        "subjects": shared.hub.subject_count(),
+        "messages_in": s.messages_in,
+        "messages_out": s.messages_out,
+        "bytes_in": s.bytes_in,
+        "bytes_out": s.bytes_out,
+        "socket_writes": s.socket_writes,
+        "publishes": s.publishes,
+        "publishes_unrouted": s.publishes_unrouted,
+        "slow_consumer_disconnects": slow,
+        "closes": s.closes.iter().copied().collect::<BTreeMap<_, _>>(),
+        "errors": s.errors.iter().copied().collect::<BTreeMap<_, _>>(),
+        "process": {"rss_bytes": usage.rss_bytes, "cpu_seconds": usage.cpu_seconds},
+        "rss_per_connection": (s.connections > 0).then(|| usage.rss_bytes as f64 / s.connections as f64),
+    })
+}
+
+fn json_reply(status: StatusCode, body: &serde_json::Value) -> Reply {
+    let mut reply = Response::new(Full::new(Bytes::from(body.to_string())));
+    *reply.status_mut() = status;
+    reply
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    reply
+}
+
+fn text_reply(status: StatusCode, body: &'static str) -> Reply {
+    let mut reply = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+    *reply.status_mut() = status;
+    reply.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    reply
+}
+
+fn error_reply(status: StatusCode, code: &str, message: &str) -> Reply {
+    json_reply(
+        status,
+        &json!({"error": {"code": code, "message": message}}),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    #[test]
+    fn key_comparison() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+    }
+}

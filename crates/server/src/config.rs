@@ -1,0 +1,295 @@
+//! Every setting of `myriad serve`, its default, and where it comes from.
+//!
+//! One struct serves as the command-line parser, the environment reader and
+//! the TOML schema, so a setting cannot exist in one source and be missing in
+//! another. Precedence, highest first: command-line flag, `MYRIAD_*`
+//! environment variable, the TOML file named by `--config`, the built-in
+//! default. docs/operations.md lists every setting.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// The settings of one node.
+#[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address of the client (WebSocket) listener; every worker binds it with SO_REUSEPORT.
+    #[arg(long, env = "MYRIAD_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+
+    /// Address of the admin/API listener (publish API, /stats, /metrics, /healthz).
+    #[arg(long, env = "MYRIAD_ADMIN_LISTEN", default_value = "127.0.0.1:8081")]
+    pub admin_listen: SocketAddr,
+
+    /// Worker threads, each with its own listener and event loop; 0 = one per core.
+    #[arg(long, env = "MYRIAD_WORKERS", default_value_t = 0)]
+    pub workers: usize,
+
+    /// Path of the pub/sub WebSocket endpoint.
+    #[arg(long, env = "MYRIAD_WS_PATH", default_value = "/ws")]
+    pub ws_path: String,
+
+    /// Path of a WebSocket echo endpoint for conformance testing; off when unset.
+    #[arg(long, env = "MYRIAD_ECHO_PATH")]
+    pub echo_path: Option<String>,
+
+    /// Key required in the X-Api-Key header of the publish API; when unset the
+    /// API is open (the admin listener binds to loopback by default).
+    #[arg(long, env = "MYRIAD_API_KEY")]
+    pub api_key: Option<String>,
+
+    /// Maximum concurrent client connections on this node; more get HTTP 503.
+    #[arg(long, env = "MYRIAD_MAX_CONNECTIONS", default_value_t = 1_000_000)]
+    pub max_connections: usize,
+
+    /// Maximum size of one WebSocket message in bytes; larger ones close with 1009.
+    #[arg(long, env = "MYRIAD_MAX_MESSAGE_SIZE", default_value_t = 65_536)]
+    pub max_message_size: usize,
+
+    /// Maximum subscriptions one connection may hold.
+    #[arg(long, env = "MYRIAD_MAX_SUBSCRIPTIONS", default_value_t = 1_024)]
+    pub max_subscriptions: usize,
+
+    /// Maximum subject length in bytes.
+    #[arg(long, env = "MYRIAD_MAX_SUBJECT_LEN", default_value_t = 128)]
+    pub max_subject_len: usize,
+
+    /// Bytes queued for one client before it is closed as a slow consumer (4001).
+    #[arg(long, env = "MYRIAD_MAX_OUTBOUND_BYTES", default_value_t = 1_048_576)]
+    pub max_outbound_bytes: usize,
+
+    /// SO_SNDBUF for client sockets, capping the kernel memory a stalled reader
+    /// can pin; 0 keeps the kernel's autotuning (up to tcp_wmem max, ~4 MB).
+    #[arg(long, env = "MYRIAD_SOCKET_SEND_BUFFER", default_value_t = 65_536)]
+    pub socket_send_buffer: usize,
+
+    /// Listen backlog per worker listener (the kernel caps it at net.core.somaxconn).
+    #[arg(long, env = "MYRIAD_BACKLOG", default_value_t = 4_096)]
+    pub backlog: u32,
+
+    /// Seconds a connection may take to complete the WebSocket handshake.
+    #[arg(long, env = "MYRIAD_HANDSHAKE_TIMEOUT", default_value_t = 10)]
+    pub handshake_timeout: u32,
+
+    /// Seconds a connection with no subscriptions may stay silent; 0 = never closed.
+    #[arg(long, env = "MYRIAD_IDLE_TIMEOUT", default_value_t = 300)]
+    pub idle_timeout: u32,
+
+    /// Seconds of client silence before the server sends a ping; 0 = no heartbeats.
+    #[arg(long, env = "MYRIAD_HEARTBEAT_INTERVAL", default_value_t = 25)]
+    pub heartbeat_interval: u32,
+
+    /// Seconds the client has to answer a ping before it is closed (4002).
+    #[arg(long, env = "MYRIAD_HEARTBEAT_TIMEOUT", default_value_t = 10)]
+    pub heartbeat_timeout: u32,
+
+    /// Seconds a closing connection may take to finish the close handshake.
+    #[arg(long, env = "MYRIAD_CLOSE_TIMEOUT", default_value_t = 5)]
+    pub close_timeout: u32,
+
+    /// Seconds graceful shutdown waits for clients to take their close frames.
+    #[arg(long, env = "MYRIAD_SHUTDOWN_TIMEOUT", default_value_t = 10)]
+    pub shutdown_timeout: u32,
+
+    /// Maximum body of an admin API request in bytes (HTTP 413 beyond).
+    #[arg(long, env = "MYRIAD_MAX_HTTP_BODY", default_value_t = 1_048_576)]
+    pub max_http_body: usize,
+
+    /// Log filter (tracing EnvFilter syntax), e.g. "info" or "myriad_server=debug".
+    #[arg(long, env = "MYRIAD_LOG", default_value = "info")]
+    pub log: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        /// Parses an empty command line so the defaults live in one place: the attributes above.
+        #[derive(Parser)]
+        struct Defaults {
+            #[command(flatten)]
+            config: Config,
+        }
+        Defaults::parse_from(["myriad"]).config
+    }
+}
+
+/// Why the configuration could not be assembled.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config file {path}: {source}")]
+    Parse {
+        path: PathBuf,
+        source: toml::de::Error,
+    },
+    #[error("invalid setting: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Builds the effective configuration from parsed arguments and an
+    /// optional TOML file: values that came from a flag or the environment
+    /// win over the file, the file wins over built-in defaults.
+    pub fn assemble(matches: &ArgMatches, file: Option<&Path>) -> Result<Config, ConfigError> {
+        let from_args =
+            Config::from_arg_matches(matches).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let config = match file {
+            None => from_args,
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                let mut table: toml::Table =
+                    toml::from_str(&text).map_err(|source| ConfigError::Parse {
+                        path: path.to_owned(),
+                        source,
+                    })?;
+                let args_table =
+                    toml::Table::try_from(&from_args).expect("Config serializes to a table");
+                for (key, value) in args_table {
+                    let explicit = !matches!(
+                        matches.value_source(&key),
+                        None | Some(ValueSource::DefaultValue)
+                    );
+                    if explicit || !table.contains_key(&key) {
+                        table.insert(key, value);
+                    }
+                }
+                Config::deserialize(table).map_err(|source| ConfigError::Parse {
+                    path: path.to_owned(),
+                    source,
+                })?
+            }
+        };
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Rejects settings that cannot work together.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let check = |ok: bool, what: &str| {
+            if ok {
+                Ok(())
+            } else {
+                Err(ConfigError::Invalid(what.to_owned()))
+            }
+        };
+        check(self.workers <= 64, "workers must be at most 64")?;
+        check(self.ws_path.starts_with('/'), "ws_path must start with '/'")?;
+        if let Some(echo) = &self.echo_path {
+            check(echo.starts_with('/'), "echo_path must start with '/'")?;
+            check(echo != &self.ws_path, "echo_path must differ from ws_path")?;
+        }
+        check(
+            self.max_message_size >= 125,
+            "max_message_size must be at least 125",
+        )?;
+        check(
+            self.max_subject_len >= 1,
+            "max_subject_len must be at least 1",
+        )?;
+        check(
+            self.max_subscriptions >= 1,
+            "max_subscriptions must be at least 1",
+        )?;
+        check(
+            self.max_outbound_bytes >= self.max_message_size,
+            "max_outbound_bytes must be at least max_message_size",
+        )?;
+        check(
+            self.heartbeat_interval == 0 || self.heartbeat_timeout >= 1,
+            "heartbeat_timeout must be at least 1 when heartbeats are on",
+        )?;
+        Ok(())
+    }
+
+    /// The number of workers to start: the setting, or one per core.
+    pub fn worker_count(&self) -> usize {
+        if self.workers > 0 {
+            self.workers
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get().min(64))
+        }
+    }
+}
+
+/// The clap command for `Config` alone, for tests and `--help` rendering.
+pub fn command() -> clap::Command {
+    #[derive(Parser)]
+    struct Standalone {
+        #[command(flatten)]
+        config: Config,
+    }
+    Standalone::command()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn matches(args: &[&str]) -> ArgMatches {
+        command().try_get_matches_from(args).unwrap()
+    }
+
+    #[test]
+    fn defaults_validate() {
+        let config = Config::default();
+        config.validate().unwrap();
+        assert_eq!(config.ws_path, "/ws");
+        assert_eq!(config.echo_path, None);
+    }
+
+    #[test]
+    fn flag_beats_file_and_file_beats_default() {
+        let mut file = tempfile();
+        writeln!(
+            file.1,
+            "workers = 3\nmax_subscriptions = 7\necho_path = \"/e\""
+        )
+        .unwrap();
+        let m = matches(&["myriad", "--workers", "2"]);
+        let config = Config::assemble(&m, Some(&file.0)).unwrap();
+        assert_eq!(config.workers, 2, "flag wins");
+        assert_eq!(config.max_subscriptions, 7, "file beats default");
+        assert_eq!(config.echo_path.as_deref(), Some("/e"));
+        assert_eq!(config.max_subject_len, 128, "default stays");
+        std::fs::remove_file(&file.0).unwrap();
+    }
+
+    #[test]
+    fn unknown_file_keys_are_errors() {
+        let mut file = tempfile();
+        writeln!(file.1, "wrokers = 3").unwrap();
+        let err = Config::assemble(&matches(&["myriad"]), Some(&file.0)).unwrap_err();
+        assert!(matches!(err, ConfigError::Parse { .. }), "{err}");
+        std::fs::remove_file(&file.0).unwrap();
+    }
+
+    #[test]
+    fn invalid_combinations_are_refused() {
+        let m = matches(&["myriad", "--ws-path", "ws"]);
+        assert!(Config::assemble(&m, None).is_err());
+        let m = matches(&["myriad", "--echo-path", "/ws"]);
+        assert!(Config::assemble(&m, None).is_err());
+    }
+
+    fn tempfile() -> (PathBuf, std::fs::File) {
+        let path = std::env::temp_dir().join(format!(
+            "myriad-config-{}-{:?}.toml",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let file = std::fs::File::create(&path).unwrap();
+        (path, file)
+    }
+}

@@ -1,0 +1,143 @@
+//! One client connection's state, as the worker's slab stores it.
+//!
+//! This struct is what a million idle connections cost, so every field earns
+//! its bytes: timestamps are `u32` seconds on the worker's clock, buffers
+//! exist only while they hold data (`Option<Box<_>>`), and the subscription
+//! list keeps one subject inline. There is no timer and no task per
+//! connection: the worker sweeps the slab once a second instead.
+//! `tests::connection_state_is_compact` guards the size.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use mio::net::TcpStream;
+use myriad_protocol::close::CloseReason;
+use myriad_protocol::ws::MessageReader;
+use smallvec::SmallVec;
+
+use crate::outbound::Outbound;
+
+/// Where a connection is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for (the rest of) the HTTP upgrade request.
+    Handshake,
+    /// Speaking protocol v1 on the pub/sub endpoint.
+    PubSub,
+    /// Echoing every message back (the conformance endpoint).
+    Echo,
+    /// The server sent its close frame (or an HTTP error). Once the queue
+    /// drains the write side is shut; the connection is dropped when the
+    /// peer's close frame or EOF arrives, or at the close timeout.
+    Closing,
+    /// Answering the peer's close: dropped as soon as the queue drains.
+    Draining,
+}
+
+impl Phase {
+    /// True while application messages flow (deliveries are queued only then).
+    pub fn is_open(self) -> bool {
+        matches!(self, Phase::PubSub | Phase::Echo)
+    }
+}
+
+/// Bit flags kept in one byte.
+pub mod flags {
+    /// Listed in the worker's flush list for this turn.
+    pub const DIRTY: u8 = 1;
+    /// Listed in the worker's read-resume list (input left unread).
+    pub const READ_DEFERRED: u8 = 1 << 1;
+    /// Arrived while the node was at `max_connections`: refused at handshake.
+    pub const OVER_CAPACITY: u8 = 1 << 2;
+    /// The write half has been shut after the close frame went out.
+    pub const WRITE_SHUT: u8 = 1 << 3;
+}
+
+/// A client connection.
+pub struct Conn {
+    pub socket: TcpStream,
+    pub phase: Phase,
+    pub flags: u8,
+    /// Why it is closing, once decided (and counted, at that moment); a
+    /// connection dropped without one counts as abnormal.
+    pub close_reason: Option<CloseReason>,
+    /// When the current phase began (handshake and close timeouts).
+    pub since: u32,
+    /// Last time anything arrived (heartbeat liveness).
+    pub last_heard: u32,
+    /// Last time a message (not a control frame) arrived (idle timeout).
+    pub last_message: u32,
+    /// When the outstanding heartbeat ping was sent; 0 when none is.
+    pub ping_sent: u32,
+    /// Fragmentation state; 8 bytes, boxed state only mid-message.
+    pub reader: MessageReader,
+    /// Bytes read but not yet parsed (a frame or request split across reads).
+    pub inbound: Option<Box<Vec<u8>>>,
+    /// Frames waiting for the socket.
+    pub outbound: Option<Box<Outbound>>,
+    /// Subjects held, sharing their names with the registry and the hub.
+    pub subscriptions: SmallVec<[Arc<str>; 1]>,
+}
+
+impl Conn {
+    pub fn new(socket: TcpStream, now: u32) -> Conn {
+        Conn {
+            socket,
+            phase: Phase::Handshake,
+            flags: 0,
+            close_reason: None,
+            since: now,
+            last_heard: now,
+            last_message: now,
+            ping_sent: 0,
+            reader: MessageReader::new(),
+            inbound: None,
+            outbound: None,
+            subscriptions: SmallVec::new(),
+        }
+    }
+
+    /// Queues a frame; returns the bytes now waiting.
+    pub fn queue(&mut self, frame: Bytes) -> usize {
+        let out = self.outbound.get_or_insert_with(Box::default);
+        out.push(frame);
+        out.pending_bytes()
+    }
+
+    /// Sets a flag; returns whether it was newly set.
+    pub fn set_flag(&mut self, flag: u8) -> bool {
+        let was_clear = self.flags & flag == 0;
+        self.flags |= flag;
+        was_clear
+    }
+
+    pub fn clear_flag(&mut self, flag: u8) {
+        self.flags &= !flag;
+    }
+
+    pub fn has_flag(&self, flag: u8) -> bool {
+        self.flags & flag != 0
+    }
+
+    /// Enters `phase` at time `now`.
+    pub fn enter(&mut self, phase: Phase, now: u32) {
+        self.phase = phase;
+        self.since = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_state_is_compact() {
+        // Slab entries add a discriminant word. Growing this struct grows RSS
+        // per idle connection directly: see docs/benchmarks.md before changing.
+        // mio's socket carries a selector id in debug builds only (16 bytes
+        // instead of the 4-byte descriptor, plus padding).
+        let limit = if cfg!(debug_assertions) { 88 } else { 72 };
+        let size = std::mem::size_of::<Conn>();
+        assert!(size <= limit, "Conn is {size} bytes");
+    }
+}

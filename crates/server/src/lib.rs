@@ -1,0 +1,194 @@
+//! The myriad node.
+//!
+//! Map of the crate, outside in:
+//! - [`config`]: every setting, its default and its sources.
+//! - [`listener`]: one `SO_REUSEPORT` client listener per worker.
+//! - [`worker`]: the per-core event loops; each owns its connections
+//!   ([`conn`]), their outbound queues ([`outbound`]) and its local subject
+//!   [`registry`].
+//! - [`hub`]: subject → workers, sharded; encodes each publish once and hands
+//!   the shared frame to every interested worker's mailbox.
+//! - [`engine`]: the seam where publishes are ordered and leave the node
+//!   (memory today, Redis for the cluster).
+//! - [`admin`]: the HTTP publish API, `/stats`, `/metrics`, `/healthz`.
+//! - [`metrics`] and [`process`]: what the node counts and how big it is.
+//!
+//! [`serve`] wires these together and runs until SIGTERM/SIGINT.
+
+pub mod admin;
+pub mod config;
+pub mod conn;
+pub mod engine;
+pub mod hub;
+pub mod listener;
+pub mod metrics;
+pub mod outbound;
+pub mod process;
+pub mod registry;
+pub mod worker;
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use thiserror::Error;
+use tracing::{error, info};
+
+pub use config::Config;
+
+use crate::engine::MemoryEngine;
+use crate::hub::Hub;
+use crate::metrics::Metrics;
+use crate::worker::{Shared, Worker};
+
+/// Why the node could not start or stopped abnormally.
+#[derive(Debug, Error)]
+pub enum ServeError {
+    #[error("cannot bind client listener {addr}: {source}")]
+    BindClient {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot bind admin listener {addr}: {source}")]
+    BindAdmin {
+        addr: std::net::SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot set up the event loop: {0}")]
+    Poll(std::io::Error),
+    #[error("cannot install signal handlers: {0}")]
+    Signals(std::io::Error),
+    #[error("worker {worker} failed: {source}")]
+    Worker {
+        worker: usize,
+        source: std::io::Error,
+    },
+    #[error("worker {0} panicked")]
+    WorkerPanicked(usize),
+}
+
+/// Runs a node with `config` until SIGTERM or SIGINT, then shuts down
+/// gracefully. Prints one JSON line on stdout once every listener is bound:
+/// `{"event":"listening","ws":ADDR,"admin":ADDR}` (tests and scripts wait
+/// for it to learn ephemeral ports).
+pub fn serve(config: Config) -> Result<(), ServeError> {
+    let workers = config.worker_count();
+    let listeners =
+        listener::bind_reuseport(config.listen, workers, config.backlog).map_err(|source| {
+            ServeError::BindClient {
+                addr: config.listen,
+                source,
+            }
+        })?;
+    let ws_addr = listeners[0].local_addr().map_err(ServeError::Poll)?;
+    let admin_listener = std::net::TcpListener::bind(config.admin_listen).map_err(|source| {
+        ServeError::BindAdmin {
+            addr: config.admin_listen,
+            source,
+        }
+    })?;
+    admin_listener
+        .set_nonblocking(true)
+        .map_err(ServeError::Poll)?;
+    let admin_addr = admin_listener.local_addr().map_err(ServeError::Poll)?;
+
+    let polls = (0..workers)
+        .map(|_| mio::Poll::new())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(ServeError::Poll)?;
+    let wakers = polls
+        .iter()
+        .map(|p| mio::Waker::new(p.registry(), worker::WAKER))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(ServeError::Poll)?;
+    let (hub, mailboxes) = Hub::new(wakers);
+    let shared = Arc::new(Shared {
+        engine: Arc::new(MemoryEngine::new(Arc::clone(&hub))),
+        hub,
+        metrics: Arc::new(Metrics::new(workers)),
+        connections: AtomicUsize::new(0),
+        shutting_down: AtomicBool::new(false),
+        config,
+    });
+
+    let mut threads = Vec::with_capacity(workers);
+    for (index, ((poll, listener), mailbox)) in
+        polls.into_iter().zip(listeners).zip(mailboxes).enumerate()
+    {
+        let worker = Worker::new(index, poll, listener, mailbox, Arc::clone(&shared))
+            .map_err(ServeError::Poll)?;
+        let thread = std::thread::Builder::new()
+            .name(format!("myriad-worker-{index}"))
+            .spawn(move || worker.run())
+            .map_err(ServeError::Poll)?;
+        threads.push(thread);
+    }
+
+    let (stop_admin, admin_stopped) = tokio::sync::watch::channel(false);
+    let admin_shared = Arc::clone(&shared);
+    let admin = std::thread::Builder::new()
+        .name("myriad-admin".into())
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(admin::serve(admin_listener, admin_shared, admin_stopped))
+        })
+        .map_err(ServeError::Poll)?;
+
+    spawn_signal_watcher(Arc::clone(&shared))?;
+
+    info!(ws = %ws_addr, admin = %admin_addr, workers, "myriad listening");
+    let ready = serde_json::json!({"event": "listening", "ws": ws_addr.to_string(), "admin": admin_addr.to_string()});
+    let mut stdout = std::io::stdout().lock();
+    // A closed stdout (daemonized, piped to nothing) must not stop the node.
+    let _ = writeln!(stdout, "{ready}").and_then(|()| stdout.flush());
+    drop(stdout);
+
+    let mut outcome = Ok(());
+    for (index, thread) in threads.into_iter().enumerate() {
+        match thread.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(source)) => {
+                error!(worker = index, error = %source, "worker failed");
+                outcome = outcome.and(Err(ServeError::Worker {
+                    worker: index,
+                    source,
+                }));
+            }
+            Err(_) => outcome = outcome.and(Err(ServeError::WorkerPanicked(index))),
+        }
+    }
+    // Workers are done (shutdown, or a failure): stop the admin API too.
+    shared.shutting_down.store(true, Ordering::Release);
+    // The receiver is gone only if the admin thread already ended.
+    let _ = stop_admin.send(true);
+    if let Ok(Err(e)) = admin.join() {
+        error!(error = %e, "admin listener failed");
+    }
+    info!("myriad stopped");
+    outcome
+}
+
+/// SIGTERM or SIGINT starts graceful shutdown; a second one exits at once.
+fn spawn_signal_watcher(shared: Arc<Shared>) -> Result<(), ServeError> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).map_err(ServeError::Signals)?;
+    std::thread::Builder::new()
+        .name("myriad-signals".into())
+        .spawn(move || {
+            let mut received = signals.forever();
+            if let Some(signal) = received.next() {
+                info!(signal, "shutting down: closing clients with 1001");
+                shared.shutting_down.store(true, Ordering::Release);
+                shared.hub.wake_all();
+            }
+            if received.next().is_some() {
+                error!("second signal: exiting without waiting for clients");
+                std::process::exit(130);
+            }
+        })
+        .map_err(ServeError::Signals)?;
+    Ok(())
+}

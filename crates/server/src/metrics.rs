@@ -1,0 +1,316 @@
+//! Counters and gauges of a node, exported as Prometheus text (`/metrics`)
+//! and summed into the `/stats` JSON.
+//!
+//! Hot-path counters are labelled by worker and each worker holds its own
+//! handles, so a delivery increments a cache line only its own core touches.
+//! Rare events (closes by reason, errors by kind) share one family each.
+
+use std::sync::atomic::AtomicU64;
+
+use myriad_protocol::close::CloseReason;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WorkerLabel {
+    worker: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
+/// Every kind of refused input or failure counted in `myriad_errors_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// A protocol v1 command was refused (labelled with its error code).
+    Command(myriad_protocol::message::ErrorCode),
+    /// An upgrade request was refused with this HTTP status.
+    Handshake(u16),
+    /// A connection arrived while the node was at `max_connections`.
+    OverCapacity,
+    /// `accept` failed (EMFILE, ENFILE, ENOMEM…); accepting pauses briefly.
+    Accept,
+    /// A socket read or write failed other than by the peer closing.
+    Io,
+    /// An admin API request was refused for its API key.
+    ApiUnauthorized,
+    /// An admin API request body was malformed or too large.
+    ApiBadRequest,
+}
+
+impl ErrorKind {
+    fn label(self) -> &'static str {
+        match self {
+            ErrorKind::Command(code) => code.as_str(),
+            ErrorKind::Handshake(400) => "handshake_400_bad_request",
+            ErrorKind::Handshake(404) => "handshake_404_not_found",
+            ErrorKind::Handshake(405) => "handshake_405_method_not_allowed",
+            ErrorKind::Handshake(408) => "handshake_408_timeout",
+            ErrorKind::Handshake(426) => "handshake_426_upgrade_required",
+            ErrorKind::Handshake(431) => "handshake_431_too_large",
+            ErrorKind::Handshake(_) => "handshake_other",
+            ErrorKind::OverCapacity => "over_capacity",
+            ErrorKind::Accept => "accept",
+            ErrorKind::Io => "io",
+            ErrorKind::ApiUnauthorized => "api_unauthorized",
+            ErrorKind::ApiBadRequest => "api_bad_request",
+        }
+    }
+}
+
+/// One worker's own handles to the per-worker series.
+#[derive(Clone, Debug, Default)]
+pub struct WorkerMetrics {
+    pub connections: Gauge,
+    pub accepted: Counter,
+    pub subscriptions: Gauge,
+    pub messages_in: Counter,
+    pub messages_out: Counter,
+    pub bytes_in: Counter,
+    pub bytes_out: Counter,
+    pub writes: Counter,
+}
+
+/// All metrics of a node.
+pub struct Metrics {
+    registry: Registry,
+    workers: Vec<WorkerMetrics>,
+    closes: Family<ReasonLabel, Counter>,
+    errors: Family<KindLabel, Counter>,
+    publishes: Counter<u64, AtomicU64>,
+    publishes_unrouted: Counter<u64, AtomicU64>,
+}
+
+impl Metrics {
+    pub fn new(worker_count: usize) -> Metrics {
+        let mut registry = Registry::with_prefix("myriad");
+        let families: [(&str, &str); 8] = [
+            ("connections", "Open client connections"),
+            ("connections_accepted", "Client connections accepted"),
+            (
+                "subscriptions",
+                "Subscriptions held (subject, connection pairs)",
+            ),
+            ("messages_in", "WebSocket messages received from clients"),
+            (
+                "messages_out",
+                "Messages queued to clients (deliveries, replies, control)",
+            ),
+            ("bytes_in", "Bytes read from client sockets"),
+            ("bytes_out", "Bytes written to client sockets"),
+            ("socket_writes", "write/writev calls on client sockets"),
+        ];
+        let gauges: [Family<WorkerLabel, Gauge>; 2] = Default::default();
+        let counters: [Family<WorkerLabel, Counter>; 6] = Default::default();
+        let workers = (0..worker_count)
+            .map(|w| {
+                let label = WorkerLabel {
+                    worker: w.to_string(),
+                };
+                WorkerMetrics {
+                    connections: gauges[0].get_or_create(&label).clone(),
+                    accepted: counters[0].get_or_create(&label).clone(),
+                    subscriptions: gauges[1].get_or_create(&label).clone(),
+                    messages_in: counters[1].get_or_create(&label).clone(),
+                    messages_out: counters[2].get_or_create(&label).clone(),
+                    bytes_in: counters[3].get_or_create(&label).clone(),
+                    bytes_out: counters[4].get_or_create(&label).clone(),
+                    writes: counters[5].get_or_create(&label).clone(),
+                }
+            })
+            .collect();
+        let [connections, subscriptions] = gauges;
+        let [accepted, messages_in, messages_out, bytes_in, bytes_out, writes] = counters;
+        registry.register(families[0].0, families[0].1, connections);
+        registry.register(families[1].0, families[1].1, accepted);
+        registry.register(families[2].0, families[2].1, subscriptions);
+        registry.register(families[3].0, families[3].1, messages_in);
+        registry.register(families[4].0, families[4].1, messages_out);
+        registry.register(families[5].0, families[5].1, bytes_in);
+        registry.register(families[6].0, families[6].1, bytes_out);
+        registry.register(families[7].0, families[7].1, writes);
+
+        let closes = Family::<ReasonLabel, Counter>::default();
+        // Create every reason's series up front so each shows as 0, not absent.
+        for reason in CloseReason::ALL {
+            drop(closes.get_or_create(&ReasonLabel {
+                reason: reason.name(),
+            }));
+        }
+        registry.register(
+            "connections_closed",
+            "Client connections closed, by reason",
+            closes.clone(),
+        );
+        let errors = Family::<KindLabel, Counter>::default();
+        registry.register(
+            "errors",
+            "Refused input and failures, by kind",
+            errors.clone(),
+        );
+        let publishes = Counter::default();
+        registry.register("publishes", "Messages published", publishes.clone());
+        let publishes_unrouted = Counter::default();
+        registry.register(
+            "publishes_unrouted",
+            "Messages published to a subject with no subscribers",
+            publishes_unrouted.clone(),
+        );
+        Metrics {
+            registry,
+            workers,
+            closes,
+            errors,
+            publishes,
+            publishes_unrouted,
+        }
+    }
+
+    /// Worker `w`'s handles.
+    pub fn worker(&self, w: usize) -> WorkerMetrics {
+        self.workers[w].clone()
+    }
+
+    pub fn closed(&self, reason: CloseReason) {
+        self.closes
+            .get_or_create(&ReasonLabel {
+                reason: reason.name(),
+            })
+            .inc();
+    }
+
+    pub fn error(&self, kind: ErrorKind) {
+        self.errors
+            .get_or_create(&KindLabel { kind: kind.label() })
+            .inc();
+    }
+
+    /// Counts a publish; `routed` is false when nobody was subscribed.
+    pub fn published(&self, routed: bool) {
+        self.publishes.inc();
+        if !routed {
+            self.publishes_unrouted.inc();
+        }
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+
+    /// A summed snapshot for `/stats`.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut s = Snapshot::default();
+        for w in &self.workers {
+            s.connections += w.connections.get().max(0) as u64;
+            s.accepted += w.accepted.get();
+            s.subscriptions += w.subscriptions.get().max(0) as u64;
+            s.messages_in += w.messages_in.get();
+            s.messages_out += w.messages_out.get();
+            s.bytes_in += w.bytes_in.get();
+            s.bytes_out += w.bytes_out.get();
+            s.socket_writes += w.writes.get();
+        }
+        s.publishes = self.publishes.get();
+        s.publishes_unrouted = self.publishes_unrouted.get();
+        s.closes = CloseReason::ALL
+            .iter()
+            .map(|r| {
+                let n = self
+                    .closes
+                    .get_or_create(&ReasonLabel { reason: r.name() })
+                    .get();
+                (r.name(), n)
+            })
+            .collect();
+        s.errors = ErrorKind::labels()
+            .into_iter()
+            .filter_map(|kind| {
+                let n = self.errors.get(&KindLabel { kind })?.get();
+                Some((kind, n))
+            })
+            .collect();
+        s
+    }
+}
+
+impl ErrorKind {
+    /// Every label value, for snapshots and docs.
+    fn labels() -> Vec<&'static str> {
+        let mut labels: Vec<&'static str> = myriad_protocol::message::ErrorCode::ALL
+            .iter()
+            .map(|c| ErrorKind::Command(*c).label())
+            .collect();
+        labels.extend(
+            [400, 404, 405, 408, 426, 431, 0].map(|status| ErrorKind::Handshake(status).label()),
+        );
+        labels.extend(
+            [
+                ErrorKind::OverCapacity,
+                ErrorKind::Accept,
+                ErrorKind::Io,
+                ErrorKind::ApiUnauthorized,
+                ErrorKind::ApiBadRequest,
+            ]
+            .map(ErrorKind::label),
+        );
+        labels
+    }
+}
+
+/// Node-wide totals.
+#[derive(Debug, Default, Clone)]
+pub struct Snapshot {
+    pub connections: u64,
+    pub accepted: u64,
+    pub subscriptions: u64,
+    pub messages_in: u64,
+    pub messages_out: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub socket_writes: u64,
+    pub publishes: u64,
+    pub publishes_unrouted: u64,
+    pub closes: Vec<(&'static str, u64)>,
+    pub errors: Vec<(&'static str, u64)>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_names_every_family_and_sums_workers() {
+        let m = Metrics::new(2);
+        m.worker(0).messages_out.inc_by(3);
+        m.worker(1).messages_out.inc_by(4);
+        m.closed(CloseReason::SlowConsumer);
+        m.error(ErrorKind::Handshake(404));
+        let text = m.render();
+        for name in [
+            "myriad_connections",
+            "myriad_messages_out_total",
+            "myriad_connections_closed_total{reason=\"slow_consumer\"} 1",
+            "myriad_errors_total{kind=\"handshake_404_not_found\"} 1",
+        ] {
+            assert!(text.contains(name), "{name} missing from:\n{text}");
+        }
+        let s = m.snapshot();
+        assert_eq!(s.messages_out, 7);
+        assert!(s.closes.contains(&("slow_consumer", 1)));
+        assert!(s.errors.contains(&("handshake_404_not_found", 1)));
+    }
+}

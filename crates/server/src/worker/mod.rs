@@ -1,0 +1,615 @@
+//! A worker: one thread, one `epoll` loop, one `SO_REUSEPORT` listener, and
+//! the connections it accepted, in a slab.
+//!
+//! Everything a connection touches on its hot path is owned by the worker
+//! that accepted it: its slab entry, the local subject registry and the
+//! per-worker scratch buffer all reads land in. Other threads reach a worker
+//! only through its hub mailbox (deliveries) and the shutdown flag, both of
+//! which come with a wake-up.
+//!
+//! One turn of the loop: poll; accept; read what is readable; take a batch of
+//! deliveries from the mailbox and queue them; then flush every connection
+//! that got output this turn, each with one `writev` of all it has queued.
+//! Queueing first and writing once per turn is what coalesces a burst of
+//! publishes into few system calls. Once a second the worker sweeps the slab
+//! for timeouts and heartbeats: no connection has a timer of its own.
+//!
+//! Submodules: `read` (bytes → handshake, frames, messages) and `commands`
+//! (protocol v1 commands and subscription bookkeeping).
+
+mod commands;
+mod read;
+
+use std::io;
+use std::net::TcpListener as StdListener;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use crossbeam_channel::Receiver;
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+use myriad_protocol::close::CloseReason;
+use myriad_protocol::ws::{encode_close, encode_frame, OpCode, ReadLimits, Role};
+use slab::Slab;
+use tracing::{debug, warn};
+
+use crate::config::Config;
+use crate::conn::{flags, Conn, Phase};
+use crate::engine::Engine;
+use crate::hub::{Delivery, Hub};
+use crate::metrics::{ErrorKind, Metrics, WorkerMetrics};
+use crate::outbound::Flushed;
+use crate::registry::{ConnId, Registry};
+
+const LISTENER: Token = Token(usize::MAX - 1);
+pub const WAKER: Token = Token(usize::MAX - 2);
+
+/// Size of the per-worker read buffer every socket read lands in.
+const SCRATCH_BYTES: usize = 64 * 1024;
+/// Bytes read from one connection per turn before others get a go.
+const READ_BUDGET_BYTES: usize = 256 * 1024;
+/// Connections accepted per turn before the loop serves the others.
+const ACCEPT_BATCH: usize = 256;
+/// Deliveries taken from the mailbox per turn before flushing.
+const MAILBOX_BATCH: usize = 1024;
+/// Pause after `accept` fails for lack of resources (EMFILE and friends).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// Events taken from one `epoll_wait`.
+const EVENTS_CAPACITY: usize = 1024;
+
+/// The empty ping the heartbeat sends; one static frame for every connection.
+static PING_FRAME: [u8; 2] = [0x89, 0x00];
+
+/// State shared by all workers and the admin API.
+pub struct Shared {
+    pub config: Config,
+    pub hub: Arc<Hub>,
+    pub engine: Arc<dyn Engine>,
+    pub metrics: Arc<Metrics>,
+    /// Open client connections on the node, for `max_connections`.
+    pub connections: AtomicUsize,
+    /// Set once by the signal handler; every worker then drains and exits.
+    pub shutting_down: AtomicBool,
+}
+
+/// Seconds since the worker started, as stored in connection timestamps.
+/// Starts at 1 so that 0 can mean "never".
+struct Clock {
+    start: Instant,
+    now: u32,
+}
+
+impl Clock {
+    fn new() -> Clock {
+        Clock {
+            start: Instant::now(),
+            now: 1,
+        }
+    }
+
+    fn tick(&mut self) -> u32 {
+        self.now = 1 + self.start.elapsed().as_secs() as u32;
+        self.now
+    }
+}
+
+/// What reading from a connection should do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    /// Keep going.
+    Continue,
+    /// Stop reading for now (publish back-pressure); resume later.
+    Pause,
+    /// The connection is closing or gone; stop touching it.
+    Stop,
+}
+
+pub struct Worker {
+    index: usize,
+    poll: Poll,
+    listener: Option<TcpListener>,
+    conns: Slab<Conn>,
+    registry: Registry,
+    mailbox: Receiver<Delivery>,
+    shared: Arc<Shared>,
+    metrics: WorkerMetrics,
+    limits: ReadLimits,
+    clock: Clock,
+    /// Where every socket read lands; taken out while a read is processed.
+    scratch: Box<[u8]>,
+    /// Connections with output queued this turn.
+    dirty: Vec<ConnId>,
+    /// Connections with input left to read (budget or back-pressure).
+    deferred_reads: Vec<ConnId>,
+    /// Connections found over their outbound limit while fanning out.
+    slow: Vec<ConnId>,
+    accept_more: bool,
+    accept_paused_until: Option<Instant>,
+    last_sweep: u32,
+    /// When graceful shutdown began, on this worker's clock.
+    draining_since: Option<u32>,
+}
+
+impl Worker {
+    pub fn new(
+        index: usize,
+        poll: Poll,
+        listener: StdListener,
+        mailbox: Receiver<Delivery>,
+        shared: Arc<Shared>,
+    ) -> io::Result<Worker> {
+        let mut listener = TcpListener::from_std(listener);
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        let limits = ReadLimits {
+            role: Role::Server,
+            max_message: shared.config.max_message_size,
+        };
+        Ok(Worker {
+            index,
+            poll,
+            listener: Some(listener),
+            conns: Slab::new(),
+            registry: Registry::new(),
+            mailbox,
+            metrics: shared.metrics.worker(index),
+            shared,
+            limits,
+            clock: Clock::new(),
+            scratch: vec![0; SCRATCH_BYTES].into_boxed_slice(),
+            dirty: Vec::new(),
+            deferred_reads: Vec::new(),
+            slow: Vec::new(),
+            accept_more: false,
+            accept_paused_until: None,
+            last_sweep: 1,
+            draining_since: None,
+        })
+    }
+
+    /// Runs until shutdown completes.
+    pub fn run(mut self) -> io::Result<()> {
+        let mut events = Events::with_capacity(EVENTS_CAPACITY);
+        loop {
+            let timeout = self.poll_timeout();
+            let mailbox = self.shared.hub.mailbox(self.index);
+            let may_block = timeout != Some(Duration::ZERO);
+            let timeout = if may_block && !mailbox.prepare_to_sleep(&self.mailbox) {
+                Some(Duration::ZERO)
+            } else {
+                timeout
+            };
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            mailbox.awake();
+            let now = self.clock.tick();
+
+            for event in events.iter() {
+                match event.token() {
+                    LISTENER => self.accept_more = true,
+                    WAKER => {}
+                    Token(id) => {
+                        let id = id as ConnId;
+                        if event.is_readable() || event.is_read_closed() || event.is_error() {
+                            self.on_readable(id);
+                        }
+                        if event.is_writable() && self.conns.contains(id as usize) {
+                            self.flush(id);
+                        }
+                    }
+                }
+            }
+            if self.accept_more && self.accept_paused_until.is_none_or(|t| Instant::now() >= t) {
+                self.accept_paused_until = None;
+                self.accept();
+            }
+            self.resume_deferred_reads();
+            self.take_deliveries();
+            self.flush_dirty();
+
+            if now != self.last_sweep {
+                self.last_sweep = now;
+                self.sweep(now);
+                self.flush_dirty();
+            }
+            if self.shared.shutting_down.load(Ordering::Acquire) && self.drain_for_shutdown(now) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// How long the next poll may block.
+    fn poll_timeout(&self) -> Option<Duration> {
+        let pending_work = (self.accept_more && self.accept_paused_until.is_none())
+            || (!self.deferred_reads.is_empty() && !self.shared.engine.congested());
+        if pending_work {
+            return Some(Duration::ZERO);
+        }
+        if !self.deferred_reads.is_empty() {
+            // Publishers wait for the mailboxes to drain; look again soon.
+            return Some(Duration::from_millis(1));
+        }
+        // Wake for the next whole second of the sweep, or the accept back-off.
+        let to_next_second = Duration::from_secs(1)
+            - Duration::from_nanos(u64::from(self.clock.start.elapsed().subsec_nanos()));
+        let to_accept = self
+            .accept_paused_until
+            .map(|t| t.saturating_duration_since(Instant::now()));
+        Some(to_accept.map_or(to_next_second, |a| a.min(to_next_second)))
+    }
+
+    // ---- accepting ------------------------------------------------------
+
+    fn accept(&mut self) {
+        for _ in 0..ACCEPT_BATCH {
+            let Some(listener) = &self.listener else {
+                self.accept_more = false;
+                return;
+            };
+            match listener.accept() {
+                Ok((socket, _)) => self.admit(socket),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.accept_more = false;
+                    return;
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted
+                    ) => {}
+                Err(e) => {
+                    // EMFILE/ENFILE/ENOBUFS: the pending connection stays in the
+                    // backlog; back off instead of spinning on the same error.
+                    self.shared.metrics.error(ErrorKind::Accept);
+                    warn!(worker = self.index, error = %e, "accept failed; backing off");
+                    self.accept_paused_until = Some(Instant::now() + ACCEPT_BACKOFF);
+                    return;
+                }
+            }
+        }
+        // Budget spent with connections possibly still waiting: come back next turn.
+    }
+
+    fn admit(&mut self, mut socket: TcpStream) {
+        let config = &self.shared.config;
+        if let Err(e) = socket.set_nodelay(true) {
+            debug!(error = %e, "set_nodelay failed");
+        }
+        if config.socket_send_buffer > 0 {
+            if let Err(e) =
+                socket2::SockRef::from(&socket).set_send_buffer_size(config.socket_send_buffer)
+            {
+                debug!(error = %e, "SO_SNDBUF failed");
+            }
+        }
+        let entry = self.conns.vacant_entry();
+        let id = entry.key();
+        if id >= WAKER.0 {
+            return; // unreachable with 20k descriptors; keeps the tokens apart
+        }
+        if let Err(e) = self.poll.registry().register(
+            &mut socket,
+            Token(id),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            warn!(error = %e, "registering a connection failed");
+            return;
+        }
+        let mut conn = Conn::new(socket, self.clock.now);
+        let open = self.shared.connections.fetch_add(1, Ordering::Relaxed) + 1;
+        if open > config.max_connections {
+            conn.set_flag(flags::OVER_CAPACITY);
+        }
+        entry.insert(conn);
+        self.metrics.accepted.inc();
+        self.metrics.connections.inc();
+    }
+
+    // ---- output -----------------------------------------------------------
+
+    /// Queues `frame` for `id` and schedules a flush this turn.
+    fn send(&mut self, id: ConnId, frame: Bytes) {
+        let conn = &mut self.conns[id as usize];
+        let pending = conn.queue(frame);
+        self.metrics.messages_out.inc();
+        if conn.set_flag(flags::DIRTY) {
+            self.dirty.push(id);
+        }
+        if pending > self.shared.config.max_outbound_bytes && conn.phase.is_open() {
+            self.slow.push(id);
+        }
+    }
+
+    fn send_text(&mut self, id: ConnId, text: &str) {
+        self.send(
+            id,
+            Bytes::from(encode_frame(OpCode::Text, text.as_bytes(), None)),
+        );
+    }
+
+    /// Takes up to a batch of deliveries off the mailbox and queues each for
+    /// every local subscriber of its subject.
+    fn take_deliveries(&mut self) {
+        let mut taken = 0;
+        let mut queued = 0u64;
+        let limit = self.shared.config.max_outbound_bytes;
+        while taken < MAILBOX_BATCH {
+            let Ok(delivery) = self.mailbox.try_recv() else {
+                break;
+            };
+            taken += 1;
+            for &id in self.registry.subscribers(&delivery.subject) {
+                let conn = &mut self.conns[id as usize];
+                if !conn.phase.is_open() {
+                    continue;
+                }
+                let pending = conn.queue(delivery.frame.clone());
+                queued += 1;
+                if conn.set_flag(flags::DIRTY) {
+                    self.dirty.push(id);
+                }
+                if pending > limit {
+                    self.slow.push(id);
+                }
+            }
+            // Before queueing more, give over-limit connections a chance to
+            // write: only a queue still over the limit then is a slow consumer.
+            self.relieve_over_limit();
+        }
+        if taken > 0 {
+            self.shared.hub.mailbox(self.index).taken(taken);
+            self.metrics.messages_out.inc_by(queued);
+        }
+    }
+
+    /// Flushes connections found over their outbound limit and cuts those
+    /// whose socket would not take enough.
+    fn relieve_over_limit(&mut self) {
+        if self.slow.is_empty() {
+            return;
+        }
+        let limit = self.shared.config.max_outbound_bytes;
+        for id in std::mem::take(&mut self.slow) {
+            self.flush(id);
+            let still_over = self.conns.get(id as usize).is_some_and(|conn| {
+                conn.phase.is_open()
+                    && conn
+                        .outbound
+                        .as_ref()
+                        .is_some_and(|out| out.pending_bytes() > limit)
+            });
+            if still_over {
+                self.cut_slow_consumer(id);
+            }
+        }
+    }
+
+    /// Flushes every connection that got output this turn.
+    fn flush_dirty(&mut self) {
+        self.relieve_over_limit();
+        let mut dirty = std::mem::take(&mut self.dirty);
+        for &id in &dirty {
+            if let Some(conn) = self.conns.get_mut(id as usize) {
+                conn.clear_flag(flags::DIRTY);
+                self.flush(id);
+            }
+        }
+        dirty.clear();
+        self.dirty = dirty;
+    }
+
+    /// Writes what `id` has queued; drops the queue once empty and moves a
+    /// closing connection on.
+    fn flush(&mut self, id: ConnId) {
+        let Some(conn) = self.conns.get_mut(id as usize) else {
+            return;
+        };
+        let Some(out) = conn.outbound.as_mut() else {
+            return;
+        };
+        let report = match out.flush_to(&mut conn.socket) {
+            Ok(report) => report,
+            Err(e) => {
+                self.on_io_error(id, &e);
+                return;
+            }
+        };
+        self.metrics.bytes_out.inc_by(report.bytes as u64);
+        self.metrics.writes.inc_by(report.calls as u64);
+        if report.flushed == Flushed::Blocked {
+            return; // the writable event brings us back
+        }
+        conn.outbound = None;
+        match conn.phase {
+            Phase::Draining => self.drop_conn(id),
+            // Our close frame (or HTTP error) is out: half-close so the peer
+            // sees EOF, then wait for its close frame or EOF.
+            Phase::Closing if !conn.has_flag(flags::WRITE_SHUT) => {
+                conn.set_flag(flags::WRITE_SHUT);
+                if let Err(e) = conn.socket.shutdown(std::net::Shutdown::Write) {
+                    debug!(error = %e, "shutdown(write) failed");
+                    self.drop_conn(id);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    // ---- closing ------------------------------------------------------------
+
+    /// Starts the close handshake: unsubscribes, queues the close frame and
+    /// waits for the peer's close (RFC 6455 §7.1.2).
+    fn close(&mut self, id: ConnId, reason: CloseReason) {
+        let now = self.clock.now;
+        let conn = &mut self.conns[id as usize];
+        if !conn.phase.is_open() {
+            return;
+        }
+        conn.enter(Phase::Closing, now);
+        self.decide_close(id, reason);
+        self.unsubscribe_all(id);
+        self.send(
+            id,
+            Bytes::from(encode_close(reason.code(), reason.text(), None)),
+        );
+    }
+
+    /// A client over its outbound limit: everything not yet started is
+    /// dropped so the close frame follows the kernel's backlog directly.
+    fn cut_slow_consumer(&mut self, id: ConnId) {
+        let Some(conn) = self.conns.get_mut(id as usize) else {
+            return;
+        };
+        if !conn.phase.is_open() {
+            return;
+        }
+        if let Some(out) = conn.outbound.as_mut() {
+            out.discard_unstarted();
+        }
+        debug!(worker = self.index, conn = id, "closing slow consumer");
+        self.close(id, CloseReason::SlowConsumer);
+    }
+
+    fn on_io_error(&mut self, id: ConnId, error: &io::Error) {
+        if !matches!(
+            error.kind(),
+            io::ErrorKind::ConnectionReset
+                | io::ErrorKind::BrokenPipe
+                | io::ErrorKind::ConnectionAborted
+        ) {
+            self.shared.metrics.error(ErrorKind::Io);
+            debug!(worker = self.index, conn = id, %error, "socket error");
+        }
+        self.drop_conn(id);
+    }
+
+    /// Removes a connection for good and counts why it ended.
+    fn drop_conn(&mut self, id: ConnId) {
+        if !self.conns.contains(id as usize) {
+            return;
+        }
+        self.unsubscribe_all(id);
+        let mut conn = self.conns.remove(id as usize);
+        // Deregistering a socket that is about to be closed only fails if it
+        // was never registered; closing it removes it from epoll regardless.
+        let _ = self.poll.registry().deregister(&mut conn.socket);
+        self.shared.connections.fetch_sub(1, Ordering::Relaxed);
+        self.metrics.connections.dec();
+        if conn.close_reason.is_none() {
+            self.shared.metrics.closed(CloseReason::Abnormal);
+        }
+    }
+
+    /// Records why `id` is closing and counts it; the first reason sticks.
+    fn decide_close(&mut self, id: ConnId, reason: CloseReason) {
+        let conn = &mut self.conns[id as usize];
+        if conn.close_reason.is_none() {
+            conn.close_reason = Some(reason);
+            self.shared.metrics.closed(reason);
+        }
+    }
+
+    // ---- time -----------------------------------------------------------------
+
+    /// The once-a-second pass over every connection: handshake, heartbeat,
+    /// idle and close timeouts.
+    fn sweep(&mut self, now: u32) {
+        let config = &self.shared.config;
+        let (handshake, idle) = (config.handshake_timeout, config.idle_timeout);
+        let (interval, answer) = (config.heartbeat_interval, config.heartbeat_timeout);
+        let close_timeout = config.close_timeout;
+        let mut expired = Vec::new();
+        let mut to_ping = Vec::new();
+        for (id, conn) in self.conns.iter_mut() {
+            let age = now.saturating_sub(conn.since);
+            let verdict = match conn.phase {
+                Phase::Handshake if age >= handshake => Some(None),
+                Phase::Closing | Phase::Draining if age >= close_timeout => Some(None),
+                Phase::PubSub | Phase::Echo => {
+                    if interval > 0 && conn.ping_sent != 0 && now - conn.ping_sent >= answer {
+                        Some(Some(CloseReason::HeartbeatTimeout))
+                    } else if idle > 0
+                        && conn.subscriptions.is_empty()
+                        && now - conn.last_message >= idle
+                    {
+                        Some(Some(CloseReason::IdleTimeout))
+                    } else {
+                        if interval > 0 && conn.ping_sent == 0 && now - conn.last_heard >= interval
+                        {
+                            conn.ping_sent = now;
+                            to_ping.push(id as ConnId);
+                        }
+                        None
+                    }
+                }
+                _ => None,
+            };
+            if let Some(reason) = verdict {
+                expired.push((id as ConnId, reason, conn.phase));
+            }
+        }
+        for id in to_ping {
+            self.send(id, Bytes::from_static(&PING_FRAME));
+        }
+        for (id, reason, phase) in expired {
+            match reason {
+                None if phase == Phase::Handshake => {
+                    self.shared.metrics.error(ErrorKind::Handshake(408));
+                    self.decide_close(id, CloseReason::HandshakeTimeout);
+                    self.drop_conn(id);
+                }
+                None => self.drop_conn(id),
+                Some(CloseReason::HeartbeatTimeout) => {
+                    // The peer is not answering: send the close frame if the
+                    // socket takes it, but do not wait for a reply.
+                    self.close(id, CloseReason::HeartbeatTimeout);
+                    self.conns[id as usize].enter(Phase::Draining, now);
+                }
+                Some(reason) => self.close(id, reason),
+            }
+        }
+    }
+
+    /// Graceful shutdown: stop accepting, send every client 1001, and exit
+    /// once all are gone or the shutdown timeout passes. Returns true when
+    /// the worker may exit.
+    fn drain_for_shutdown(&mut self, now: u32) -> bool {
+        let since = match self.draining_since {
+            Some(since) => since,
+            None => {
+                self.draining_since = Some(now);
+                if let Some(mut listener) = self.listener.take() {
+                    // Dropping the listener closes it; deregistering first keeps
+                    // epoll tidy, and failure to do so changes nothing.
+                    let _ = self.poll.registry().deregister(&mut listener);
+                }
+                let ids: Vec<ConnId> = self.conns.iter().map(|(id, _)| id as ConnId).collect();
+                for id in ids {
+                    match self.conns[id as usize].phase {
+                        Phase::Handshake => self.drop_conn(id),
+                        Phase::PubSub | Phase::Echo => self.close(id, CloseReason::GoingAway),
+                        Phase::Closing | Phase::Draining => {}
+                    }
+                }
+                self.flush_dirty();
+                now
+            }
+        };
+        if self.conns.is_empty() {
+            return true;
+        }
+        if now.saturating_sub(since) >= self.shared.config.shutdown_timeout {
+            let ids: Vec<ConnId> = self.conns.iter().map(|(id, _)| id as ConnId).collect();
+            for id in ids {
+                self.drop_conn(id);
+            }
+            return true;
+        }
+        false
+    }
+}

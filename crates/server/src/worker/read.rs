@@ -1,0 +1,331 @@
+//! The read side of a worker: socket bytes → upgrade request → WebSocket
+//! frames → messages.
+//!
+//! Reads land in the worker's scratch buffer and are parsed in place there.
+//! Only bytes that end mid-request or mid-frame are copied into the
+//! connection's own `inbound` buffer, which exists only until the rest
+//! arrives; an idle connection has no read buffer.
+
+use std::io::{self, Read as _};
+
+use bytes::Bytes;
+use myriad_protocol::close::CloseReason;
+use myriad_protocol::handshake::{http_response, parse_upgrade, switching_protocols};
+use myriad_protocol::ws::{encode_close, encode_frame, Message, MessageReader, OpCode, Read};
+
+use super::{Flow, Worker};
+use crate::conn::{flags, Phase};
+use crate::metrics::ErrorKind;
+use crate::registry::ConnId;
+
+/// Largest upgrade request head accepted (HTTP 431 beyond).
+const MAX_REQUEST_HEAD: usize = 8 * 1024;
+
+impl Worker {
+    /// Reads from `id` until the socket is drained, the per-turn budget is
+    /// spent, or publishing must pause.
+    pub(super) fn on_readable(&mut self, id: ConnId) {
+        let mut budget = super::READ_BUDGET_BYTES;
+        loop {
+            if self.shared.engine.congested() && self.conns.contains(id as usize) {
+                self.defer_read(id);
+                return;
+            }
+            let Some(conn) = self.conns.get_mut(id as usize) else {
+                return;
+            };
+            let mut scratch = std::mem::take(&mut self.scratch);
+            let result = conn.socket.read(&mut scratch);
+            let flow = match result {
+                Ok(0) => {
+                    // EOF: mid-close this is the expected end (the reason is
+                    // already set); otherwise it ends without a close frame.
+                    self.scratch = scratch;
+                    self.drop_conn(id);
+                    return;
+                }
+                Ok(n) => {
+                    self.metrics.bytes_in.inc_by(n as u64);
+                    conn.last_heard = self.clock.now;
+                    conn.ping_sent = 0;
+                    budget = budget.saturating_sub(n);
+                    let flow = self.ingest(id, &mut scratch[..n]);
+                    self.scratch = scratch;
+                    flow
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.scratch = scratch;
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                    self.scratch = scratch;
+                    continue;
+                }
+                Err(e) => {
+                    self.scratch = scratch;
+                    self.on_io_error(id, &e);
+                    return;
+                }
+            };
+            match flow {
+                Flow::Stop => return,
+                Flow::Pause => {
+                    self.defer_read(id);
+                    return;
+                }
+                Flow::Continue if budget == 0 => {
+                    self.defer_read(id);
+                    return;
+                }
+                Flow::Continue => {}
+            }
+        }
+    }
+
+    fn defer_read(&mut self, id: ConnId) {
+        if self.conns[id as usize].set_flag(flags::READ_DEFERRED) {
+            self.deferred_reads.push(id);
+        }
+    }
+
+    /// Continues connections whose reading was cut short, unless publishers
+    /// must still wait for the mailboxes to drain.
+    pub(super) fn resume_deferred_reads(&mut self) {
+        if self.deferred_reads.is_empty() || self.shared.engine.congested() {
+            return;
+        }
+        for id in std::mem::take(&mut self.deferred_reads) {
+            let Some(conn) = self.conns.get_mut(id as usize) else {
+                continue;
+            };
+            conn.clear_flag(flags::READ_DEFERRED);
+            // Input already buffered goes first, then the socket.
+            if self.ingest(id, &mut []) == Flow::Continue {
+                self.on_readable(id);
+            }
+        }
+    }
+
+    /// Parses `fresh` bytes (behind any buffered remainder) as far as whole
+    /// units go and keeps the rest for the next read.
+    fn ingest(&mut self, id: ConnId, fresh: &mut [u8]) -> Flow {
+        let conn = &mut self.conns[id as usize];
+        let (flow, leftover) = match conn.inbound.take() {
+            Some(mut buffered) => {
+                buffered.extend_from_slice(fresh);
+                let (flow, used) = self.parse(id, &mut buffered);
+                buffered.drain(..used);
+                (flow, (!buffered.is_empty()).then_some(buffered))
+            }
+            None => {
+                let (flow, used) = self.parse(id, fresh);
+                let rest = &fresh[used..];
+                (flow, (!rest.is_empty()).then(|| Box::new(rest.to_vec())))
+            }
+        };
+        if flow != Flow::Stop {
+            if let Some(conn) = self.conns.get_mut(id as usize) {
+                conn.inbound = leftover;
+            }
+        }
+        flow
+    }
+
+    /// Consumes whole requests and frames from the front of `buf`; returns
+    /// how far it got.
+    fn parse(&mut self, id: ConnId, buf: &mut [u8]) -> (Flow, usize) {
+        let mut used = 0;
+        loop {
+            let Some(conn) = self.conns.get_mut(id as usize) else {
+                return (Flow::Stop, used);
+            };
+            if used == buf.len() {
+                return (Flow::Continue, used);
+            }
+            match conn.phase {
+                Phase::Handshake => match self.handshake(id, &buf[used..]) {
+                    Some(n) => used += n,
+                    None => return (Flow::Continue, used),
+                },
+                // Answering the peer's close, or refused at handshake: the
+                // rest of the input has no meaning any more.
+                Phase::Draining => return (Flow::Continue, buf.len()),
+                Phase::Closing if conn.close_reason == Some(CloseReason::HandshakeRejected) => {
+                    return (Flow::Continue, buf.len())
+                }
+                Phase::PubSub | Phase::Echo | Phase::Closing => {
+                    let mut reader = std::mem::take(&mut conn.reader);
+                    let (flow, n) = self.next_frame(id, &mut reader, &mut buf[used..]);
+                    reader.release();
+                    if let Some(conn) = self.conns.get_mut(id as usize) {
+                        conn.reader = reader;
+                    }
+                    used += n;
+                    match flow {
+                        Flow::Continue if n > 0 => {}
+                        Flow::Continue => return (Flow::Continue, used),
+                        other => return (other, used),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads one frame; `(Continue, 0)` means it is not complete yet.
+    fn next_frame(
+        &mut self,
+        id: ConnId,
+        reader: &mut MessageReader,
+        buf: &mut [u8],
+    ) -> (Flow, usize) {
+        match reader.read(buf, &self.limits) {
+            Ok(Read::Incomplete { .. }) => (Flow::Continue, 0),
+            Ok(Read::Frame { consumed, message }) => {
+                let flow = match message {
+                    Some(message) => self.on_message(id, message),
+                    None => Flow::Continue,
+                };
+                (flow, consumed)
+            }
+            Err(e) => {
+                let reason = e.close_reason();
+                debug_assert!(matches!(
+                    reason,
+                    CloseReason::ProtocolError
+                        | CloseReason::InvalidUtf8
+                        | CloseReason::MessageTooBig
+                ));
+                self.fail(id, reason);
+                (Flow::Stop, buf.len())
+            }
+        }
+    }
+
+    /// Ends a connection whose peer broke the protocol: close frame, then
+    /// nothing more is read from it (RFC 6455 §7.1.7, "fail the connection").
+    fn fail(&mut self, id: ConnId, reason: CloseReason) {
+        if self.conns[id as usize].phase == Phase::Closing {
+            self.drop_conn(id);
+            return;
+        }
+        self.close(id, reason);
+    }
+
+    /// Handles one complete message or control frame.
+    fn on_message(&mut self, id: ConnId, message: Message<'_>) -> Flow {
+        let now = self.clock.now;
+        let phase = self.conns[id as usize].phase;
+        if phase == Phase::Closing {
+            // After our close frame only the peer's close matters (§5.5.1).
+            if let Message::Close(_) = message {
+                self.drop_conn(id);
+                return Flow::Stop;
+            }
+            return Flow::Continue;
+        }
+        match message {
+            Message::Ping(payload) => {
+                self.send(id, Bytes::from(encode_frame(OpCode::Pong, payload, None)));
+                Flow::Continue
+            }
+            Message::Pong(_) => Flow::Continue,
+            Message::Close(status) => {
+                // Echo the peer's code (or none) and close once it is sent.
+                let reply = match status {
+                    Some((code, _)) => encode_close(code, "", None),
+                    None => encode_frame(OpCode::Close, &[], None),
+                };
+                self.conns[id as usize].enter(Phase::Draining, now);
+                self.decide_close(id, CloseReason::Normal);
+                self.unsubscribe_all(id);
+                self.send(id, Bytes::from(reply));
+                Flow::Stop
+            }
+            Message::Text(text) => {
+                self.metrics.messages_in.inc();
+                self.conns[id as usize].last_message = now;
+                if phase == Phase::Echo {
+                    self.send(
+                        id,
+                        Bytes::from(encode_frame(OpCode::Text, text.as_bytes(), None)),
+                    );
+                    Flow::Continue
+                } else {
+                    self.on_command(id, text)
+                }
+            }
+            Message::Binary(data) => {
+                self.metrics.messages_in.inc();
+                self.conns[id as usize].last_message = now;
+                if phase == Phase::Echo {
+                    self.send(id, Bytes::from(encode_frame(OpCode::Binary, data, None)));
+                    Flow::Continue
+                } else {
+                    // Protocol v1 is JSON text only.
+                    self.close(id, CloseReason::UnsupportedData);
+                    Flow::Stop
+                }
+            }
+        }
+    }
+
+    /// Parses the upgrade request at the front of `buf`. Returns the bytes it
+    /// consumed, or `None` when the request is incomplete (or was refused,
+    /// in which case the rest of the input is ignored).
+    fn handshake(&mut self, id: ConnId, buf: &[u8]) -> Option<usize> {
+        let config = &self.shared.config;
+        let (response, phase, used) = match parse_upgrade(buf, MAX_REQUEST_HEAD) {
+            Ok(None) => return None,
+            Ok(Some(request)) => {
+                let over_capacity = self.conns[id as usize].has_flag(flags::OVER_CAPACITY);
+                let endpoint = if request.path == config.ws_path {
+                    Some(Phase::PubSub)
+                } else if config.echo_path.as_deref() == Some(request.path) {
+                    Some(Phase::Echo)
+                } else {
+                    None
+                };
+                match endpoint {
+                    Some(_) if over_capacity => {
+                        self.shared.metrics.error(ErrorKind::OverCapacity);
+                        let response = http_response(
+                            503,
+                            "Service Unavailable",
+                            &[("Retry-After", "1")],
+                            "server at max_connections\n",
+                        );
+                        (response, None, buf.len())
+                    }
+                    Some(phase) => (
+                        switching_protocols(request.key, None),
+                        Some(phase),
+                        request.header_len,
+                    ),
+                    None => {
+                        self.shared.metrics.error(ErrorKind::Handshake(404));
+                        let response = http_response(404, "Not Found", &[], "no such endpoint\n");
+                        (response, None, buf.len())
+                    }
+                }
+            }
+            Err(e) => {
+                self.shared.metrics.error(ErrorKind::Handshake(e.status()));
+                (e.response(), None, buf.len())
+            }
+        };
+        let now = self.clock.now;
+        let conn = &mut self.conns[id as usize];
+        match phase {
+            Some(phase) => {
+                conn.enter(phase, now);
+                conn.last_message = now;
+            }
+            None => {
+                conn.enter(Phase::Closing, now);
+                self.decide_close(id, CloseReason::HandshakeRejected);
+            }
+        }
+        self.send(id, Bytes::from(response));
+        Some(used)
+    }
+}

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what the tests need and runs every test: formatting and lint
+# gates, unit/property/integration tests against the real binary, and the
+# Autobahn WebSocket conformance suite against the real server's echo
+# endpoint. This is the README's test command and what CI runs.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+step() { printf '\n==> %s\n' "$*"; }
+
+step "install test dependencies"
+bash scripts/install-test-deps.sh
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (all targets, warnings are errors)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo test (unit, property and integration tests)"
+cargo test --workspace --locked
+
+step "release build"
+cargo build --release --locked -p myriad
+
+step "Autobahn conformance, sections 1-10, against the real server"
+MYRIAD_BIN="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/myriad" \
+    bash scripts/autobahn.sh
