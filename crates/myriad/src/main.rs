@@ -1,5 +1,5 @@
 //! The `myriad` command: `serve` runs a node, `sub` and `pub` are a tiny
-//! client for trying it.
+//! client for trying it, and `bench` drives the load tools.
 
 mod client;
 
@@ -33,6 +33,8 @@ enum Command {
     Sub(SubArgs),
     /// Publish one message over WebSocket.
     Pub(PubArgs),
+    /// Load tools: connect-rate, subscribers, publishers, broadcast, run.
+    Bench(Box<myriad_bench::BenchCommand>),
 }
 
 #[derive(Args)]
@@ -83,6 +85,7 @@ fn main() -> ExitCode {
         }
         Command::Sub(args) => report(subscribe(args)),
         Command::Pub(args) => report(publish(args)),
+        Command::Bench(cmd) => myriad_bench::run(*cmd),
     }
 }
 

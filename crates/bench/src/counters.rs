@@ -1,0 +1,184 @@
+//! The counts every worker keeps and the coordinator adds up.
+//!
+//! One flat struct for every workload: a field a workload never touches
+//! stays zero, which is cheaper to ship and simpler to sum than one struct
+//! per role. Counters are cumulative; rates come from differences.
+
+use serde::{Deserialize, Serialize};
+
+/// Why a connection failed, as reported in the errors-by-kind table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// ECONNREFUSED: nothing listening, or the accept queue overflowed
+    /// with tcp_abort_on_overflow.
+    Refused,
+    /// ECONNRESET / EPIPE: the server aborted the connection.
+    Reset,
+    /// Connect plus handshake did not finish within --connect-timeout.
+    Timeout,
+    /// EADDRNOTAVAIL / EADDRINUSE: out of source ports for the pair.
+    NoPorts,
+    /// EMFILE / ENFILE, or the worker's planned connection cap.
+    NoFiles,
+    /// The server answered the upgrade with something other than a valid 101.
+    Handshake,
+    /// A frame broke RFC 6455, or a message was too big.
+    Protocol,
+    /// The server closed (FIN or close frame) while we had not asked to.
+    ServerClosed,
+    /// Anything else.
+    Other,
+}
+
+impl Failure {
+    /// Every kind, in report order.
+    pub const ALL: [Failure; 9] = [
+        Failure::Refused,
+        Failure::Reset,
+        Failure::Timeout,
+        Failure::NoPorts,
+        Failure::NoFiles,
+        Failure::Handshake,
+        Failure::Protocol,
+        Failure::ServerClosed,
+        Failure::Other,
+    ];
+
+    /// Stable name, used as the JSON key.
+    pub fn name(self) -> &'static str {
+        match self {
+            Failure::Refused => "refused",
+            Failure::Reset => "reset",
+            Failure::Timeout => "timeout",
+            Failure::NoPorts => "no_ports",
+            Failure::NoFiles => "no_files",
+            Failure::Handshake => "handshake",
+            Failure::Protocol => "protocol",
+            Failure::ServerClosed => "server_closed",
+            Failure::Other => "other",
+        }
+    }
+
+    /// Classifies an I/O error from connect, read or write.
+    pub fn of_io(e: &std::io::Error) -> Failure {
+        match e.raw_os_error() {
+            Some(libc::ECONNREFUSED) => Failure::Refused,
+            Some(libc::ECONNRESET | libc::EPIPE | libc::ECONNABORTED) => Failure::Reset,
+            Some(libc::ETIMEDOUT) => Failure::Timeout,
+            Some(libc::EADDRNOTAVAIL | libc::EADDRINUSE) => Failure::NoPorts,
+            Some(libc::EMFILE | libc::ENFILE) => Failure::NoFiles,
+            _ => Failure::Other,
+        }
+    }
+
+    fn slot(self) -> usize {
+        Failure::ALL
+            .iter()
+            .position(|&f| f == self)
+            .unwrap_or(Failure::ALL.len() - 1)
+    }
+}
+
+/// Cumulative counts of one worker (or, summed, of the whole run).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counters {
+    /// connect() calls made.
+    pub attempts: u64,
+    /// TCP connections established.
+    pub connected: u64,
+    /// WebSocket upgrades completed (101 validated).
+    pub upgraded: u64,
+    /// Subscriptions confirmed (or sent, when the profile has no ack).
+    pub subscribed: u64,
+    /// Connections that ended with a clean close handshake.
+    pub closed: u64,
+    /// Failures by kind, indexed like [`Failure::ALL`].
+    pub failures: [u64; 9],
+    /// Deliveries received that carried a timestamp.
+    pub messages_in: u64,
+    /// Other data frames received (acks, unknown replies).
+    pub other_in: u64,
+    /// Error replies received (the profile's error marker).
+    pub server_errors: u64,
+    /// Payload bytes received in data frames.
+    pub bytes_in: u64,
+    /// Publish messages written (WebSocket frames or HTTP requests).
+    pub published: u64,
+    /// Publish events that could not be sent (no connection left).
+    pub publish_dropped: u64,
+    /// HTTP publish responses with a 2xx status.
+    pub http_ok: u64,
+    /// HTTP publish responses with any other status.
+    pub http_errors: u64,
+    /// Deliveries the server reported in HTTP publish responses.
+    pub http_delivered: u64,
+    /// Bytes written to sockets.
+    pub bytes_out: u64,
+}
+
+impl Counters {
+    /// Counts one failure.
+    pub fn fail(&mut self, f: Failure) {
+        self.failures[f.slot()] += 1;
+    }
+
+    /// Failures of one kind.
+    pub fn failures_of(&self, f: Failure) -> u64 {
+        self.failures[f.slot()]
+    }
+
+    /// All failures.
+    pub fn failed(&self) -> u64 {
+        self.failures.iter().sum()
+    }
+
+    /// Adds `o` into `self`.
+    pub fn add(&mut self, o: &Counters) {
+        self.attempts += o.attempts;
+        self.connected += o.connected;
+        self.upgraded += o.upgraded;
+        self.subscribed += o.subscribed;
+        self.closed += o.closed;
+        for (a, b) in self.failures.iter_mut().zip(o.failures) {
+            *a += b;
+        }
+        self.messages_in += o.messages_in;
+        self.other_in += o.other_in;
+        self.server_errors += o.server_errors;
+        self.bytes_in += o.bytes_in;
+        self.published += o.published;
+        self.publish_dropped += o.publish_dropped;
+        self.http_ok += o.http_ok;
+        self.http_errors += o.http_errors;
+        self.http_delivered += o.http_delivered;
+        self.bytes_out += o.bytes_out;
+    }
+
+    /// Failures as (name, count) pairs, in report order.
+    pub fn failure_table(&self) -> Vec<(&'static str, u64)> {
+        Failure::ALL
+            .iter()
+            .map(|&f| (f.name(), self.failures_of(f)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_and_sums() {
+        let refused = std::io::Error::from_raw_os_error(libc::ECONNREFUSED);
+        assert_eq!(Failure::of_io(&refused), Failure::Refused);
+        let mut a = Counters::default();
+        a.fail(Failure::Refused);
+        a.messages_in = 3;
+        let mut b = a.clone();
+        b.fail(Failure::Timeout);
+        b.add(&a);
+        assert_eq!(b.failures_of(Failure::Refused), 2);
+        assert_eq!(b.failed(), 3);
+        assert_eq!(b.messages_in, 6);
+    }
+}

@@ -1,0 +1,360 @@
+//! The results of a run: one [`Report`] value that the terminal summary,
+//! the JSON file and the HTML page are all rendered from, so the three can
+//! never disagree.
+//!
+//! Workloads fill the parts they measure; everything common (totals,
+//! merged histograms, the bench's own cost, the server's /stats, the
+//! timeline) is collected here from the monitor.
+
+pub mod html;
+pub mod json;
+pub mod summary;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::admin::ServerFigures;
+use crate::cli::BenchCommand;
+use crate::counters::Counters;
+use crate::error::BenchError;
+use crate::histogram::{self, Micros, Summary};
+use crate::monitor::{Monitor, Role};
+use crate::sys::ListenCounters;
+
+/// Latency percentiles of one timeline interval, µs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LatencyPoint {
+    /// Median.
+    pub p50_us: u64,
+    /// 90th percentile.
+    pub p90_us: u64,
+    /// 99th percentile.
+    pub p99_us: u64,
+    /// Maximum.
+    pub max_us: u64,
+}
+
+impl LatencyPoint {
+    /// The point of histogram `h` (not empty).
+    pub fn of(h: &Micros) -> LatencyPoint {
+        LatencyPoint {
+            p50_us: h.value_at_quantile(0.5),
+            p90_us: h.value_at_quantile(0.9),
+            p99_us: h.value_at_quantile(0.99),
+            max_us: h.max(),
+        }
+    }
+}
+
+/// The server's figures at one timeline point.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ServerPoint {
+    /// Connections it reports.
+    pub connections: u64,
+    /// Its RSS, bytes.
+    pub rss_bytes: u64,
+    /// CPU seconds per second (1.0 = one core busy).
+    pub cpu_per_s: f64,
+    /// Messages it wrote per second.
+    pub messages_out_per_s: f64,
+    /// Its own RSS-per-connection figure, if it reports one.
+    pub rss_per_connection: Option<f64>,
+}
+
+/// One second of the run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Sample {
+    /// Seconds since the run began.
+    pub t: f64,
+    /// Connections held by the bench.
+    pub open: u64,
+    /// Connections in setup.
+    pub in_setup: u64,
+    /// WebSocket upgrades completed per second.
+    pub upgraded_per_s: f64,
+    /// Failures per second.
+    pub failures_per_s: f64,
+    /// Failures so far.
+    pub failures: u64,
+    /// Deliveries received per second.
+    pub messages_in_per_s: f64,
+    /// Publishes sent per second.
+    pub published_per_s: f64,
+    /// Delivery latency of the interval.
+    pub latency: Option<LatencyPoint>,
+    /// The bench's RSS (all workers), bytes.
+    pub bench_rss_bytes: u64,
+    /// The bench's CPU seconds per second.
+    pub bench_cpu_per_s: f64,
+    /// The server's figures, with --admin-url.
+    pub server: Option<ServerPoint>,
+}
+
+/// A connect-rate schedule phase, planned and achieved.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PhaseReport {
+    /// ramp-up, sustain or ramp-down.
+    pub name: String,
+    /// Length, seconds.
+    pub secs: f64,
+    /// Mean arrival rate the schedule asked for.
+    pub planned_per_s: f64,
+    /// Upgrades completed in the phase.
+    pub upgrades: u64,
+    /// Upgrades per second achieved.
+    pub achieved_per_s: f64,
+}
+
+/// Did every published message reach every subscriber?
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Deliveries {
+    /// Messages published.
+    pub published: u64,
+    /// Deliveries expected: Σ over publishes of the subject's subscribers.
+    pub expected: Option<u64>,
+    /// Deliveries received with a timestamp.
+    pub received: u64,
+    /// Whether `expected` is exact (no publisher connection was lost).
+    pub exact: bool,
+}
+
+/// Broadcast (seed 002) figures.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BroadcastReport {
+    /// Messages published (K).
+    pub messages: u64,
+    /// Subscribers (N).
+    pub subscribers: u64,
+    /// Messages every subscriber received.
+    pub complete: u64,
+    /// Per message: time from publish until the LAST subscriber had it.
+    pub until_last: Summary,
+    /// Deliveries per second while messages were arriving.
+    pub deliveries_per_s: f64,
+}
+
+/// What the bench itself cost.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SelfCost {
+    /// Worker processes.
+    pub processes: u64,
+    /// Open-file cap per process.
+    pub fd_cap: u64,
+    /// Connections planned per process at most.
+    pub conns_per_process: u64,
+    /// Peak RSS of all workers together, bytes.
+    pub rss_peak_bytes: u64,
+    /// RSS added per connection held by subscriber workers (idle, set up), bytes.
+    pub rss_per_conn_bytes: Option<f64>,
+    /// CPU seconds of all workers.
+    pub cpu_secs: f64,
+    /// Of which in user space: the bench's own code, as opposed to the
+    /// kernel's TCP work (on loopback that includes the server's receive side).
+    pub cpu_user_secs: f64,
+    /// Subscriber CPU per delivery received, µs (after set-up).
+    pub cpu_us_per_message_in: Option<f64>,
+}
+
+/// The server's own figures from /stats.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ServerReport {
+    /// /stats before the load.
+    pub before: Option<Value>,
+    /// /stats at the end.
+    pub after: Option<Value>,
+    /// Peak RSS seen, bytes.
+    pub rss_peak_bytes: u64,
+    /// RSS per connection at the peak of connections, bytes.
+    pub rss_per_connection: Option<f64>,
+    /// CPU seconds used during the run.
+    pub cpu_secs: f64,
+    /// Server CPU per message written, µs.
+    pub cpu_us_per_message_out: Option<f64>,
+}
+
+/// Everything a run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// `myriad bench` and its version.
+    pub tool: String,
+    /// The workload's name.
+    pub workload: String,
+    /// The full command line configuration.
+    pub config: Value,
+    /// The protocol profile's name.
+    pub profile: String,
+    /// Unix time the run started, seconds.
+    pub started_unix: f64,
+    /// Length of the run, seconds.
+    pub duration_secs: f64,
+    /// Length of the measured part (start to stop), seconds.
+    pub measured_secs: f64,
+    /// All counters, summed over workers.
+    pub totals: Counters,
+    /// Failures by kind.
+    pub failures: BTreeMap<&'static str, u64>,
+    /// Latency of every delivery.
+    pub latency: Option<Summary>,
+    /// TCP connect latency.
+    pub connect: Option<Summary>,
+    /// WebSocket handshake latency.
+    pub handshake: Option<Summary>,
+    /// How late publishes left against their schedule.
+    pub publish_lag: Option<Summary>,
+    /// HTTP publish response time (from the due time).
+    pub http_response: Option<Summary>,
+    /// Upgrades per second over the measured part.
+    pub handshakes_per_s: f64,
+    /// Deliveries per second over the measured part.
+    pub messages_in_per_s: f64,
+    /// Publishes per second over the measured part.
+    pub published_per_s: f64,
+    /// connect-rate phases.
+    pub phases: Vec<PhaseReport>,
+    /// Listen-queue overflow and drop deltas (local server only).
+    pub listen_queue: Option<ListenCounters>,
+    /// Delivery accounting (workloads that publish).
+    pub deliveries: Option<Deliveries>,
+    /// broadcast figures.
+    pub broadcast: Option<BroadcastReport>,
+    /// The bench's own cost.
+    pub bench: SelfCost,
+    /// The server's figures (with --admin-url).
+    pub server: Option<ServerReport>,
+    /// One sample per second.
+    pub timeline: Vec<Sample>,
+}
+
+impl Report {
+    /// The common part of a report from a finished monitor; the workload
+    /// fills in the rest. `measured_secs` is the span rates are taken over.
+    pub fn collect(
+        cmd: &BenchCommand,
+        profile: &str,
+        m: &Monitor,
+        measured_secs: f64,
+        started_unix: f64,
+    ) -> Result<Report, BenchError> {
+        let mut hists: BTreeMap<String, Micros> = BTreeMap::new();
+        let mut totals = Counters::default();
+        let (mut rss_peak, mut cpu, mut cpu_user) = (0, 0.0, 0.0);
+        let (mut sub_rss, mut sub_conns, mut sub_cpu) = (0i64, 0u64, 0.0);
+        for w in &m.workers {
+            let Some(d) = &w.done else { continue };
+            totals.add(&d.counters);
+            rss_peak += d.rss_peak;
+            cpu += d.cpu_end;
+            cpu_user += d.cpu_user_end;
+            if w.role == Role::Subscribers {
+                sub_rss += d.rss_ready as i64 - d.rss_start as i64;
+                sub_conns += d.conns_ready;
+                sub_cpu += d.cpu_end - d.cpu_ready;
+            }
+            for (name, text) in &d.histograms {
+                let h = hists.entry(name.clone()).or_insert_with(histogram::new);
+                histogram::merge_encoded(h, text)?;
+            }
+        }
+        let summary = |name: &str| {
+            hists
+                .get(name)
+                .filter(|h| !h.is_empty())
+                .map(histogram::summary)
+        };
+        let per_s = |v: u64| {
+            if measured_secs > 0.0 {
+                v as f64 / measured_secs
+            } else {
+                0.0
+            }
+        };
+        let messages_in = m.totals(Some(Role::Subscribers)).messages_in;
+        let fd_cap = crate::plan::fd_cap();
+        let bench = SelfCost {
+            processes: m.workers.len() as u64,
+            fd_cap,
+            conns_per_process: crate::plan::conns_per_process(fd_cap),
+            rss_peak_bytes: rss_peak,
+            rss_per_conn_bytes: (sub_conns > 0).then(|| sub_rss.max(0) as f64 / sub_conns as f64),
+            cpu_secs: cpu,
+            cpu_user_secs: cpu_user,
+            cpu_us_per_message_in: (messages_in > 0).then(|| sub_cpu * 1e6 / messages_in as f64),
+        };
+        let server = m
+            .admin
+            .as_ref()
+            .map(|a| server_report(a.first.clone(), a.latest(), &m.samples));
+        Ok(Report {
+            tool: format!("myriad bench {}", env!("CARGO_PKG_VERSION")),
+            workload: workload_name(cmd),
+            config: serde_json::to_value(cmd)?,
+            profile: profile.to_owned(),
+            started_unix,
+            duration_secs: m.elapsed(),
+            measured_secs,
+            failures: totals.failure_table().into_iter().collect(),
+            latency: summary("latency"),
+            connect: summary("connect"),
+            handshake: summary("handshake"),
+            publish_lag: summary("lag"),
+            http_response: summary("ack"),
+            handshakes_per_s: per_s(totals.upgraded),
+            messages_in_per_s: per_s(totals.messages_in),
+            published_per_s: per_s(totals.published),
+            totals,
+            phases: Vec::new(),
+            listen_queue: None,
+            deliveries: None,
+            broadcast: None,
+            bench,
+            server,
+            timeline: m.samples.clone(),
+        })
+    }
+
+    /// Prints the summary and writes the files the options ask for.
+    pub fn emit(&self, cmd: &BenchCommand) -> Result<(), BenchError> {
+        print!("{}", summary::render(self));
+        if let Some(path) = &cmd.global.json {
+            json::write(self, path)?;
+        }
+        if let Some(path) = &cmd.global.html {
+            html::write(self, path)?;
+        }
+        Ok(())
+    }
+}
+
+/// The workload's subcommand name.
+fn workload_name(cmd: &BenchCommand) -> String {
+    serde_json::to_value(&cmd.workload)
+        .ok()
+        .and_then(|v| v["workload"].as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// Server figures from the first and last /stats and the timeline.
+fn server_report(before: Option<Value>, after: Option<Value>, samples: &[Sample]) -> ServerReport {
+    let b = before.as_ref().map(ServerFigures::of).unwrap_or_default();
+    let a = after.as_ref().map(ServerFigures::of).unwrap_or_default();
+    let points = samples.iter().filter_map(|s| s.server);
+    let peak = points.clone().max_by_key(|p| p.connections);
+    let rss_peak = points.map(|p| p.rss_bytes).max().unwrap_or(a.rss_bytes);
+    let cpu = (a.cpu_seconds - b.cpu_seconds).max(0.0);
+    let out = a.messages_out.saturating_sub(b.messages_out);
+    ServerReport {
+        rss_peak_bytes: rss_peak,
+        // The server's own figure at the peak of connections; else the RSS
+        // it gained over its idle start, per connection.
+        rss_per_connection: peak.filter(|p| p.connections > 0).map(|p| {
+            p.rss_per_connection
+                .unwrap_or(p.rss_bytes.saturating_sub(b.rss_bytes) as f64 / p.connections as f64)
+        }),
+        cpu_secs: cpu,
+        cpu_us_per_message_out: (out > 0).then(|| cpu * 1e6 / out as f64),
+        before,
+        after,
+    }
+}

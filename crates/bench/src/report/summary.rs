@@ -1,0 +1,187 @@
+//! The terminal summary printed at the end of every run.
+
+use std::fmt::Write;
+
+use crate::histogram::{fmt_micros, Summary};
+use crate::progress::thousands;
+use crate::report::Report;
+
+/// The summary table as text.
+pub fn render(r: &Report) -> String {
+    let mut o = String::new();
+    let t = &r.totals;
+    // Writing to a String cannot fail; the results are ignored throughout.
+    let _ = writeln!(
+        o,
+        "\n{} {} — profile {} — {:.1}s (measured {:.1}s), {} worker processes",
+        r.tool, r.workload, r.profile, r.duration_secs, r.measured_secs, r.bench.processes
+    );
+    let _ = writeln!(
+        o,
+        "connections  attempts {}  connected {}  upgraded {}{}  subscribed {}  closed {}  failed {}",
+        thousands(t.attempts),
+        thousands(t.connected),
+        thousands(t.upgraded),
+        // A rate of upgrades only means something when arrivals are the load.
+        if r.phases.is_empty() { String::new() } else { format!(" ({:.0}/s)", r.handshakes_per_s) },
+        thousands(t.subscribed),
+        thousands(t.closed),
+        thousands(t.failed())
+    );
+    if t.published > 0 || t.messages_in > 0 {
+        let _ = writeln!(
+            o,
+            "messages     published {} ({:.0}/s)  received {} ({:.0}/s)  server errors {}",
+            thousands(t.published),
+            r.published_per_s,
+            thousands(t.messages_in),
+            r.messages_in_per_s,
+            thousands(t.server_errors)
+        );
+    }
+    if let Some(d) = &r.deliveries {
+        let verdict = match d.expected {
+            Some(e) if e == d.received => "all delivered".to_owned(),
+            Some(e) if d.received < e => format!("MISSING {}", thousands(e - d.received)),
+            Some(e) => format!("{} MORE than expected", thousands(d.received - e)),
+            None => "expected unknown".to_owned(),
+        };
+        let exact = if d.exact {
+            ""
+        } else {
+            " (inexact: a publisher connection was lost)"
+        };
+        let _ = writeln!(
+            o,
+            "deliveries   expected {}  received {}  {verdict}{exact}",
+            d.expected.map_or("-".to_owned(), thousands),
+            thousands(d.received)
+        );
+    }
+    if t.http_ok + t.http_errors > 0 {
+        let _ = writeln!(
+            o,
+            "http         2xx {}  other {}  server-reported deliveries {}",
+            thousands(t.http_ok),
+            thousands(t.http_errors),
+            thousands(t.http_delivered)
+        );
+    }
+    let rows: Vec<(&str, &Summary)> = [
+        ("delivery", &r.latency),
+        ("connect", &r.connect),
+        ("handshake", &r.handshake),
+        ("publish lag", &r.publish_lag),
+        ("http response", &r.http_response),
+    ]
+    .into_iter()
+    .filter_map(|(n, s)| Some((n, s.as_ref()?)))
+    .collect();
+    if !rows.is_empty() {
+        let _ = writeln!(
+            o,
+            "latency      {:>13} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "count", "mean", "stdev", "p50", "p90", "p95", "p99", "p99.9", "max"
+        );
+        for (name, s) in rows {
+            let f = |v: u64| fmt_micros(v as f64);
+            let _ = writeln!(
+                o,
+                "  {name:<14}{:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+                thousands(s.count),
+                fmt_micros(s.mean_us),
+                fmt_micros(s.stdev_us),
+                f(s.p50_us),
+                f(s.p90_us),
+                f(s.p95_us),
+                f(s.p99_us),
+                f(s.p999_us),
+                f(s.max_us)
+            );
+        }
+    }
+    if let Some(b) = &r.broadcast {
+        let _ = writeln!(
+            o,
+            "broadcast    {} messages × {} subscribers: {} complete; until the last subscriber p50 {} p99 {} max {}; {:.0} deliveries/s",
+            thousands(b.messages),
+            thousands(b.subscribers),
+            thousands(b.complete),
+            fmt_micros(b.until_last.p50_us as f64),
+            fmt_micros(b.until_last.p99_us as f64),
+            fmt_micros(b.until_last.max_us as f64),
+            b.deliveries_per_s
+        );
+    }
+    for p in &r.phases {
+        let _ = writeln!(
+            o,
+            "phase        {:<10} {:>6.1}s  planned {:>8.0}/s  achieved {:>8.0}/s  ({} upgrades)",
+            p.name,
+            p.secs,
+            p.planned_per_s,
+            p.achieved_per_s,
+            thousands(p.upgrades)
+        );
+    }
+    if t.failed() > 0 {
+        let kinds: Vec<String> = r
+            .failures
+            .iter()
+            .filter(|(_, &c)| c > 0)
+            .map(|(k, c)| format!("{k} {}", thousands(*c)))
+            .collect();
+        let _ = writeln!(o, "errors       {}", kinds.join(", "));
+    }
+    if let Some(q) = &r.listen_queue {
+        let _ = writeln!(
+            o,
+            "listen queue overflows +{}  drops +{} (host-wide, /proc/net/netstat)",
+            q.listen_overflows, q.listen_drops
+        );
+    }
+    let b = &r.bench;
+    let _ = write!(
+        o,
+        "bench        rss peak {}  cpu {:.2}s ({:.2}s user)",
+        bytes(b.rss_peak_bytes as f64),
+        b.cpu_secs,
+        b.cpu_user_secs
+    );
+    if let Some(per) = b.rss_per_conn_bytes {
+        let _ = write!(o, "  {} per idle connection", bytes(per));
+    }
+    if let Some(us) = b.cpu_us_per_message_in {
+        let _ = write!(o, "  {us:.2}µs cpu per message received");
+    }
+    let _ = writeln!(o);
+    if let Some(s) = &r.server {
+        let _ = write!(
+            o,
+            "server       rss peak {}  cpu {:.2}s",
+            bytes(s.rss_peak_bytes as f64),
+            s.cpu_secs
+        );
+        if let Some(per) = s.rss_per_connection {
+            let _ = write!(o, "  {} per connection", bytes(per));
+        }
+        if let Some(us) = s.cpu_us_per_message_out {
+            let _ = write!(o, "  {us:.2}µs cpu per message sent");
+        }
+        let _ = writeln!(o);
+    }
+    o
+}
+
+/// Bytes for people: `812 B`, `3.4 KiB`, `45.2 MiB`.
+pub fn bytes(v: f64) -> String {
+    if v < 1024.0 {
+        format!("{v:.0} B")
+    } else if v < 1024.0 * 1024.0 {
+        format!("{:.1} KiB", v / 1024.0)
+    } else if v < 1024.0 * 1024.0 * 1024.0 {
+        format!("{:.1} MiB", v / (1024.0 * 1024.0))
+    } else {
+        format!("{:.2} GiB", v / (1024.0 * 1024.0 * 1024.0))
+    }
+}

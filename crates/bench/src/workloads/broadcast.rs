@@ -1,0 +1,128 @@
+//! `myriad bench broadcast` (seed 002): N subscribers of one subject, K
+//! publishes; for each message, the time from its publish until the LAST
+//! subscriber had it, and the deliveries per second.
+//!
+//! Subscribers tally every message by its number (deliveries and the
+//! slowest one); the coordinator adds the tallies of all processes, so
+//! "until the last subscriber" is exact across processes.
+
+use crate::child::{BroadcastTally, Control};
+use crate::cli::{BenchCommand, BroadcastArgs};
+use crate::error::BenchError;
+use crate::histogram;
+use crate::monitor::{Monitor, Role};
+use crate::pattern::{AssignMode, Assignment};
+use crate::report::{BroadcastReport, Report};
+
+use super::subscribers::await_subscribers;
+use super::{
+    drain, expected_deliveries, publish_schedule, spawn_publisher, spawn_subscribers, stop,
+    subscriber_processes, Setup, SubscriberGroup,
+};
+
+/// Default K.
+const DEFAULT_MESSAGES: u64 = 100;
+/// Default publish rate, messages/s.
+const DEFAULT_RATE: f64 = 10.0;
+
+/// Runs the broadcast workload.
+pub fn run(cmd: &BenchCommand, args: &BroadcastArgs) -> Result<Report, BenchError> {
+    let mut setup = Setup::new(cmd)?;
+    let mut m = Monitor::new(&cmd.global);
+    let messages = args.publish.count.unwrap_or(DEFAULT_MESSAGES);
+    let rate = args.publish.rate.unwrap_or(DEFAULT_RATE).max(1e-3);
+    let mut publish = args.publish.clone();
+    publish.count = Some(messages);
+    let assignment = Assignment {
+        pattern: args.subject.clone(),
+        per_conn: 1,
+        mode: AssignMode::OneToOne,
+        seed: cmd.global.seed,
+    };
+    let group = SubscriberGroup {
+        conns: args.subscribers,
+        assignment: Some(assignment.clone()),
+        broadcast_messages: Some(messages),
+        connect_rate: 0.0,
+    };
+    setup.plan_sources(cmd, &m, group.conns);
+    let sub_procs = subscriber_processes(cmd, &setup, group.conns);
+    let workers = sub_procs + 1;
+    spawn_subscribers(&mut m, cmd, &setup, &group, 0, workers)?;
+    await_subscribers(&mut m, cmd, group.conns)?;
+    // K events at `rate`: the schedule is exactly K/rate seconds long.
+    let schedule = publish_schedule(&publish, DEFAULT_RATE, messages as f64 / rate);
+    spawn_publisher(
+        &mut m,
+        cmd,
+        &setup,
+        &publish,
+        args.subject.clone(),
+        schedule,
+        group.conns,
+        (sub_procs, workers),
+    )?;
+    m.wait_for(Some(cmd.global.connect_timeout.0 + 5.0), |m| {
+        m.all_ready(Role::Publishers)
+    })?;
+    m.send(Role::Subscribers, Control::Start);
+    m.send(Role::Publishers, Control::Start);
+    let t0 = m.elapsed();
+    if !m.wait_for(Some(messages as f64 / rate + 15.0), |m| {
+        m.all_done(Role::Publishers)
+    })? {
+        stop(&mut m, Role::Publishers)?;
+    }
+    let expected =
+        expected_deliveries(&m, &assignment, group.conns, &publish, cmd.global.seed).expected;
+    drain(&mut m, expected, publish.drain.0)?;
+    let measured = m.elapsed() - t0;
+    stop(&mut m, Role::Subscribers)?;
+    m.finish_progress();
+    let mut report = Report::collect(cmd, &setup.profile.name, &m, measured, setup.started_unix)?;
+    let deliveries = expected_deliveries(&m, &assignment, group.conns, &publish, cmd.global.seed);
+    let tally = merge_tallies(&m, messages as usize);
+    let subscribed = m.totals(Some(Role::Subscribers)).subscribed;
+    let mut until_last = histogram::new();
+    for &us in tally
+        .max_us
+        .iter()
+        .zip(&tally.count)
+        .filter(|(_, &c)| c > 0)
+        .map(|(us, _)| us)
+    {
+        histogram::record(&mut until_last, us);
+    }
+    report.broadcast = Some(BroadcastReport {
+        messages: deliveries.published,
+        subscribers: subscribed,
+        complete: tally
+            .count
+            .iter()
+            .filter(|&&c| u64::from(c) >= subscribed && c > 0)
+            .count() as u64,
+        until_last: histogram::summary(&until_last),
+        deliveries_per_s: report.messages_in_per_s,
+    });
+    report.deliveries = Some(deliveries);
+    Ok(report)
+}
+
+/// Adds the per-message tallies of every subscriber worker.
+fn merge_tallies(m: &Monitor, messages: usize) -> BroadcastTally {
+    let mut out = BroadcastTally {
+        count: vec![0; messages],
+        max_us: vec![0; messages],
+    };
+    for t in m
+        .workers
+        .iter()
+        .filter_map(|w| w.done.as_ref()?.broadcast.as_ref())
+    {
+        for i in 0..messages.min(t.count.len()) {
+            out.count[i] += t.count[i];
+            out.max_us[i] = out.max_us[i].max(t.max_us[i]);
+        }
+    }
+    out
+}

@@ -1,0 +1,300 @@
+//! The five workloads. Each file holds one workload's worker-side driver
+//! and its coordinator; this module holds what their coordinators share:
+//! planning processes against the open-file cap, building worker specs,
+//! spawning subscriber and publisher groups, waiting for deliveries to
+//! drain, and computing how many deliveries a run must see.
+
+pub mod broadcast;
+pub mod connect_rate;
+pub mod publishers;
+pub mod run;
+pub mod subscribers;
+
+use std::collections::HashSet;
+use std::net::Ipv4Addr;
+
+use crate::addr::{PortMode, Sources, EXPLICIT_PORT_MIN};
+use crate::child::{Control, Spec, Task};
+use crate::cli::{BenchCommand, PublishOpts, Transport};
+use crate::clock::realtime_ns;
+use crate::error::BenchError;
+use crate::monitor::{Monitor, Role};
+use crate::pacing::{Schedule, Share};
+use crate::pattern::{publish_subject, Assignment, Pattern};
+use crate::plan;
+use crate::profile::Profile;
+use crate::report::Deliveries;
+
+use self::publishers::PublishTask;
+use self::subscribers::SubscribeTask;
+
+/// How long stopped workers have to send their final reports.
+const STOP_SECS: f64 = 30.0;
+
+/// Largest subject count for which the coordinator replays deliveries
+/// (one u32 per subject).
+const MAX_REPLAY_SUBJECTS: u64 = 50_000_000;
+
+/// What every coordinator works out first.
+pub struct Setup {
+    /// The loaded profile.
+    pub profile: Profile,
+    /// Open files per process.
+    pub fd_cap: u64,
+    /// Connections per worker process.
+    pub per_process: u64,
+    /// Wall-clock start, Unix seconds.
+    pub started_unix: f64,
+    /// Source addresses workers connect from (see [`Setup::plan_sources`]).
+    pub sources: Sources,
+}
+
+impl Setup {
+    /// Loads the profile and reads the open-file cap.
+    pub fn new(cmd: &BenchCommand) -> Result<Setup, BenchError> {
+        let fd_cap = plan::fd_cap();
+        Ok(Setup {
+            profile: Profile::load(&cmd.global.profile)?,
+            fd_cap,
+            per_process: plan::conns_per_process(fd_cap),
+            started_unix: realtime_ns() as f64 / 1e9,
+            sources: cmd.global.local_addrs.clone().unwrap_or_default(),
+        })
+    }
+
+    /// A worker spec; `worker` of `workers` share the port space.
+    pub fn spec(&self, cmd: &BenchCommand, worker: u64, workers: u64, task: Task) -> Spec {
+        let g = &cmd.global;
+        Spec {
+            worker,
+            workers,
+            targets: g.urls.clone(),
+            sources: self.sources.clone(),
+            port_mode: g.source_ports,
+            max_conns: self.per_process,
+            setup_timeout: g.connect_timeout.0,
+            profile: self.profile.clone(),
+            seed: cmd.global.seed.wrapping_add(worker),
+            task,
+        }
+    }
+
+    /// Chooses source addresses for `conns` simultaneous connections.
+    /// Given `--local-addrs`, uses them (warning if their ports cannot hold
+    /// the load); otherwise, against loopback IPv4 targets, spreads over
+    /// 127.0.0.1–127.0.0.N when one source's ports would fill past
+    /// 1/[`plan::PORT_FILL`] — the seed-004 move, made automatically.
+    pub fn plan_sources(&mut self, cmd: &BenchCommand, m: &Monitor, conns: u64) {
+        let g = &cmd.global;
+        let ports = match g.source_ports {
+            PortMode::Auto => plan::ephemeral_ports(),
+            PortMode::Explicit => u64::from(u16::MAX - EXPLICIT_PORT_MIN) + 1,
+        };
+        let targets = g.urls.len().max(1) as u64;
+        if g.local_addrs.is_some() {
+            let cap = plan::port_capacity(self.sources.0.len() as u64, targets, ports);
+            if conns > cap {
+                m.note(&format!(
+                    "warning: {conns} connections but only ~{cap} source ports for {} source address(es) × {targets} target(s)",
+                    self.sources.0.len()
+                ));
+            }
+            return;
+        }
+        let loopback = g
+            .urls
+            .iter()
+            .all(|t| t.addr.is_ipv4() && t.addr.ip().is_loopback());
+        let needed =
+            plan::sources_needed(conns.div_ceil(targets), ports).min(u64::from(u8::MAX) - 1);
+        if loopback && needed > 1 {
+            self.sources = Sources(
+                (1..=needed as u8)
+                    .map(|i| Ipv4Addr::new(127, 0, 0, i))
+                    .collect(),
+            );
+            m.note(&format!(
+                "connecting from 127.0.0.1-127.0.0.{needed} so no source address fills more than 1/{} of its ports (override with --local-addrs)",
+                plan::PORT_FILL
+            ));
+        }
+    }
+}
+
+/// A subscriber group to start.
+pub struct SubscriberGroup {
+    /// Connections in all.
+    pub conns: u64,
+    /// What they subscribe to.
+    pub assignment: Option<Assignment>,
+    /// Broadcast: messages to tally individually.
+    pub broadcast_messages: Option<u64>,
+    /// Overall connect-rate cap (0: none).
+    pub connect_rate: f64,
+}
+
+/// How many subscriber processes `conns` need.
+pub fn subscriber_processes(cmd: &BenchCommand, setup: &Setup, conns: u64) -> u64 {
+    cmd.global
+        .processes
+        .unwrap_or_else(|| plan::processes_for(conns, setup.per_process))
+        .max(1)
+}
+
+/// Spawns subscriber workers `first_worker..` out of `workers` in all.
+pub fn spawn_subscribers(
+    m: &mut Monitor,
+    cmd: &BenchCommand,
+    setup: &Setup,
+    g: &SubscriberGroup,
+    first_worker: u64,
+    workers: u64,
+) -> Result<u64, BenchError> {
+    let procs = subscriber_processes(cmd, setup, g.conns);
+    for (i, range) in plan::split(g.conns, procs).into_iter().enumerate() {
+        let task = SubscribeTask {
+            first: range.start,
+            count: range.end - range.start,
+            assignment: g.assignment.clone(),
+            in_flight: cmd.global.in_flight,
+            connect_rate: g.connect_rate / procs as f64,
+            broadcast_messages: g.broadcast_messages,
+        };
+        m.spawn(
+            &setup.spec(cmd, first_worker + i as u64, workers, Task::Subscribe(task)),
+            Role::Subscribers,
+        )?;
+    }
+    Ok(procs)
+}
+
+/// Spawns one publisher worker (worker number `worker` of `workers`).
+#[allow(clippy::too_many_arguments)]
+pub fn spawn_publisher(
+    m: &mut Monitor,
+    cmd: &BenchCommand,
+    setup: &Setup,
+    opts: &PublishOpts,
+    subjects: Pattern,
+    schedule: Schedule,
+    first_index: u64,
+    worker: (u64, u64),
+) -> Result<(), BenchError> {
+    let mut spec_targets = None;
+    let api_key_header = match opts.transport {
+        Transport::Ws => None,
+        Transport::Http => {
+            let admin =
+                cmd.global.admin_url.clone().ok_or_else(|| {
+                    BenchError::Config("--transport http needs --admin-url".into())
+                })?;
+            spec_targets = Some(vec![admin]);
+            let header = setup.profile.http()?.api_key_header.clone();
+            header
+                .zip(cmd.global.api_key.clone())
+                .map(|(h, k)| format!("{h}: {k}\r\n"))
+        }
+    };
+    let task = PublishTask {
+        schedule,
+        share: Share::ALL,
+        max_events: opts.count,
+        size: opts.size,
+        subjects,
+        order: opts.order,
+        seed: cmd.global.seed,
+        transport: opts.transport,
+        conns: opts.publisher_conns.max(1),
+        first_index,
+        api_key_header,
+    };
+    let mut spec = setup.spec(cmd, worker.0, worker.1, Task::Publish(task));
+    if let Some(t) = spec_targets {
+        spec.targets = t;
+    }
+    m.spawn(&spec, Role::Publishers)?;
+    Ok(())
+}
+
+/// Sends Stop to `role` and waits (bounded) for every final report.
+pub fn stop(m: &mut Monitor, role: Role) -> Result<(), BenchError> {
+    m.send(role, Control::Stop);
+    if !m.wait_out(STOP_SECS, |m| m.all_done(role))? {
+        return Err(BenchError::Unresponsive(STOP_SECS));
+    }
+    Ok(())
+}
+
+/// Waits until subscribers have received `expected` deliveries, or, when
+/// that is unknown, until no delivery arrived for two seconds; at most
+/// `max_secs` either way.
+pub fn drain(m: &mut Monitor, expected: Option<u64>, max_secs: f64) -> Result<(), BenchError> {
+    let received = |m: &Monitor| m.totals(Some(Role::Subscribers)).messages_in;
+    match expected {
+        Some(e) => {
+            m.wait_for(Some(max_secs), |m| received(m) >= e)?;
+        }
+        None => {
+            let deadline = m.elapsed() + max_secs;
+            let mut last = (received(m), m.elapsed());
+            m.wait_for(Some(max_secs), |m| {
+                let now = (received(m), m.elapsed());
+                if now.0 != last.0 {
+                    last = now;
+                }
+                now.1 - last.1 >= 2.0 || now.1 >= deadline
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// How many deliveries the publishes must produce, replaying every
+/// publisher's subject choices against the subscriber assignment of
+/// `subscribers` connections. None when there are too many subjects to
+/// replay.
+pub fn expected_deliveries(
+    m: &Monitor,
+    assignment: &Assignment,
+    subscribers: u64,
+    opts: &PublishOpts,
+    seed: u64,
+) -> Deliveries {
+    let received = m.totals(Some(Role::Subscribers)).messages_in;
+    let mut published = 0;
+    // Replay assumes every subscriber connection got subscribed.
+    let mut exact = m.totals(Some(Role::Subscribers)).subscribed == subscribers;
+    let subjects = assignment.pattern.len();
+    let counts =
+        (subjects <= MAX_REPLAY_SUBJECTS).then(|| assignment.subscriber_counts(subscribers));
+    let mut expected = 0u64;
+    for w in m.workers.iter().filter(|w| w.role == Role::Publishers) {
+        let Some(p) = w.done.as_ref().and_then(|d| d.published.as_ref()) else {
+            exact = false;
+            continue;
+        };
+        exact &= p.conns_lost == 0;
+        let dropped: HashSet<u64> = p.dropped.iter().copied().collect();
+        for k in 0..p.fired {
+            let n = p.share.event(k);
+            if dropped.contains(&n) {
+                continue;
+            }
+            published += 1;
+            if let Some(c) = &counts {
+                expected += u64::from(c[publish_subject(opts.order, seed, n, subjects) as usize]);
+            }
+        }
+    }
+    Deliveries {
+        published,
+        expected: counts.map(|_| expected),
+        received,
+        exact,
+    }
+}
+
+/// The publish schedule of `opts` over `secs` seconds.
+pub fn publish_schedule(opts: &PublishOpts, default_rate: f64, secs: f64) -> Schedule {
+    Schedule::constant(opts.rate.unwrap_or(default_rate), secs)
+}

@@ -1,0 +1,445 @@
+//! Benchpub (seed 001): R messages/s of S bytes to subjects drawn from a
+//! pattern, over WebSocket or the HTTP API, paced open-loop.
+//!
+//! The worker side ([`PublishDriver`]) fires every publish event of its
+//! share of the schedule as soon as it is due, stamping it with its DUE
+//! time; if the server (or this process) falls behind, the events pile up
+//! in the socket's queue and the delay shows as latency at the
+//! subscribers and as send lag here — never as a lower rate. HTTP
+//! publishes are pipelined on keep-alive connections for the same reason,
+//! and their responses are timed from the due time too. The coordinator
+//! side ([`run`]) publishes for the duration and reports rates.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+use crate::child::{Driver, Published, RoleResult, Spec, MAX_BATCH};
+use crate::cli::Transport;
+use crate::conn::{Handler, Outcome};
+use crate::counters::Counters;
+use crate::engine::Engine;
+use crate::error::BenchError;
+use crate::histogram::{self, Micros};
+use crate::pacing::{Schedule, Share};
+use crate::pattern::{publish_subject, Pattern, PublishOrder};
+use crate::payload::PayloadBuilder;
+use crate::profile::{Template, Values};
+
+/// After the last publish, how long the worker waits for HTTP responses
+/// and for its queues to drain before reporting anyway.
+const DRAIN_NS: u64 = 5_000_000_000;
+
+/// One publisher worker's job.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PublishTask {
+    /// The global schedule of publish events.
+    pub schedule: Schedule,
+    /// Which of its events this worker fires.
+    pub share: Share,
+    /// Stop after this many events overall.
+    pub max_events: Option<u64>,
+    /// Data size, bytes.
+    pub size: usize,
+    /// Subjects to publish to.
+    pub subjects: Pattern,
+    /// How subjects are drawn.
+    pub order: PublishOrder,
+    /// Seed of the subject draws (shared by all publishers; they fire
+    /// different events, so they draw different subjects).
+    pub seed: u64,
+    /// WebSocket frames or HTTP requests.
+    pub transport: Transport,
+    /// Connections to publish over.
+    pub conns: u32,
+    /// Index of the first connection (routes and keys follow from it).
+    pub first_index: u64,
+    /// HTTP only: `X-Api-Key: …` style header line to add, if any.
+    pub api_key_header: Option<String>,
+}
+
+/// A publishing connection.
+struct PubConn {
+    key: usize,
+    index: u32,
+    open: bool,
+    /// HTTP: due times (wall clock) of requests awaiting a response, in order.
+    pending: VecDeque<u64>,
+}
+
+/// The worker side of publishers.
+pub struct PublishDriver {
+    task: PublishTask,
+    events: u64,
+    template: Template,
+    /// HTTP: request path, Host header and extra header line.
+    http: Option<(String, String, String)>,
+    payload: PayloadBuilder,
+    conns: Vec<PubConn>,
+    opened: bool,
+    started_ns: Option<u64>,
+    /// Next position in the share.
+    k: u64,
+    /// Round-robin cursor over connections.
+    rr: usize,
+    /// When the last event fired (starts the drain deadline).
+    last_fired_ns: Option<u64>,
+    lag: Micros,
+    ack: Micros,
+    dropped: Vec<u64>,
+    conns_lost: u64,
+    stopped: bool,
+    // Reused buffers.
+    subject: String,
+    data: String,
+    text: String,
+}
+
+impl PublishDriver {
+    /// A driver for `task` under `spec`'s profile.
+    pub fn new(task: PublishTask, spec: &Spec) -> Result<PublishDriver, BenchError> {
+        let (template, http) = match task.transport {
+            Transport::Ws => (Template::compile("publish", &spec.profile.publish)?, None),
+            Transport::Http => {
+                let h = spec.profile.http()?;
+                let host = spec
+                    .targets
+                    .first()
+                    .map(|t| t.host.clone())
+                    .unwrap_or_default();
+                let extra = task.api_key_header.clone().unwrap_or_default();
+                (
+                    Template::compile("http_publish.body", &h.body)?,
+                    Some((h.path.clone(), host, extra)),
+                )
+            }
+        };
+        let mut events = task.schedule.total_events();
+        if let Some(max) = task.max_events {
+            events = events.min(max);
+        }
+        Ok(PublishDriver {
+            payload: PayloadBuilder::new(task.size, spec.seed ^ spec.worker),
+            events,
+            template,
+            http,
+            conns: Vec::new(),
+            opened: false,
+            started_ns: None,
+            k: 0,
+            rr: 0,
+            last_fired_ns: None,
+            lag: histogram::new(),
+            ack: histogram::new(),
+            dropped: Vec::new(),
+            conns_lost: 0,
+            stopped: false,
+            subject: String::new(),
+            data: String::new(),
+            text: String::new(),
+            task,
+        })
+    }
+
+    /// Publishes event `n`, due at monotonic `due_ns`.
+    fn publish(&mut self, engine: &mut Engine, n: u64, due_ns: u64, now: u64) {
+        let open = self.conns.iter().filter(|c| c.open).count();
+        if open == 0 {
+            self.dropped.push(n);
+            engine.cx.counters.publish_dropped += 1;
+            return;
+        }
+        // Next open connection, round robin.
+        let slot = loop {
+            self.rr = (self.rr + 1) % self.conns.len();
+            if self.conns[self.rr].open {
+                break self.rr;
+            }
+        };
+        let due_real = engine.epoch().real_at(due_ns);
+        let subject = publish_subject(self.task.order, self.task.seed, n, self.task.subjects.len());
+        self.subject.clear();
+        self.task.subjects.write_subject(subject, &mut self.subject);
+        self.data.clear();
+        self.payload.write(due_real, n, &mut self.data);
+        self.text.clear();
+        self.template.render(
+            &Values {
+                subjects: std::slice::from_ref(&self.subject),
+                data: &self.data,
+                id: n + 1,
+            },
+            &mut self.text,
+        );
+        let conn = &mut self.conns[slot];
+        match &self.http {
+            None => engine.queue_text(conn.key, self.text.as_bytes()),
+            Some((path, host, extra)) => {
+                let head = format!(
+                    "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n",
+                    self.text.len()
+                );
+                engine.queue_raw(conn.key, head.as_bytes());
+                engine.queue_raw(conn.key, self.text.as_bytes());
+                conn.pending.push_back(due_real);
+            }
+        }
+        engine.cx.counters.published += 1;
+        histogram::record(&mut self.lag, now.saturating_sub(due_ns) / 1000);
+    }
+
+    /// Writes what every connection has queued: once per tick, so a burst
+    /// of due events leaves in as few writes as possible.
+    fn flush_all(&mut self, engine: &mut Engine) {
+        for i in 0..self.conns.len() {
+            let key = self.conns[i].key;
+            engine.flush(key, self);
+        }
+    }
+
+    fn all_sent(&self) -> bool {
+        self.k >= self.share_len()
+    }
+
+    /// Events of this worker's share.
+    fn share_len(&self) -> u64 {
+        let s = self.task.share;
+        if self.events <= s.offset {
+            0
+        } else {
+            (self.events - s.offset).div_ceil(s.stride)
+        }
+    }
+}
+
+impl Handler for PublishDriver {
+    fn on_open(&mut self, _key: usize, index: u32, _now_ns: u64, _text: &mut String) {
+        if let Some(c) = self.conns.iter_mut().find(|c| c.index == index) {
+            c.open = true;
+        }
+    }
+
+    fn on_message(&mut self, _: u32, _: &[u8], _: u64) -> bool {
+        false
+    }
+
+    fn on_raw(&mut self, index: u32, data: &[u8], now_real: u64, counters: &mut Counters) -> usize {
+        let Some(conn) = self.conns.iter_mut().find(|c| c.index == index) else {
+            return data.len();
+        };
+        let mut pos = 0;
+        while let Some((len, status, delivered)) = http_response(&data[pos..]) {
+            pos += len;
+            if (200..300).contains(&status) {
+                counters.http_ok += 1;
+            } else {
+                counters.http_errors += 1;
+            }
+            counters.http_delivered += delivered;
+            if let Some(due) = conn.pending.pop_front() {
+                histogram::record(&mut self.ack, now_real.saturating_sub(due) / 1000);
+            }
+        }
+        pos
+    }
+
+    fn on_closed(&mut self, _key: usize, index: u32, _outcome: Outcome, was_open: bool) {
+        if let Some(c) = self.conns.iter_mut().find(|c| c.index == index) {
+            c.open = false;
+            if was_open && !c.pending.is_empty() {
+                c.pending.clear();
+            }
+        }
+        if was_open && !self.stopped {
+            self.conns_lost += 1;
+        }
+    }
+}
+
+impl Driver for PublishDriver {
+    fn tick(&mut self, engine: &mut Engine) -> Option<u64> {
+        let now = engine.refresh_now();
+        if !self.opened {
+            self.opened = true;
+            let raw = self.task.transport == Transport::Http;
+            for i in 0..self.task.conns {
+                let index = (self.task.first_index + u64::from(i)) as u32;
+                if let Ok(key) = engine.open(index, raw) {
+                    self.conns.push(PubConn {
+                        key,
+                        index,
+                        open: false,
+                        pending: VecDeque::new(),
+                    });
+                }
+            }
+        }
+        let start = self.started_ns?;
+        if self.stopped {
+            return None;
+        }
+        let share_len = self.share_len();
+        let mut batch = 0;
+        while self.k < share_len {
+            if batch == MAX_BATCH {
+                self.flush_all(engine);
+                return Some(now);
+            }
+            batch += 1;
+            let n = self.task.share.event(self.k);
+            let due = start + self.task.schedule.due(n).map_or(0, |d| d.as_nanos() as u64);
+            if due > now {
+                self.flush_all(engine);
+                return Some(due);
+            }
+            self.publish(engine, n, due, now);
+            self.k += 1;
+        }
+        self.last_fired_ns.get_or_insert(now);
+        self.flush_all(engine);
+        None
+    }
+
+    fn start(&mut self, engine: &mut Engine) {
+        self.started_ns = Some(engine.refresh_now());
+    }
+
+    fn stop(&mut self, _engine: &mut Engine) {
+        self.stopped = true;
+    }
+
+    fn is_ready(&self, engine: &Engine) -> bool {
+        self.opened && engine.in_setup() == 0
+    }
+
+    fn is_done(&self, engine: &Engine) -> bool {
+        if self.stopped {
+            return true;
+        }
+        if !self.all_sent() {
+            return false;
+        }
+        let drained = self
+            .conns
+            .iter()
+            .all(|c| c.pending.is_empty() && engine.backlog(c.key) == 0);
+        let waited = self
+            .last_fired_ns
+            .is_some_and(|t| engine.cx.now_ns >= t + DRAIN_NS);
+        drained || waited
+    }
+
+    fn take_interval(&mut self) -> Option<Micros> {
+        None
+    }
+
+    fn precise(&self) -> bool {
+        true
+    }
+
+    fn finish(self) -> RoleResult {
+        let published = Published {
+            fired: self.k,
+            dropped: self.dropped,
+            share: self.task.share,
+            conns_lost: self.conns_lost,
+        };
+        let http = self.task.transport == Transport::Http;
+        RoleResult {
+            lag: Some(self.lag),
+            ack: http.then_some(self.ack),
+            published: Some(published),
+            ..RoleResult::default()
+        }
+    }
+}
+
+/// One complete HTTP response at the front of `buf`: (bytes, status, the
+/// `"delivered":N` figure of its body if any). None until it is whole.
+fn http_response(buf: &[u8]) -> Option<(usize, u16, u64)> {
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut res = httparse::Response::new(&mut headers);
+    let head = match res.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        // A malformed response consumes the rest: the connection is
+        // beyond repair and its pending publishes stay unanswered.
+        Err(_) => return Some((buf.len(), 0, 0)),
+        Ok(httparse::Status::Partial) => return None,
+    };
+    let body_len = res
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+        .and_then(|h| {
+            std::str::from_utf8(h.value)
+                .ok()?
+                .trim()
+                .parse::<usize>()
+                .ok()
+        })
+        .unwrap_or(0);
+    if buf.len() < head + body_len {
+        return None;
+    }
+    let body = &buf[head..head + body_len];
+    let delivered = memchr::memmem::find(body, b"\"delivered\":")
+        .and_then(|at| {
+            let digits = &body[at + 12..];
+            let len = digits.iter().take_while(|c| c.is_ascii_digit()).count();
+            std::str::from_utf8(&digits[..len]).ok()?.parse().ok()
+        })
+        .unwrap_or(0);
+    Some((head + body_len, res.code.unwrap_or(0), delivered))
+}
+
+/// `myriad bench publishers`: publish at the rate for the duration (or
+/// `--count` messages) and report what was sent and how late.
+pub fn run(
+    cmd: &crate::cli::BenchCommand,
+    args: &crate::cli::PublishersArgs,
+) -> Result<crate::report::Report, BenchError> {
+    use crate::child::Control;
+    use crate::monitor::{Monitor, Role};
+    let setup = super::Setup::new(cmd)?;
+    let mut m = Monitor::new(&cmd.global);
+    let schedule = super::publish_schedule(&args.publish, 1000.0, args.duration.0);
+    super::spawn_publisher(
+        &mut m,
+        cmd,
+        &setup,
+        &args.publish,
+        args.subjects.clone(),
+        schedule,
+        0,
+        (0, 1),
+    )?;
+    m.wait_for(Some(cmd.global.connect_timeout.0 + 5.0), |m| {
+        m.all_ready(Role::Publishers)
+    })?;
+    m.send(Role::Publishers, Control::Start);
+    let t0 = m.elapsed();
+    let bound = args.duration.0 + args.publish.drain.0 + 10.0;
+    if !m.wait_for(Some(bound), |m| m.all_done(Role::Publishers))? {
+        super::stop(&mut m, Role::Publishers)?;
+    }
+    let measured = (m.elapsed() - t0).min(args.duration.0.max(1e-3));
+    m.finish_progress();
+    crate::report::Report::collect(cmd, &setup.profile.name, &m, measured, setup.started_unix)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_pipelined_responses() {
+        let one = b"HTTP/1.1 200 OK\r\ncontent-length: 15\r\n\r\n{\"delivered\":3}";
+        let mut two = one.to_vec();
+        two.extend_from_slice(b"HTTP/1.1 429 Too Many\r\ncontent-length: 0\r\n\r\nHTTP/1.1 2");
+        assert_eq!(http_response(&two), Some((one.len(), 200, 3)));
+        let rest = &two[one.len()..];
+        let (len, status, _) = http_response(rest).unwrap();
+        assert_eq!(status, 429);
+        assert_eq!(http_response(&rest[len..]), None, "partial head waits");
+    }
+}

@@ -1,0 +1,284 @@
+//! Benchsub (seed 001): N long-lived connections, each subscribed to its
+//! subjects, timing every delivery against the timestamp it carries.
+//!
+//! The worker side ([`SubscribeDriver`]) opens its slice of the connection
+//! indices with a bounded number of handshakes in flight, retries failed
+//! set-ups twice, then holds the connections and records the latency of
+//! every delivery in an HDR histogram (and, for broadcast, which message
+//! reached how many subscribers and how late the last one was). The
+//! coordinator side ([`run`]) plans the processes, holds for the duration
+//! and reports. `run` and `broadcast` reuse both halves.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::child::{BroadcastTally, Driver, RoleResult, Spec};
+use crate::conn::{Handler, Outcome};
+use crate::counters::Counters;
+use crate::engine::Engine;
+use crate::error::BenchError;
+use crate::histogram::{self, Micros};
+use crate::pattern::Assignment;
+use crate::payload::StampFinder;
+use crate::profile::{Template, Values};
+
+/// Set-up attempts per connection before it is given up.
+const SETUP_ATTEMPTS: u8 = 3;
+
+/// One subscriber worker's job.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SubscribeTask {
+    /// First global connection index of this worker.
+    pub first: u64,
+    /// Connections this worker holds.
+    pub count: u64,
+    /// What each connection subscribes to; None: connections only listen.
+    pub assignment: Option<Assignment>,
+    /// Handshakes in flight at most.
+    pub in_flight: u32,
+    /// New connections per second at most (0: no limit).
+    pub connect_rate: f64,
+    /// Broadcast: track messages 0..K individually.
+    pub broadcast_messages: Option<u64>,
+}
+
+/// The worker side of subscribers.
+pub struct SubscribeDriver {
+    task: SubscribeTask,
+    subscribe: Option<Template>,
+    stamps: StampFinder,
+    /// Next position in `0..count` to open.
+    next: u64,
+    /// Indices whose set-up failed and are due another try.
+    retry: Vec<u32>,
+    /// Set-up attempts so far of indices that failed at least once.
+    attempts: HashMap<u32, u8>,
+    /// Monotonic ns of the first connect, for --connect-rate.
+    first_ns: Option<u64>,
+    /// connect() calls made, for --connect-rate.
+    opens: u64,
+    latency: Micros,
+    interval: Micros,
+    tally: Option<BroadcastTally>,
+    stopped: bool,
+    /// Scratch for subject choice and rendering.
+    subject_ids: Vec<u64>,
+    subject_names: Vec<String>,
+}
+
+impl SubscribeDriver {
+    /// A driver for `task` under `spec`'s profile.
+    pub fn new(task: SubscribeTask, spec: &Spec) -> Result<SubscribeDriver, BenchError> {
+        let subscribe = match (&task.assignment, &spec.profile.subscribe) {
+            (Some(_), Some(t)) => Some(Template::compile("subscribe", t)?),
+            _ => None,
+        };
+        let tally = task.broadcast_messages.map(|k| BroadcastTally {
+            count: vec![0; k as usize],
+            max_us: vec![0; k as usize],
+        });
+        Ok(SubscribeDriver {
+            subscribe,
+            stamps: StampFinder::new(&spec.profile.timestamp_marker),
+            next: 0,
+            retry: Vec::new(),
+            attempts: HashMap::new(),
+            first_ns: None,
+            opens: 0,
+            latency: histogram::new(),
+            interval: histogram::new(),
+            tally,
+            stopped: false,
+            subject_ids: Vec::new(),
+            subject_names: Vec::new(),
+            task,
+        })
+    }
+
+    /// A set-up failed: try again later, or give up after a few attempts.
+    fn setup_failed(&mut self, index: u32) {
+        let tries = self.attempts.entry(index).or_insert(0);
+        *tries += 1;
+        if *tries < SETUP_ATTEMPTS {
+            self.retry.push(index);
+        }
+    }
+
+    /// Whether --connect-rate allows another connect() now.
+    fn rate_allows(&mut self, now: u64) -> bool {
+        if self.task.connect_rate <= 0.0 {
+            return true;
+        }
+        let t0 = *self.first_ns.get_or_insert(now);
+        let allowed = ((now - t0) as f64 / 1e9 * self.task.connect_rate) as u64 + 1;
+        self.opens < allowed
+    }
+}
+
+impl Handler for SubscribeDriver {
+    fn on_open(&mut self, _key: usize, index: u32, _now_ns: u64, text: &mut String) {
+        let (Some(tpl), Some(a)) = (&self.subscribe, &self.task.assignment) else {
+            return;
+        };
+        a.subjects_for(u64::from(index), &mut self.subject_ids);
+        self.subject_names.clear();
+        self.subject_names
+            .extend(self.subject_ids.iter().map(|&s| a.pattern.subject(s)));
+        tpl.render(
+            &Values {
+                subjects: &self.subject_names,
+                data: "",
+                id: 1,
+            },
+            text,
+        );
+    }
+
+    fn on_message(&mut self, _index: u32, data: &[u8], now_real: u64) -> bool {
+        let Some(stamp) = self.stamps.find(data) else {
+            return false;
+        };
+        // A stamp from the future (clock adjusted mid-run) counts as 0.
+        let us = now_real.saturating_sub(stamp.ts_ns) / 1000;
+        histogram::record(&mut self.latency, us);
+        histogram::record(&mut self.interval, us);
+        if let (Some(t), Some(n)) = (&mut self.tally, stamp.n) {
+            if let Some(c) = t.count.get_mut(n as usize) {
+                *c += 1;
+                t.max_us[n as usize] = t.max_us[n as usize].max(us);
+            }
+        }
+        true
+    }
+
+    fn on_raw(&mut self, _: u32, _: &[u8], _: u64, _: &mut Counters) -> usize {
+        0
+    }
+
+    fn on_closed(&mut self, _key: usize, index: u32, _outcome: Outcome, was_open: bool) {
+        if !was_open && !self.stopped {
+            self.setup_failed(index);
+        }
+    }
+}
+
+impl Driver for SubscribeDriver {
+    fn tick(&mut self, engine: &mut Engine) -> Option<u64> {
+        if self.stopped {
+            return None;
+        }
+        let now = engine.refresh_now();
+        while engine.in_setup() < self.task.in_flight as usize
+            && (self.next < self.task.count || !self.retry.is_empty())
+        {
+            if !self.rate_allows(now) {
+                // The next connect is allowed one rate-period later.
+                return Some(now + (1e9 / self.task.connect_rate) as u64);
+            }
+            let index = match self.retry.pop() {
+                Some(i) => i,
+                None => {
+                    self.next += 1;
+                    (self.task.first + self.next - 1) as u32
+                }
+            };
+            self.opens += 1;
+            if engine.open(index, false).is_err() {
+                self.setup_failed(index);
+            }
+        }
+        None
+    }
+
+    fn start(&mut self, _engine: &mut Engine) {}
+
+    fn stop(&mut self, _engine: &mut Engine) {
+        self.stopped = true;
+    }
+
+    fn is_ready(&self, engine: &Engine) -> bool {
+        self.next == self.task.count && self.retry.is_empty() && engine.in_setup() == 0
+    }
+
+    fn is_done(&self, _engine: &Engine) -> bool {
+        self.stopped
+    }
+
+    fn take_interval(&mut self) -> Option<Micros> {
+        let fresh = histogram::new();
+        Some(std::mem::replace(&mut self.interval, fresh))
+    }
+
+    fn finish(self) -> RoleResult {
+        RoleResult {
+            latency: Some(self.latency),
+            broadcast: self.tally,
+            ..RoleResult::default()
+        }
+    }
+}
+
+/// Waits for subscriber set-up, noting how long it took; proceeds with
+/// what is up after a bound that scales with the population.
+pub fn await_subscribers(
+    m: &mut crate::monitor::Monitor,
+    cmd: &crate::cli::BenchCommand,
+    conns: u64,
+) -> Result<(), BenchError> {
+    use crate::monitor::Role;
+    let t0 = m.elapsed();
+    let bound =
+        cmd.global.connect_timeout.0 * f64::from(SETUP_ATTEMPTS) + 10.0 + conns as f64 / 500.0;
+    let ready = m.wait_for(Some(bound), |m| m.all_ready(Role::Subscribers))?;
+    let c = m.totals(Some(Role::Subscribers));
+    m.note(&format!(
+        "{} of {} subscribers set up in {:.1}s ({} failed){}",
+        c.subscribed,
+        conns,
+        m.elapsed() - t0,
+        c.failed(),
+        if ready {
+            ""
+        } else {
+            "; going on without the rest"
+        }
+    ));
+    Ok(())
+}
+
+/// `myriad bench subscribers`: hold N subscribed connections for the
+/// duration and time whatever is published to them (by `publishers`, the
+/// HTTP API, or anything else).
+pub fn run(
+    cmd: &crate::cli::BenchCommand,
+    args: &crate::cli::SubscribersArgs,
+) -> Result<crate::report::Report, BenchError> {
+    use crate::child::Control;
+    use crate::monitor::{Monitor, Role};
+    let mut setup = super::Setup::new(cmd)?;
+    let mut m = Monitor::new(&cmd.global);
+    let assignment = Assignment {
+        pattern: args.subs.pattern(),
+        per_conn: args.subs.subjects_per_conn,
+        mode: args.subs.assign,
+        seed: cmd.global.seed,
+    };
+    let group = super::SubscriberGroup {
+        conns: args.subs.connections,
+        assignment: Some(assignment),
+        broadcast_messages: None,
+        connect_rate: args.subs.connect_rate,
+    };
+    setup.plan_sources(cmd, &m, group.conns);
+    let procs = super::subscriber_processes(cmd, &setup, group.conns);
+    super::spawn_subscribers(&mut m, cmd, &setup, &group, 0, procs)?;
+    await_subscribers(&mut m, cmd, group.conns)?;
+    m.send(Role::Subscribers, Control::Start);
+    let t0 = m.elapsed();
+    m.wait_for(Some(args.duration.0), |_| false)?;
+    let measured = m.elapsed() - t0;
+    super::stop(&mut m, Role::Subscribers)?;
+    m.finish_progress();
+    crate::report::Report::collect(cmd, &setup.profile.name, &m, measured, setup.started_unix)
+}
