@@ -265,6 +265,7 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
         "uptime_seconds": started.elapsed().as_secs_f64(),
         "workers": shared.config.worker_count(),
         "connections": s.connections,
+        "max_connections": shared.max_connections,
         "connections_accepted": s.accepted,
         "subscriptions": s.subscriptions,
         "subjects": shared.hub.subject_count(),

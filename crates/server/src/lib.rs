@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use thiserror::Error;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 pub use config::Config;
 
@@ -73,8 +73,13 @@ pub enum ServeError {
 /// for it to learn ephemeral ports).
 pub fn serve(config: Config) -> Result<(), ServeError> {
     let workers = config.worker_count();
+    let max_connections = admission_cap(&config);
+    let listen_options = listener::ListenOptions {
+        backlog: config.backlog,
+        send_buffer: config.socket_send_buffer,
+    };
     let listeners =
-        listener::bind_reuseport(config.listen, workers, config.backlog).map_err(|source| {
+        listener::bind_reuseport(config.listen, workers, listen_options).map_err(|source| {
             ServeError::BindClient {
                 addr: config.listen,
                 source,
@@ -107,6 +112,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         hub,
         metrics: Arc::new(Metrics::new(workers)),
         connections: AtomicUsize::new(0),
+        max_connections,
         shutting_down: AtomicBool::new(false),
         config,
     });
@@ -168,6 +174,35 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     }
     info!("myriad stopped");
     outcome
+}
+
+/// Descriptors kept back from connections: listeners, epoll and wake-up fds,
+/// the admin API and its clients, stdio, and room to accept a connection only
+/// to refuse it with 503 once the node is full.
+const RESERVED_FDS: u64 = 256;
+
+/// How many client connections the node admits: `max_connections`, lowered
+/// to what the open-file limit allows. Past the cap a client is accepted and
+/// refused with a clear 503; past the open-file limit it would only wait,
+/// unanswered, in the listen backlog (accept fails with EMFILE).
+fn admission_cap(config: &Config) -> usize {
+    let files = match process::raise_open_file_limit() {
+        Ok(files) => files,
+        Err(e) => {
+            warn!(error = %e, "cannot read the open-file limit; admitting up to max_connections");
+            return config.max_connections;
+        }
+    };
+    let by_files = usize::try_from(files.saturating_sub(RESERVED_FDS).max(1)).unwrap_or(usize::MAX);
+    if by_files < config.max_connections {
+        warn!(
+            max_connections = config.max_connections,
+            open_files = files,
+            admitted = by_files,
+            "the open-file limit caps client connections below max_connections"
+        );
+    }
+    config.max_connections.min(by_files)
 }
 
 /// SIGTERM or SIGINT starts graceful shutdown; a second one exits at once.

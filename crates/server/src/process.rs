@@ -1,5 +1,7 @@
-//! This process's own resource use, read from /proc: what `/stats` reports as
-//! RSS and CPU, so memory per connection can be checked against a live node.
+//! This process's own resources: its use, read from /proc (what `/stats`
+//! reports as RSS and CPU, so memory per connection can be checked against a
+//! live node), and its open-file limit, which caps how many connections one
+//! node can hold.
 
 /// Resident set size and CPU time of the current process.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -38,6 +40,32 @@ fn cpu_seconds() -> Option<f64> {
     Some((utime + stime) as f64 / ticks as f64)
 }
 
+/// Raises this process's soft open-file limit to its hard limit and returns
+/// the limit in force. Every connection is a descriptor, so this is the
+/// node's real connection ceiling; the hard limit is what an administrator
+/// granted (`ulimit -Hn`, systemd `LimitNOFILE`), the soft one only a default.
+pub fn raise_open_file_limit() -> std::io::Result<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes only into the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: setrlimit only reads the struct it is given.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            limit.rlim_cur = limit.rlim_max;
+        }
+    }
+    Ok(limit.rlim_cur)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -45,5 +73,18 @@ mod tests {
         let u = super::usage();
         assert!(u.rss_bytes > 100_000, "{u:?}");
         assert!(u.cpu_seconds >= 0.0);
+    }
+
+    #[test]
+    fn the_open_file_limit_is_known_and_at_its_hard_value() {
+        let limit = super::raise_open_file_limit().unwrap();
+        assert!(limit >= 64, "{limit}");
+        let mut now = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes only into the struct it is given.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut now) }, 0);
+        assert_eq!(now.rlim_cur, limit);
     }
 }

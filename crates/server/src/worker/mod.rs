@@ -68,8 +68,11 @@ pub struct Shared {
     pub hub: Arc<Hub>,
     pub engine: Arc<dyn Engine>,
     pub metrics: Arc<Metrics>,
-    /// Open client connections on the node, for `max_connections`.
+    /// Open client connections on the node, checked against `max_connections`.
     pub connections: AtomicUsize,
+    /// Connections admitted before new ones get 503: the configured
+    /// `max_connections`, lowered to what the open-file limit allows.
+    pub max_connections: usize,
     /// Set once by the signal handler; every worker then drains and exits.
     pub shutting_down: AtomicBool,
 }
@@ -196,7 +199,8 @@ impl Worker {
                     Token(id) => {
                         let id = id as ConnId;
                         if event.is_readable() || event.is_read_closed() || event.is_error() {
-                            self.on_readable(id);
+                            let drain_to_eof = event.is_read_closed() || event.is_error();
+                            self.on_readable(id, drain_to_eof);
                         }
                         if event.is_writable() && self.conns.contains(id as usize) {
                             self.flush(id);
@@ -275,18 +279,9 @@ impl Worker {
         // Budget spent with connections possibly still waiting: come back next turn.
     }
 
+    /// Takes an accepted socket into the slab. `TCP_NODELAY` and `SO_SNDBUF`
+    /// came with it from the listener (see `listener.rs`).
     fn admit(&mut self, mut socket: TcpStream) {
-        let config = &self.shared.config;
-        if let Err(e) = socket.set_nodelay(true) {
-            debug!(error = %e, "set_nodelay failed");
-        }
-        if config.socket_send_buffer > 0 {
-            if let Err(e) =
-                socket2::SockRef::from(&socket).set_send_buffer_size(config.socket_send_buffer)
-            {
-                debug!(error = %e, "SO_SNDBUF failed");
-            }
-        }
         let entry = self.conns.vacant_entry();
         let id = entry.key();
         if id >= WAKER.0 {
@@ -302,7 +297,7 @@ impl Worker {
         }
         let mut conn = Conn::new(socket, self.clock.now);
         let open = self.shared.connections.fetch_add(1, Ordering::Relaxed) + 1;
-        if open > config.max_connections {
+        if open > self.shared.max_connections {
             conn.set_flag(flags::OVER_CAPACITY);
         }
         entry.insert(conn);
@@ -494,10 +489,9 @@ impl Worker {
             return;
         }
         self.unsubscribe_all(id);
-        let mut conn = self.conns.remove(id as usize);
-        // Deregistering a socket that is about to be closed only fails if it
-        // was never registered; closing it removes it from epoll regardless.
-        let _ = self.poll.registry().deregister(&mut conn.socket);
+        // No epoll_ctl(DEL): the descriptor is never duplicated, so closing it
+        // (dropping the Conn) removes it from epoll, one syscall cheaper.
+        let conn = self.conns.remove(id as usize);
         self.shared.connections.fetch_sub(1, Ordering::Relaxed);
         self.metrics.connections.dec();
         if conn.close_reason.is_none() {

@@ -24,7 +24,15 @@ const MAX_REQUEST_HEAD: usize = 8 * 1024;
 impl Worker {
     /// Reads from `id` until the socket is drained, the per-turn budget is
     /// spent, or publishing must pause.
-    pub(super) fn on_readable(&mut self, id: ConnId) {
+    ///
+    /// A read shorter than the buffer means the socket was drained: epoll is
+    /// edge-triggered and reports anything arriving later as a new event, so
+    /// the loop stops there instead of paying for a read that only says
+    /// EAGAIN. With `drain_to_eof` it reads on until EAGAIN, EOF or an error:
+    /// when the peer has shut its side or the socket has an error (so the end
+    /// is seen now), and when resuming a deferred read, whose edge has been
+    /// spent already.
+    pub(super) fn on_readable(&mut self, id: ConnId, drain_to_eof: bool) {
         let mut budget = super::READ_BUDGET_BYTES;
         loop {
             if self.shared.engine.congested() && self.conns.contains(id as usize) {
@@ -49,8 +57,12 @@ impl Worker {
                     conn.last_heard = self.clock.now;
                     conn.ping_sent = 0;
                     budget = budget.saturating_sub(n);
+                    let drained = n < scratch.len() && !drain_to_eof;
                     let flow = self.ingest(id, &mut scratch[..n]);
                     self.scratch = scratch;
+                    if drained && flow == Flow::Continue {
+                        return;
+                    }
                     flow
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -101,7 +113,7 @@ impl Worker {
             conn.clear_flag(flags::READ_DEFERRED);
             // Input already buffered goes first, then the socket.
             if self.ingest(id, &mut []) == Flow::Continue {
-                self.on_readable(id);
+                self.on_readable(id, true);
             }
         }
     }
