@@ -1,8 +1,9 @@
 //! The server's own figures: a background poller of myriad's `GET /stats`.
 //!
 //! A tiny blocking HTTP/1.1 client on its own thread, once a second, so a
-//! slow admin endpoint never stalls the coordinator. The report reads the
-//! first and latest answers and the timeline reads each one.
+//! slow admin endpoint never stalls the coordinator. A run may load several
+//! nodes; their figures are summed, as one system under test. The report
+//! reads the first and latest answers and the timeline reads each one.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -37,27 +38,33 @@ pub fn get_json(target: &Target, path: &str) -> Option<Value> {
     serde_json::from_slice(&raw[at..]).ok()
 }
 
-/// Polls /stats every second until dropped.
+/// Polls /stats of every node once a second until dropped.
 pub struct StatsPoller {
-    latest: Arc<Mutex<Option<Value>>>,
+    latest: Arc<Mutex<Option<Vec<Value>>>>,
     stop: Arc<AtomicBool>,
-    /// The first answer, taken before the load starts.
-    pub first: Option<Value>,
+    /// The first answers, one per node, taken before the load starts.
+    pub first: Option<Vec<Value>>,
+}
+
+/// One /stats answer from each of `targets`, or None unless all answered:
+/// a sum over some of the nodes would pass for the whole.
+fn poll_all(targets: &[Target]) -> Option<Vec<Value>> {
+    targets.iter().map(|t| get_json(t, "/stats")).collect()
 }
 
 impl StatsPoller {
-    /// Starts polling `target`.
-    pub fn start(target: Target) -> StatsPoller {
-        let first = get_json(&target, "/stats");
+    /// Starts polling `targets` (the nodes of one run).
+    pub fn start(targets: Vec<Target>) -> StatsPoller {
+        let first = poll_all(&targets);
         let latest = Arc::new(Mutex::new(first.clone()));
         let stop = Arc::new(AtomicBool::new(false));
         let (l, s) = (Arc::clone(&latest), Arc::clone(&stop));
         std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_secs(1));
-                if let Some(v) = get_json(&target, "/stats") {
+                if let Some(v) = poll_all(&targets) {
                     // A poisoned lock only means a reader panicked; the
-                    // value is still a whole JSON document.
+                    // value is still whole JSON documents.
                     *l.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
                 }
             }
@@ -69,8 +76,8 @@ impl StatsPoller {
         }
     }
 
-    /// The latest answer.
-    pub fn latest(&self) -> Option<Value> {
+    /// The latest answers, one per node.
+    pub fn latest(&self) -> Option<Vec<Value>> {
         self.latest
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -84,31 +91,56 @@ impl Drop for StatsPoller {
     }
 }
 
-/// The figures of one /stats answer the bench charts and reports.
+/// The figures of /stats answers the bench charts and reports, summed over
+/// the nodes that gave them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct ServerFigures {
     /// Open connections.
     pub connections: u64,
     /// Messages written to clients.
     pub messages_out: u64,
+    /// write/writev calls that carried them.
+    pub socket_writes: u64,
     /// Resident memory, bytes.
     pub rss_bytes: u64,
     /// CPU time used, seconds.
     pub cpu_seconds: f64,
-    /// The server's own RSS-per-connection figure, when it gives one.
-    pub rss_per_connection: Option<f64>,
 }
 
 impl ServerFigures {
-    /// Picks the figures out of a /stats document (missing ones are 0).
-    pub fn of(v: &Value) -> ServerFigures {
+    /// Adds up the figures of every answer (missing ones count as 0).
+    pub fn total(answers: &[Value]) -> ServerFigures {
         let u = |v: &Value| v.as_u64().unwrap_or(0);
-        ServerFigures {
-            connections: u(&v["connections"]),
-            messages_out: u(&v["messages_out"]),
-            rss_bytes: u(&v["process"]["rss_bytes"]),
-            cpu_seconds: v["process"]["cpu_seconds"].as_f64().unwrap_or(0.0),
-            rss_per_connection: v["rss_per_connection"].as_f64(),
-        }
+        answers
+            .iter()
+            .fold(ServerFigures::default(), |sum, v| ServerFigures {
+                connections: sum.connections + u(&v["connections"]),
+                messages_out: sum.messages_out + u(&v["messages_out"]),
+                socket_writes: sum.socket_writes + u(&v["socket_writes"]),
+                rss_bytes: sum.rss_bytes + u(&v["process"]["rss_bytes"]),
+                cpu_seconds: sum.cpu_seconds + v["process"]["cpu_seconds"].as_f64().unwrap_or(0.0),
+            })
+    }
+
+    /// RSS per open connection, when there are any.
+    pub fn rss_per_connection(&self) -> Option<f64> {
+        (self.connections > 0).then(|| self.rss_bytes as f64 / self.connections as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_add_up_over_nodes() {
+        let a = serde_json::json!({"connections": 10, "messages_out": 5, "socket_writes": 2,
+            "process": {"rss_bytes": 1000, "cpu_seconds": 0.5}});
+        let b = serde_json::json!({"connections": 30, "process": {"rss_bytes": 3000}});
+        let t = ServerFigures::total(&[a, b]);
+        assert_eq!((t.connections, t.messages_out, t.socket_writes), (40, 5, 2));
+        assert_eq!(t.rss_bytes, 4000);
+        assert_eq!(t.rss_per_connection(), Some(100.0));
+        assert_eq!(ServerFigures::default().rss_per_connection(), None);
     }
 }

@@ -16,6 +16,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::addr::{PortMode, Sources, Target};
+use crate::clock::Span;
 use crate::conn::Handler;
 use crate::counters::Counters;
 use crate::engine::{Engine, NetConfig};
@@ -138,6 +139,10 @@ pub struct RoleResult {
     pub broadcast: Option<BroadcastTally>,
     /// Publishers: which events they published.
     pub published: Option<Published>,
+    /// Subscribers: when the first and last delivery arrived.
+    pub received: Option<Span>,
+    /// Publishers: when the first and last publish left.
+    pub sent: Option<Span>,
 }
 
 /// Per broadcast message: how many subscribers got it, and the latest.
@@ -177,6 +182,10 @@ pub struct Done {
     pub broadcast: Option<BroadcastTally>,
     /// Publisher events.
     pub published: Option<Published>,
+    /// When the first and last delivery arrived (subscribers).
+    pub received: Option<Span>,
+    /// When the first and last publish left (publishers).
+    pub sent: Option<Span>,
     /// RSS before any connection, bytes.
     pub rss_start: u64,
     /// RSS when set-up finished, bytes.
@@ -387,6 +396,8 @@ fn run_worker<D: Driver>(
         phase_upgrades: role.phase_upgrades,
         broadcast: role.broadcast,
         published: role.published,
+        received: role.received,
+        sent: role.sent,
         rss_start,
         rss_ready,
         conns_ready,

@@ -12,7 +12,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
 
 use crate::addr::{AddrError, PortMode, Sources, Target};
-use crate::pattern::{AssignMode, Pattern, PublishOrder};
+use crate::pattern::{AssignMode, Assignment, Pattern, PublishOrder};
 
 /// Load-test a WebSocket pub/sub server: myriad by default, or another via
 /// a protocol profile.
@@ -56,9 +56,10 @@ pub struct Global {
     #[arg(long = "url", global = true, value_parser = parse_ws, default_value = "ws://127.0.0.1:8080/ws")]
     pub urls: Vec<Target>,
     /// The server's admin URL (myriad: http://127.0.0.1:PORT); enables the
-    /// server's own figures from /stats and HTTP publishing.
-    #[arg(long, global = true, value_parser = parse_http)]
-    pub admin_url: Option<Target>,
+    /// server's own figures from /stats (summed over every node given; repeat
+    /// it for several nodes) and HTTP publishing (to the first).
+    #[arg(long = "admin-url", global = true, value_parser = parse_http)]
+    pub admin_urls: Vec<Target>,
     /// API key for HTTP publishing.
     #[arg(long, global = true, env = "MYRIAD_API_KEY")]
     #[serde(skip)]
@@ -181,6 +182,16 @@ impl SubscribeOpts {
                 .parse()
                 .expect("the default pattern is well-formed")
         })
+    }
+
+    /// Who subscribes to what, with random draws seeded by `seed`.
+    pub fn assignment(&self, seed: u64) -> Assignment {
+        Assignment {
+            pattern: self.pattern(),
+            per_conn: self.subjects_per_conn,
+            mode: self.assign,
+            seed,
+        }
     }
 }
 

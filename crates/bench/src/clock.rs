@@ -7,6 +7,8 @@
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use serde::{Deserialize, Serialize};
+
 /// Wall-clock nanoseconds since the Unix epoch.
 pub fn realtime_ns() -> u64 {
     SystemTime::now()
@@ -39,5 +41,84 @@ impl Epoch {
     /// schedule becomes the timestamp a message carries.
     pub fn real_at(&self, ns: u64) -> u64 {
         self.start_real_ns + ns
+    }
+}
+
+/// The first and last moment something happened, wall-clock ns: how rates
+/// are taken over the time messages actually flowed, not over a window that
+/// also holds set-up and the wait for stragglers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Span {
+    /// The first event.
+    pub first_ns: u64,
+    /// The last event.
+    pub last_ns: u64,
+}
+
+impl Span {
+    /// Widens `span` (None: nothing yet) to take in an event at `ns`.
+    pub fn extend(span: &mut Option<Span>, ns: u64) {
+        match span {
+            Some(s) => {
+                s.first_ns = s.first_ns.min(ns);
+                s.last_ns = s.last_ns.max(ns);
+            }
+            None => {
+                *span = Some(Span {
+                    first_ns: ns,
+                    last_ns: ns,
+                })
+            }
+        }
+    }
+
+    /// The span covering both.
+    pub fn union(a: Option<Span>, b: Option<Span>) -> Option<Span> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(Span {
+                first_ns: a.first_ns.min(b.first_ns),
+                last_ns: a.last_ns.max(b.last_ns),
+            }),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// `count` events per second over the span; None when it is too short
+    /// to divide by (a single event, or all in the same nanosecond).
+    pub fn rate(&self, count: u64) -> Option<f64> {
+        let secs = self.last_ns.saturating_sub(self.first_ns) as f64 / 1e9;
+        (count > 1 && secs > 0.0).then(|| count as f64 / secs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_widen_and_merge() {
+        let mut s = None;
+        Span::extend(&mut s, 5_000_000_000);
+        assert_eq!(s.unwrap().rate(1), None, "one event has no rate");
+        Span::extend(&mut s, 3_000_000_000);
+        Span::extend(&mut s, 4_000_000_000);
+        assert_eq!(
+            s,
+            Some(Span {
+                first_ns: 3_000_000_000,
+                last_ns: 5_000_000_000
+            })
+        );
+        assert_eq!(s.unwrap().rate(1000), Some(500.0));
+        let other = Some(Span {
+            first_ns: 1_000_000_000,
+            last_ns: 2_000_000_000,
+        });
+        let both = Span::union(s, other).unwrap();
+        assert_eq!(
+            (both.first_ns, both.last_ns),
+            (1_000_000_000, 5_000_000_000)
+        );
+        assert_eq!(Span::union(None, other), other);
     }
 }

@@ -81,7 +81,8 @@ impl Monitor {
             prev: (0.0, Counters::default(), 0.0, None),
             next_sample: 1.0,
             progress: Progress::new(global.progress, global.progress_every.0),
-            admin: global.admin_url.clone().map(StatsPoller::start),
+            admin: (!global.admin_urls.is_empty())
+                .then(|| StatsPoller::start(global.admin_urls.clone())),
             interrupted,
         }
     }
@@ -255,13 +256,14 @@ impl Monitor {
             .admin
             .as_ref()
             .and_then(StatsPoller::latest)
-            .map(|v| ServerFigures::of(&v));
+            .map(|v| ServerFigures::total(&v));
         let server_point = server.map(|s| ServerPoint {
             connections: s.connections,
             rss_bytes: s.rss_bytes,
             cpu_per_s: pserver.map_or(0.0, |p| (s.cpu_seconds - p.cpu_seconds).max(0.0) / dt),
             messages_out_per_s: pserver.map_or(0.0, |p| rate(s.messages_out, p.messages_out)),
-            rss_per_connection: s.rss_per_connection,
+            socket_writes_per_s: pserver.map_or(0.0, |p| rate(s.socket_writes, p.socket_writes)),
+            rss_per_connection: s.rss_per_connection(),
         });
         let sample = Sample {
             t,

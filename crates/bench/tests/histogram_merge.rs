@@ -22,6 +22,8 @@ fn done_line(values: &[u64]) -> String {
         phase_upgrades: Vec::new(),
         broadcast: None,
         published: None,
+        received: None,
+        sent: None,
         rss_start: 0,
         rss_ready: 0,
         conns_ready: 0,

@@ -9,7 +9,7 @@ use std::fmt::Write;
 use std::path::Path;
 
 use crate::error::BenchError;
-use crate::histogram::{fmt_micros, Summary};
+use crate::histogram::fmt_micros;
 use crate::progress::thousands;
 use crate::report::summary::bytes;
 use crate::report::Report;
@@ -210,8 +210,8 @@ fn headline(r: &Report) -> String {
     if let Some(per) = r.bench.rss_per_conn_bytes {
         cards.push((bytes(per), "bench RSS per connection".into()));
     }
-    if let Some(per) = r.server.as_ref().and_then(|s| s.rss_per_connection) {
-        cards.push((bytes(per), "server RSS per connection".into()));
+    if let Some(per) = r.server.as_ref().and_then(|s| s.rss_added_per_connection) {
+        cards.push((bytes(per), "server RSS added per connection".into()));
     }
     let mut o = String::from("<div class=\"cards\">");
     for (big, small) in cards {
@@ -228,15 +228,7 @@ fn headline(r: &Report) -> String {
 /// Summary tables: latency, phases, failures, cost.
 fn tables(r: &Report) -> String {
     let mut o = String::from("<h2>Latency</h2><table><tr><th></th><th>count</th><th>mean</th><th>stdev</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th></tr>");
-    let rows: [(&str, &Option<Summary>); 5] = [
-        ("delivery", &r.latency),
-        ("connect", &r.connect),
-        ("handshake", &r.handshake),
-        ("publish lag", &r.publish_lag),
-        ("http response", &r.http_response),
-    ];
-    for (name, s) in rows {
-        let Some(s) = s else { continue };
+    for (name, s) in r.latency_rows() {
         let f = |v: u64| fmt_micros(v as f64);
         let _ = write!(
             o,
@@ -297,7 +289,7 @@ fn tables(r: &Report) -> String {
             q.listen_overflows, q.listen_drops
         );
     }
-    o += "</table><h2>Cost</h2><table><tr><th></th><th>RSS peak</th><th>RSS / connection</th><th>CPU s (user)</th><th>CPU / message</th></tr>";
+    o += "</table><h2>Cost</h2><table><tr><th></th><th>RSS peak</th><th>RSS added per connection</th><th>CPU s (user)</th><th>CPU / message</th></tr>";
     let b = &r.bench;
     let _ = write!(
         o,
@@ -313,9 +305,10 @@ fn tables(r: &Report) -> String {
     if let Some(s) = &r.server {
         let _ = write!(
             o,
-            "<tr><td>server</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{}</td></tr>",
+            "<tr><td>server ({} nodes)</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{}</td></tr>",
+            s.nodes,
             bytes(s.rss_peak_bytes as f64),
-            s.rss_per_connection.map_or("-".into(), bytes),
+            s.rss_added_per_connection.map_or("-".into(), bytes),
             s.cpu_secs,
             s.cpu_us_per_message_out
                 .map_or("-".into(), |v| format!("{v:.2} µs sent"))

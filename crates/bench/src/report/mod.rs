@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use crate::admin::ServerFigures;
 use crate::cli::BenchCommand;
+use crate::clock::Span;
 use crate::counters::Counters;
 use crate::error::BenchError;
 use crate::histogram::{self, Micros, Summary};
@@ -59,7 +60,9 @@ pub struct ServerPoint {
     pub cpu_per_s: f64,
     /// Messages it wrote per second.
     pub messages_out_per_s: f64,
-    /// Its own RSS-per-connection figure, if it reports one.
+    /// write/writev calls per second that carried them.
+    pub socket_writes_per_s: f64,
+    /// RSS per open connection.
     pub rss_per_connection: Option<f64>,
 }
 
@@ -157,21 +160,33 @@ pub struct SelfCost {
     pub cpu_us_per_message_in: Option<f64>,
 }
 
-/// The server's own figures from /stats.
+/// The server's own figures from /stats, summed over its nodes.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ServerReport {
-    /// /stats before the load.
-    pub before: Option<Value>,
-    /// /stats at the end.
-    pub after: Option<Value>,
+    /// Nodes polled.
+    pub nodes: u64,
+    /// /stats of each node before the load.
+    pub before: Option<Vec<Value>>,
+    /// /stats of each node at the end.
+    pub after: Option<Vec<Value>>,
     /// Peak RSS seen, bytes.
     pub rss_peak_bytes: u64,
-    /// RSS per connection at the peak of connections, bytes.
+    /// Connections at the timeline's peak.
+    pub peak_connections: u64,
+    /// RSS over connections at that peak, bytes: everything the process
+    /// holds, its code and idle heap included.
     pub rss_per_connection: Option<f64>,
+    /// RSS gained since before the load over connections at the peak,
+    /// bytes: what one more connection costs.
+    pub rss_added_per_connection: Option<f64>,
     /// CPU seconds used during the run.
     pub cpu_secs: f64,
-    /// Server CPU per message written, µs.
+    /// Server CPU per message written, µs (its kernel time included, which
+    /// on loopback holds the receiving side's TCP work too).
     pub cpu_us_per_message_out: Option<f64>,
+    /// Messages written per write/writev call: 1.0 when every message cost
+    /// a system call, more when queued messages shared one.
+    pub messages_per_write: Option<f64>,
 }
 
 /// Everything a run measured.
@@ -207,9 +222,10 @@ pub struct Report {
     pub http_response: Option<Summary>,
     /// Upgrades per second over the measured part.
     pub handshakes_per_s: f64,
-    /// Deliveries per second over the measured part.
+    /// Deliveries per second from the first delivery to the last, across
+    /// every process (over the measured part when there were fewer than two).
     pub messages_in_per_s: f64,
-    /// Publishes per second over the measured part.
+    /// Publishes per second from the first publish to the last, likewise.
     pub published_per_s: f64,
     /// connect-rate phases.
     pub phases: Vec<PhaseReport>,
@@ -241,9 +257,12 @@ impl Report {
         let mut totals = Counters::default();
         let (mut rss_peak, mut cpu, mut cpu_user) = (0, 0.0, 0.0);
         let (mut sub_rss, mut sub_conns, mut sub_cpu) = (0i64, 0u64, 0.0);
+        let (mut received, mut sent) = (None, None);
         for w in &m.workers {
             let Some(d) = &w.done else { continue };
             totals.add(&d.counters);
+            received = Span::union(received, d.received);
+            sent = Span::union(sent, d.sent);
             rss_peak += d.rss_peak;
             cpu += d.cpu_end;
             cpu_user += d.cpu_user_end;
@@ -301,8 +320,12 @@ impl Report {
             publish_lag: summary("lag"),
             http_response: summary("ack"),
             handshakes_per_s: per_s(totals.upgraded),
-            messages_in_per_s: per_s(totals.messages_in),
-            published_per_s: per_s(totals.published),
+            messages_in_per_s: received
+                .and_then(|r| r.rate(totals.messages_in))
+                .unwrap_or_else(|| per_s(totals.messages_in)),
+            published_per_s: sent
+                .and_then(|r| r.rate(totals.published))
+                .unwrap_or_else(|| per_s(totals.published)),
             totals,
             phases: Vec::new(),
             listen_queue: None,
@@ -312,6 +335,20 @@ impl Report {
             server,
             timeline: m.samples.clone(),
         })
+    }
+
+    /// The latency histograms this run has, named, in report order.
+    pub fn latency_rows(&self) -> Vec<(&'static str, &Summary)> {
+        [
+            ("delivery", &self.latency),
+            ("connect", &self.connect),
+            ("handshake", &self.handshake),
+            ("publish lag", &self.publish_lag),
+            ("http response", &self.http_response),
+        ]
+        .into_iter()
+        .filter_map(|(name, s)| Some((name, s.as_ref()?)))
+        .collect()
     }
 
     /// Prints the summary and writes the files the options ask for.
@@ -336,24 +373,38 @@ fn workload_name(cmd: &BenchCommand) -> String {
 }
 
 /// Server figures from the first and last /stats and the timeline.
-fn server_report(before: Option<Value>, after: Option<Value>, samples: &[Sample]) -> ServerReport {
-    let b = before.as_ref().map(ServerFigures::of).unwrap_or_default();
-    let a = after.as_ref().map(ServerFigures::of).unwrap_or_default();
+fn server_report(
+    before: Option<Vec<Value>>,
+    after: Option<Vec<Value>>,
+    samples: &[Sample],
+) -> ServerReport {
+    let b = before
+        .as_deref()
+        .map(ServerFigures::total)
+        .unwrap_or_default();
+    let a = after
+        .as_deref()
+        .map(ServerFigures::total)
+        .unwrap_or_default();
     let points = samples.iter().filter_map(|s| s.server);
-    let peak = points.clone().max_by_key(|p| p.connections);
+    let peak = points
+        .clone()
+        .max_by_key(|p| p.connections)
+        .filter(|p| p.connections > 0);
     let rss_peak = points.map(|p| p.rss_bytes).max().unwrap_or(a.rss_bytes);
     let cpu = (a.cpu_seconds - b.cpu_seconds).max(0.0);
     let out = a.messages_out.saturating_sub(b.messages_out);
+    let writes = a.socket_writes.saturating_sub(b.socket_writes);
     ServerReport {
+        nodes: after.as_ref().or(before.as_ref()).map_or(0, Vec::len) as u64,
         rss_peak_bytes: rss_peak,
-        // The server's own figure at the peak of connections; else the RSS
-        // it gained over its idle start, per connection.
-        rss_per_connection: peak.filter(|p| p.connections > 0).map(|p| {
-            p.rss_per_connection
-                .unwrap_or(p.rss_bytes.saturating_sub(b.rss_bytes) as f64 / p.connections as f64)
-        }),
+        peak_connections: peak.map_or(0, |p| p.connections),
+        rss_per_connection: peak.and_then(|p| p.rss_per_connection),
+        rss_added_per_connection: peak
+            .map(|p| p.rss_bytes.saturating_sub(b.rss_bytes) as f64 / p.connections as f64),
         cpu_secs: cpu,
         cpu_us_per_message_out: (out > 0).then(|| cpu * 1e6 / out as f64),
+        messages_per_write: (writes > 0).then(|| out as f64 / writes as f64),
         before,
         after,
     }

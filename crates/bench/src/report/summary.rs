@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::histogram::{fmt_micros, Summary};
+use crate::histogram::fmt_micros;
 use crate::progress::thousands;
 use crate::report::Report;
 
@@ -67,16 +67,7 @@ pub fn render(r: &Report) -> String {
             thousands(t.http_delivered)
         );
     }
-    let rows: Vec<(&str, &Summary)> = [
-        ("delivery", &r.latency),
-        ("connect", &r.connect),
-        ("handshake", &r.handshake),
-        ("publish lag", &r.publish_lag),
-        ("http response", &r.http_response),
-    ]
-    .into_iter()
-    .filter_map(|(n, s)| Some((n, s.as_ref()?)))
-    .collect();
+    let rows = r.latency_rows();
     if !rows.is_empty() {
         let _ = writeln!(
             o,
@@ -158,15 +149,25 @@ pub fn render(r: &Report) -> String {
     if let Some(s) = &r.server {
         let _ = write!(
             o,
-            "server       rss peak {}  cpu {:.2}s",
+            "server       {} node(s)  rss peak {}  cpu {:.2}s",
+            s.nodes,
             bytes(s.rss_peak_bytes as f64),
             s.cpu_secs
         );
-        if let Some(per) = s.rss_per_connection {
-            let _ = write!(o, "  {} per connection", bytes(per));
+        if let (Some(all), Some(added)) = (s.rss_per_connection, s.rss_added_per_connection) {
+            let _ = write!(
+                o,
+                "  at {} connections: {} rss per connection ({} added by each)",
+                thousands(s.peak_connections),
+                bytes(all),
+                bytes(added)
+            );
         }
         if let Some(us) = s.cpu_us_per_message_out {
             let _ = write!(o, "  {us:.2}µs cpu per message sent");
+        }
+        if let Some(m) = s.messages_per_write {
+            let _ = write!(o, "  {m:.2} messages per write");
         }
         let _ = writeln!(o);
     }

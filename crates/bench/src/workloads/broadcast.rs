@@ -6,7 +6,7 @@
 //! slowest one); the coordinator adds the tallies of all processes, so
 //! "until the last subscriber" is exact across processes.
 
-use crate::child::{BroadcastTally, Control};
+use crate::child::BroadcastTally;
 use crate::cli::{BenchCommand, BroadcastArgs};
 use crate::error::BenchError;
 use crate::histogram;
@@ -14,10 +14,8 @@ use crate::monitor::{Monitor, Role};
 use crate::pattern::{AssignMode, Assignment};
 use crate::report::{BroadcastReport, Report};
 
-use super::subscribers::await_subscribers;
 use super::{
-    drain, expected_deliveries, publish_schedule, spawn_publisher, spawn_subscribers, stop,
-    subscriber_processes, Setup, SubscriberGroup,
+    expected_deliveries, publish_schedule, publish_to_subscribers, Setup, SubscriberGroup,
 };
 
 /// Default K.
@@ -45,40 +43,9 @@ pub fn run(cmd: &BenchCommand, args: &BroadcastArgs) -> Result<Report, BenchErro
         broadcast_messages: Some(messages),
         connect_rate: 0.0,
     };
-    setup.plan_sources(cmd, &m, group.conns);
-    let sub_procs = subscriber_processes(cmd, &setup, group.conns);
-    let workers = sub_procs + 1;
-    spawn_subscribers(&mut m, cmd, &setup, &group, 0, workers)?;
-    await_subscribers(&mut m, cmd, group.conns)?;
     // K events at `rate`: the schedule is exactly K/rate seconds long.
     let schedule = publish_schedule(&publish, DEFAULT_RATE, messages as f64 / rate);
-    spawn_publisher(
-        &mut m,
-        cmd,
-        &setup,
-        &publish,
-        args.subject.clone(),
-        schedule,
-        group.conns,
-        (sub_procs, workers),
-    )?;
-    m.wait_for(Some(cmd.global.connect_timeout.0 + 5.0), |m| {
-        m.all_ready(Role::Publishers)
-    })?;
-    m.send(Role::Subscribers, Control::Start);
-    m.send(Role::Publishers, Control::Start);
-    let t0 = m.elapsed();
-    if !m.wait_for(Some(messages as f64 / rate + 15.0), |m| {
-        m.all_done(Role::Publishers)
-    })? {
-        stop(&mut m, Role::Publishers)?;
-    }
-    let expected =
-        expected_deliveries(&m, &assignment, group.conns, &publish, cmd.global.seed).expected;
-    drain(&mut m, expected, publish.drain.0)?;
-    let measured = m.elapsed() - t0;
-    stop(&mut m, Role::Subscribers)?;
-    m.finish_progress();
+    let measured = publish_to_subscribers(&mut m, cmd, &mut setup, &group, &publish, schedule)?;
     let mut report = Report::collect(cmd, &setup.profile.name, &m, measured, setup.started_unix)?;
     let deliveries = expected_deliveries(&m, &assignment, group.conns, &publish, cmd.global.seed);
     let tally = merge_tallies(&m, messages as usize);

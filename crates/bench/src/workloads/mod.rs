@@ -168,24 +168,37 @@ pub fn spawn_subscribers(
     Ok(procs)
 }
 
-/// Spawns one publisher worker (worker number `worker` of `workers`).
-#[allow(clippy::too_many_arguments)]
+/// One publisher worker to start.
+pub struct PublisherPlan<'a> {
+    /// How it publishes.
+    pub opts: &'a PublishOpts,
+    /// Subjects it draws from.
+    pub subjects: Pattern,
+    /// When each publish is due.
+    pub schedule: Schedule,
+    /// Global index of its first connection (after the subscribers', so
+    /// routes and handshake keys never repeat).
+    pub first_index: u64,
+    /// Its worker number among `workers` sharing the source-port space.
+    pub worker: u64,
+    /// Workers in the run.
+    pub workers: u64,
+}
+
+/// Spawns one publisher worker.
 pub fn spawn_publisher(
     m: &mut Monitor,
     cmd: &BenchCommand,
     setup: &Setup,
-    opts: &PublishOpts,
-    subjects: Pattern,
-    schedule: Schedule,
-    first_index: u64,
-    worker: (u64, u64),
+    plan: PublisherPlan<'_>,
 ) -> Result<(), BenchError> {
+    let opts = plan.opts;
     let mut spec_targets = None;
     let api_key_header = match opts.transport {
         Transport::Ws => None,
         Transport::Http => {
             let admin =
-                cmd.global.admin_url.clone().ok_or_else(|| {
+                cmd.global.admin_urls.first().cloned().ok_or_else(|| {
                     BenchError::Config("--transport http needs --admin-url".into())
                 })?;
             spec_targets = Some(vec![admin]);
@@ -196,24 +209,76 @@ pub fn spawn_publisher(
         }
     };
     let task = PublishTask {
-        schedule,
+        schedule: plan.schedule,
         share: Share::ALL,
         max_events: opts.count,
         size: opts.size,
-        subjects,
+        subjects: plan.subjects,
         order: opts.order,
         seed: cmd.global.seed,
         transport: opts.transport,
         conns: opts.publisher_conns.max(1),
-        first_index,
+        first_index: plan.first_index,
         api_key_header,
     };
-    let mut spec = setup.spec(cmd, worker.0, worker.1, Task::Publish(task));
+    let mut spec = setup.spec(cmd, plan.worker, plan.workers, Task::Publish(task));
     if let Some(t) = spec_targets {
         spec.targets = t;
     }
     m.spawn(&spec, Role::Publishers)?;
     Ok(())
+}
+
+/// The shape `run` and `broadcast` share: set up every subscriber of
+/// `group`, then publish to its subjects on `schedule` and wait until every
+/// delivery is in (or the drain bound passes). Returns the measured seconds,
+/// from the start signal until drained.
+pub fn publish_to_subscribers(
+    m: &mut Monitor,
+    cmd: &BenchCommand,
+    setup: &mut Setup,
+    group: &SubscriberGroup,
+    opts: &PublishOpts,
+    schedule: Schedule,
+) -> Result<f64, BenchError> {
+    let assignment = group
+        .assignment
+        .as_ref()
+        .ok_or_else(|| BenchError::Config("publishing needs subscribed connections".into()))?;
+    setup.plan_sources(cmd, m, group.conns);
+    let sub_procs = subscriber_processes(cmd, setup, group.conns);
+    let workers = sub_procs + 1;
+    spawn_subscribers(m, cmd, setup, group, 0, workers)?;
+    subscribers::await_subscribers(m, cmd, group.conns)?;
+    let publish_secs = schedule.secs();
+    spawn_publisher(
+        m,
+        cmd,
+        setup,
+        PublisherPlan {
+            opts,
+            subjects: assignment.pattern.clone(),
+            schedule,
+            first_index: group.conns,
+            worker: sub_procs,
+            workers,
+        },
+    )?;
+    m.wait_for(Some(cmd.global.connect_timeout.0 + 5.0), |m| {
+        m.all_ready(Role::Publishers)
+    })?;
+    m.send(Role::Subscribers, Control::Start);
+    m.send(Role::Publishers, Control::Start);
+    let t0 = m.elapsed();
+    if !m.wait_for(Some(publish_secs + 15.0), |m| m.all_done(Role::Publishers))? {
+        stop(m, Role::Publishers)?;
+    }
+    let expected = expected_deliveries(m, assignment, group.conns, opts, cmd.global.seed).expected;
+    drain(m, expected, opts.drain.0)?;
+    let measured = m.elapsed() - t0;
+    stop(m, Role::Subscribers)?;
+    m.finish_progress();
+    Ok(measured)
 }
 
 /// Sends Stop to `role` and waits (bounded) for every final report.

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::child::{Driver, Published, RoleResult, Spec, MAX_BATCH};
 use crate::cli::Transport;
+use crate::clock::Span;
 use crate::conn::{Handler, Outcome};
 use crate::counters::Counters;
 use crate::engine::Engine;
@@ -88,6 +89,8 @@ pub struct PublishDriver {
     ack: Micros,
     dropped: Vec<u64>,
     conns_lost: u64,
+    /// When the first and last publish left.
+    sent: Option<Span>,
     stopped: bool,
     // Reused buffers.
     subject: String,
@@ -133,6 +136,7 @@ impl PublishDriver {
             ack: histogram::new(),
             dropped: Vec::new(),
             conns_lost: 0,
+            sent: None,
             stopped: false,
             subject: String::new(),
             data: String::new(),
@@ -185,6 +189,7 @@ impl PublishDriver {
             }
         }
         engine.cx.counters.published += 1;
+        Span::extend(&mut self.sent, engine.epoch().real_at(now));
         histogram::record(&mut self.lag, now.saturating_sub(due_ns) / 1000);
     }
 
@@ -349,6 +354,7 @@ impl Driver for PublishDriver {
             lag: Some(self.lag),
             ack: http.then_some(self.ack),
             published: Some(published),
+            sent: self.sent,
             ..RoleResult::default()
         }
     }
@@ -407,11 +413,14 @@ pub fn run(
         &mut m,
         cmd,
         &setup,
-        &args.publish,
-        args.subjects.clone(),
-        schedule,
-        0,
-        (0, 1),
+        super::PublisherPlan {
+            opts: &args.publish,
+            subjects: args.subjects.clone(),
+            schedule,
+            first_index: 0,
+            worker: 0,
+            workers: 1,
+        },
     )?;
     m.wait_for(Some(cmd.global.connect_timeout.0 + 5.0), |m| {
         m.all_ready(Role::Publishers)

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::child::{BroadcastTally, Driver, RoleResult, Spec};
+use crate::clock::Span;
 use crate::conn::{Handler, Outcome};
 use crate::counters::Counters;
 use crate::engine::Engine;
@@ -61,6 +62,8 @@ pub struct SubscribeDriver {
     latency: Micros,
     interval: Micros,
     tally: Option<BroadcastTally>,
+    /// When the first and last delivery arrived.
+    received: Option<Span>,
     stopped: bool,
     /// Scratch for subject choice and rendering.
     subject_ids: Vec<u64>,
@@ -89,6 +92,7 @@ impl SubscribeDriver {
             latency: histogram::new(),
             interval: histogram::new(),
             tally,
+            received: None,
             stopped: false,
             subject_ids: Vec::new(),
             subject_names: Vec::new(),
@@ -141,6 +145,7 @@ impl Handler for SubscribeDriver {
         };
         // A stamp from the future (clock adjusted mid-run) counts as 0.
         let us = now_real.saturating_sub(stamp.ts_ns) / 1000;
+        Span::extend(&mut self.received, now_real);
         histogram::record(&mut self.latency, us);
         histogram::record(&mut self.interval, us);
         if let (Some(t), Some(n)) = (&mut self.tally, stamp.n) {
@@ -214,6 +219,7 @@ impl Driver for SubscribeDriver {
         RoleResult {
             latency: Some(self.latency),
             broadcast: self.tally,
+            received: self.received,
             ..RoleResult::default()
         }
     }
@@ -258,15 +264,9 @@ pub fn run(
     use crate::monitor::{Monitor, Role};
     let mut setup = super::Setup::new(cmd)?;
     let mut m = Monitor::new(&cmd.global);
-    let assignment = Assignment {
-        pattern: args.subs.pattern(),
-        per_conn: args.subs.subjects_per_conn,
-        mode: args.subs.assign,
-        seed: cmd.global.seed,
-    };
     let group = super::SubscriberGroup {
         conns: args.subs.connections,
-        assignment: Some(assignment),
+        assignment: Some(args.subs.assignment(cmd.global.seed)),
         broadcast_messages: None,
         connect_rate: args.subs.connect_rate,
     };
