@@ -40,6 +40,7 @@ pub fn get_json(target: &Target, path: &str) -> Option<Value> {
 
 /// Polls /stats of every node once a second until dropped.
 pub struct StatsPoller {
+    targets: Vec<Target>,
     latest: Arc<Mutex<Option<Vec<Value>>>>,
     stop: Arc<AtomicBool>,
     /// The first answers, one per node, taken before the load starts.
@@ -59,10 +60,11 @@ impl StatsPoller {
         let latest = Arc::new(Mutex::new(first.clone()));
         let stop = Arc::new(AtomicBool::new(false));
         let (l, s) = (Arc::clone(&latest), Arc::clone(&stop));
+        let polled = targets.clone();
         std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_secs(1));
-                if let Some(v) = poll_all(&targets) {
+                if let Some(v) = poll_all(&polled) {
                     // A poisoned lock only means a reader panicked; the
                     // value is still whole JSON documents.
                     *l.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
@@ -70,10 +72,17 @@ impl StatsPoller {
             }
         });
         StatsPoller {
+            targets,
             latest,
             stop,
             first,
         }
+    }
+
+    /// Fresh answers taken now (the latest periodic ones if a node does not
+    /// answer): the report's end state, exact for every counter.
+    pub fn final_answers(&self) -> Option<Vec<Value>> {
+        poll_all(&self.targets).or_else(|| self.latest())
     }
 
     /// The latest answers, one per node.

@@ -104,7 +104,7 @@ impl Metrics {
             ("messages_in", "WebSocket messages received from clients"),
             (
                 "messages_out",
-                "Messages queued to clients (deliveries, replies, control)",
+                "WebSocket data messages queued to clients (deliveries, replies, echoes)",
             ),
             ("bytes_in", "Bytes read from client sockets"),
             ("bytes_out", "Bytes written to client sockets"),

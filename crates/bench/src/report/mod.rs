@@ -304,7 +304,7 @@ impl Report {
         let server = m
             .admin
             .as_ref()
-            .map(|a| server_report(a.first.clone(), a.latest(), &m.samples));
+            .map(|a| server_report(a.first.clone(), a.final_answers(), &m.samples));
         Ok(Report {
             tool: format!("myriad bench {}", env!("CARGO_PKG_VERSION")),
             workload: workload_name(cmd),

@@ -307,11 +307,19 @@ impl Worker {
 
     // ---- output -----------------------------------------------------------
 
-    /// Queues `frame` for `id` and schedules a flush this turn.
+    /// Queues a data message (reply or echo) for `id`: counted in
+    /// `messages_out`, like deliveries.
+    fn send_message(&mut self, id: ConnId, frame: Bytes) {
+        self.metrics.messages_out.inc();
+        self.send(id, frame);
+    }
+
+    /// Queues `bytes` (a frame or an HTTP response) for `id` and schedules a
+    /// flush this turn. Control frames and handshake responses go straight
+    /// here: they are not messages.
     fn send(&mut self, id: ConnId, frame: Bytes) {
         let conn = &mut self.conns[id as usize];
         let pending = conn.queue(frame);
-        self.metrics.messages_out.inc();
         if conn.set_flag(flags::DIRTY) {
             self.dirty.push(id);
         }
@@ -321,7 +329,7 @@ impl Worker {
     }
 
     fn send_text(&mut self, id: ConnId, text: &str) {
-        self.send(
+        self.send_message(
             id,
             Bytes::from(encode_frame(OpCode::Text, text.as_bytes(), None)),
         );

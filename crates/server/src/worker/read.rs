@@ -257,7 +257,7 @@ impl Worker {
                 self.metrics.messages_in.inc();
                 self.conns[id as usize].last_message = now;
                 if phase == Phase::Echo {
-                    self.send(
+                    self.send_message(
                         id,
                         Bytes::from(encode_frame(OpCode::Text, text.as_bytes(), None)),
                     );
@@ -270,7 +270,7 @@ impl Worker {
                 self.metrics.messages_in.inc();
                 self.conns[id as usize].last_message = now;
                 if phase == Phase::Echo {
-                    self.send(id, Bytes::from(encode_frame(OpCode::Binary, data, None)));
+                    self.send_message(id, Bytes::from(encode_frame(OpCode::Binary, data, None)));
                     Flow::Continue
                 } else {
                     // Protocol v1 is JSON text only.

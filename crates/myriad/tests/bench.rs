@@ -1,0 +1,356 @@
+//! `myriad bench` end to end: every workload, briefly, against a real
+//! `myriad serve`, checking that the figures agree with each other and with
+//! the server's own counters (messages received = published × subscribers
+//! where nothing is lost). Counts only; never timings.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+
+use common::Node;
+use serde_json::Value;
+
+/// A file in the system's temp directory, unique to this test process.
+fn temp_path(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("myriad-bench-{}-{name}", std::process::id()))
+}
+
+/// `myriad bench` with `global` options (plus --json and quiet progress)
+/// and a workload.
+fn bench_command(node: &Node, json: &Path, global: &[&str], workload: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_myriad"));
+    cmd.arg("bench")
+        .args(["--url", &node.url("/ws")])
+        .args(["--admin-url", &format!("http://{}", node.admin)])
+        .args(["--progress", "off", "--json"])
+        .arg(json)
+        .args(global)
+        .args(workload)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Runs a bench command to the end and returns its JSON report.
+fn report_of(output: Output, json: &Path) -> Value {
+    assert!(
+        output.status.success(),
+        "bench failed: {}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = std::fs::read_to_string(json).expect("the --json report");
+    std::fs::remove_file(json).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn bench(node: &Node, name: &str, global: &[&str], workload: &[&str]) -> Value {
+    let json = temp_path(&format!("{name}.json"));
+    let output = bench_command(node, &json, global, workload)
+        .output()
+        .expect("run myriad bench");
+    report_of(output, &json)
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
+}
+
+fn no_failures(r: &Value) {
+    let failed: u64 = r["failures"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(failed, 0, "failures: {}", r["failures"]);
+}
+
+#[test]
+fn run_delivers_every_message_and_the_figures_agree() {
+    let node = Node::start(&[]);
+    let html = temp_path("run.html");
+    let r = bench(
+        &node,
+        "run",
+        &["--html", html.to_str().unwrap()],
+        &[
+            "run",
+            "--connections",
+            "300",
+            "--rate",
+            "600",
+            "--duration",
+            "2s",
+        ],
+    );
+    no_failures(&r);
+    let t = &r["totals"];
+    assert_eq!(u(&t["subscribed"]), 300);
+    assert_eq!(u(&t["upgraded"]), 301, "300 subscribers and one publisher");
+    assert_eq!(u(&t["published"]), 1200, "600/s for 2 s, open loop");
+    // One subject per connection: each publish has exactly one subscriber.
+    let d = &r["deliveries"];
+    assert_eq!(u(&d["published"]), 1200);
+    assert_eq!(u(&d["expected"]), 1200);
+    assert_eq!(u(&d["received"]), 1200);
+    assert_eq!(d["exact"], true);
+    assert_eq!(u(&r["latency"]["count"]), 1200, "every delivery timed");
+    assert_eq!(u(&t["server_errors"]), 0);
+    // The server counted the same publishes and deliveries.
+    let server = &r["server"];
+    assert_eq!(u(&server["nodes"]), 1);
+    let (before, after) = (&server["before"][0], &server["after"][0]);
+    assert_eq!(u(&after["publishes"]) - u(&before["publishes"]), 1200);
+    assert_eq!(u(&server["peak_connections"]), 301);
+    assert!(server["rss_added_per_connection"].is_f64());
+    assert!(!r["timeline"].as_array().unwrap().is_empty());
+    let page = std::fs::read_to_string(&html).expect("the --html report");
+    std::fs::remove_file(&html).unwrap();
+    assert!(page.starts_with("<!doctype html>") && page.contains("<svg"));
+    assert!(!page.contains("<script"), "self-contained, no scripts");
+}
+
+#[test]
+fn broadcast_reaches_every_subscriber_with_every_message() {
+    let node = Node::start(&["--workers", "2"]);
+    let r = bench(
+        &node,
+        "broadcast",
+        &[],
+        &[
+            "broadcast",
+            "--subscribers",
+            "400",
+            "--rate",
+            "40",
+            "--count",
+            "30",
+        ],
+    );
+    no_failures(&r);
+    let b = &r["broadcast"];
+    assert_eq!(u(&b["messages"]), 30);
+    assert_eq!(u(&b["subscribers"]), 400);
+    assert_eq!(u(&b["complete"]), 30, "every message reached all 400");
+    assert_eq!(u(&b["until_last"]["count"]), 30);
+    assert_eq!(u(&r["deliveries"]["received"]), 30 * 400);
+    assert_eq!(u(&r["deliveries"]["expected"]), 30 * 400);
+    let (before, after) = (&r["server"]["before"][0], &r["server"]["after"][0]);
+    assert_eq!(
+        u(&after["messages_out"]) - u(&before["messages_out"]),
+        30 * 400 + 400,
+        "the deliveries, plus one ok per subscribe (publishes carry no id)"
+    );
+}
+
+#[test]
+fn subscribers_time_what_a_separate_publisher_sends() {
+    let node = Node::start(&[]);
+    let json = temp_path("subscribers.json");
+    let subscribers: Child = bench_command(
+        &node,
+        &json,
+        &[],
+        &[
+            "subscribers",
+            "--connections",
+            "200",
+            "--subjects",
+            "/t/s{1..100}",
+            // Ample: the publisher below runs for about a second, but the
+            // tests share a small machine.
+            "--duration",
+            "10s",
+        ],
+    )
+    .spawn()
+    .unwrap();
+    // Connection i takes subject i mod 100: two subscribers per subject.
+    node.wait_for_stats("200 subscriptions", |s| s["subscriptions"] == 200);
+    let published = bench(
+        &node,
+        "publishers",
+        &[],
+        &[
+            "publishers",
+            "--subjects",
+            "/t/s{1..100}",
+            "--order",
+            "sequential",
+            "--rate",
+            "300",
+            "--count",
+            "300",
+        ],
+    );
+    no_failures(&published);
+    assert_eq!(u(&published["totals"]["published"]), 300);
+    assert_eq!(u(&published["publish_lag"]["count"]), 300);
+    let r = report_of(subscribers.wait_with_output().unwrap(), &json);
+    no_failures(&r);
+    assert_eq!(u(&r["totals"]["subscribed"]), 200);
+    assert_eq!(u(&r["totals"]["messages_in"]), 600, "300 publishes × 2");
+    assert_eq!(u(&r["latency"]["count"]), 600);
+}
+
+#[test]
+fn http_publishing_counts_the_servers_answers() {
+    let node = Node::start(&["--api-key", "sesame"]);
+    let r = bench(
+        &node,
+        "http",
+        &["--api-key", "sesame"],
+        &[
+            "run",
+            "--connections",
+            "50",
+            "--transport",
+            "http",
+            "--publisher-conns",
+            "2",
+            "--rate",
+            "200",
+            "--duration",
+            "1s",
+        ],
+    );
+    no_failures(&r);
+    let t = &r["totals"];
+    assert_eq!(u(&t["published"]), 200);
+    assert_eq!(u(&t["http_ok"]), 200);
+    assert_eq!(u(&t["http_errors"]), 0);
+    assert_eq!(
+        u(&t["http_delivered"]),
+        200,
+        "the API says one subscriber each"
+    );
+    assert_eq!(u(&r["deliveries"]["received"]), 200);
+    assert_eq!(u(&r["http_response"]["count"]), 200);
+    let wrong = bench(
+        &node,
+        "http-wrong-key",
+        &["--api-key", "nope"],
+        &[
+            "publishers",
+            "--transport",
+            "http",
+            "--rate",
+            "50",
+            "--count",
+            "20",
+        ],
+    );
+    assert_eq!(u(&wrong["totals"]["http_ok"]), 0);
+    assert_eq!(u(&wrong["totals"]["http_errors"]), 20, "401 for every one");
+}
+
+#[test]
+fn connect_rate_opens_holds_and_closes_every_device() {
+    let node = Node::start(&["--workers", "2"]);
+    let r = bench(
+        &node,
+        "connect-rate",
+        &[],
+        &[
+            "connect-rate",
+            "--rate",
+            "400",
+            "--ramp-up",
+            "1s",
+            "--sustain",
+            "1s",
+            "--ramp-down",
+            "1s",
+            "--hold",
+            "1s",
+            "--subscribe",
+            "/d/{1..50}",
+        ],
+    );
+    no_failures(&r);
+    let t = &r["totals"];
+    // 200 arrivals ramping up, 400 sustained, 200 ramping down.
+    assert_eq!(u(&t["attempts"]), 800);
+    assert_eq!(u(&t["upgraded"]), 800);
+    assert_eq!(u(&t["subscribed"]), 800);
+    assert_eq!(u(&t["closed"]), 800, "every device closed cleanly");
+    let phases = r["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 3);
+    let upgrades: u64 = phases.iter().map(|p| u(&p["upgrades"])).sum();
+    assert_eq!(upgrades, 800);
+    assert_eq!(u(&r["handshake"]["count"]), 800);
+    let (before, after) = (&r["server"]["before"][0], &r["server"]["after"][0]);
+    assert_eq!(
+        u(&after["connections_accepted"]) - u(&before["connections_accepted"]),
+        800
+    );
+    node.wait_for_stats("every device gone", |s| s["connections"] == 0);
+}
+
+/// A bench whose open-file cap allows 300 connections per process spreads
+/// 700 over three worker processes, from several source addresses, and
+/// still sets every one up.
+#[test]
+fn connections_spread_over_processes_within_the_open_file_cap() {
+    use std::os::unix::process::CommandExt;
+    let node = Node::start(&[]);
+    let json = temp_path("spread.json");
+    let mut cmd = bench_command(
+        &node,
+        &json,
+        &["--local-addrs", "127.0.0.1-127.0.0.3"],
+        &["subscribers", "--connections", "700", "--duration", "3s"],
+    );
+    // SAFETY: only setrlimit, which is async-signal-safe, runs in the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            let cap = libc::rlimit {
+                rlim_cur: 400,
+                rlim_max: 400,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &cap) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let r = report_of(cmd.output().unwrap(), &json);
+    no_failures(&r);
+    assert_eq!(u(&r["bench"]["fd_cap"]), 400);
+    assert_eq!(u(&r["bench"]["conns_per_process"]), 300);
+    assert_eq!(u(&r["bench"]["processes"]), 3);
+    assert_eq!(u(&r["totals"]["subscribed"]), 700);
+    assert_eq!(u(&r["server"]["peak_connections"]), 700);
+}
+
+/// Another server's dialect through a profile: the generic profile against
+/// myriad's echo endpoint, where each connection's "join" comes back to it.
+#[test]
+fn a_generic_profile_drives_a_server_that_only_echoes() {
+    let node = Node::start(&["--echo-path", "/echo"]);
+    let json = temp_path("generic.json");
+    let output = Command::new(env!("CARGO_BIN_EXE_myriad"))
+        .args(["bench", "--progress", "off", "--profile", "generic"])
+        .args(["--url", &node.url("/echo"), "--json"])
+        .arg(&json)
+        .args(["subscribers", "--connections", "40", "--duration", "1s"])
+        .output()
+        .unwrap();
+    let r = report_of(output, &json);
+    no_failures(&r);
+    assert_eq!(r["profile"], "generic");
+    assert_eq!(
+        u(&r["totals"]["subscribed"]),
+        40,
+        "no ack: counted once sent"
+    );
+    assert_eq!(u(&r["totals"]["other_in"]), 40, "each join echoed back");
+    assert_eq!(
+        u(&r["totals"]["messages_in"]),
+        0,
+        "an echo carries no timestamp"
+    );
+}
