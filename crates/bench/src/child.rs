@@ -371,6 +371,10 @@ fn run_worker<D: Driver>(
         }
     }
     let role = driver.finish();
+    let mut counters = engine.cx.counters.clone();
+    if let Some(p) = &role.published {
+        counters.publish_dropped = p.dropped.len() as u64;
+    }
     let mut histograms = vec![
         (
             "connect".to_owned(),
@@ -391,7 +395,7 @@ fn run_worker<D: Driver>(
         }
     }
     emit(&Msg::Done(Box::new(Done {
-        counters: engine.cx.counters.clone(),
+        counters,
         histograms,
         phase_upgrades: role.phase_upgrades,
         broadcast: role.broadcast,

@@ -216,7 +216,8 @@ pub struct PublishOpts {
     /// Stop after this many messages (default: when the duration ends).
     #[arg(long)]
     pub count: Option<u64>,
-    /// After the last publish, wait at most this long for deliveries.
+    /// After the last publish fired, wait at most this long for the
+    /// server to take what is queued, and for the deliveries.
     #[arg(long, default_value = "5s")]
     pub drain: Secs,
 }

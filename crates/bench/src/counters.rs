@@ -102,9 +102,11 @@ pub struct Counters {
     pub server_errors: u64,
     /// Payload bytes received in data frames.
     pub bytes_in: u64,
-    /// Publish messages written (WebSocket frames or HTTP requests).
+    /// Publish messages whose last byte the socket took (WebSocket frames
+    /// or HTTP requests).
     pub published: u64,
-    /// Publish events that could not be sent (no connection left).
+    /// Publish events fired but never wholly written: their connection was
+    /// lost, or the server had not read them when the worker ended.
     pub publish_dropped: u64,
     /// HTTP publish responses with a 2xx status.
     pub http_ok: u64,

@@ -145,3 +145,37 @@ fn an_idle_connection_without_subscriptions_is_closed() {
     assert_eq!(node.publish("keep", &json!(1))["delivered"], 1);
     assert_eq!(recv(&mut subscribed)["data"], 1);
 }
+
+/// A publisher that outruns the workers is paused, not dropped: with the
+/// mailbox high-water mark at 1 the node is congested after nearly every
+/// publish, so a burst of publishes sits in the publisher's socket and the
+/// worker's buffer across many pauses. Every one must still come out, in
+/// order, once the workers catch up, although the publisher sends nothing
+/// after its burst (no new readiness edge to wake its connection).
+#[test]
+fn publishers_outrunning_the_workers_are_paused_and_nothing_is_lost() {
+    let node = Node::start(&[
+        "--workers",
+        "1",
+        "--mailbox-high-water",
+        "1",
+        "--max-outbound-bytes",
+        "16777216",
+    ]);
+    let mut subscriber = node.connect();
+    subscribe(&mut subscriber, &["flood"]);
+    const MESSAGES: u64 = 20_000;
+    let reader = std::thread::spawn(move || {
+        (0..MESSAGES)
+            .map(|_| recv(&mut subscriber)["seq"].as_u64().unwrap())
+            .collect::<Vec<u64>>()
+    });
+    let mut publisher = node.connect();
+    for i in 0..MESSAGES {
+        let publish = json!({"op": "publish", "subject": "flood", "data": i});
+        publisher.write(Message::text(publish.to_string())).unwrap();
+    }
+    publisher.flush().unwrap();
+    let seqs = reader.join().unwrap();
+    assert_eq!(seqs, (1..=MESSAGES).collect::<Vec<u64>>());
+}

@@ -27,7 +27,7 @@ fn encode(c: &mut Criterion) {
 fn publish_to_10k(c: &mut Criterion) {
     let poll = mio::Poll::new().unwrap();
     let waker = mio::Waker::new(poll.registry(), mio::Token(0)).unwrap();
-    let (hub, mut receivers) = Hub::new(vec![waker]);
+    let (hub, mut receivers) = Hub::new(vec![waker], usize::MAX);
     let rx = receivers.pop().unwrap();
     let subject: Arc<str> = Arc::from("broadcast");
     let mut registry = Registry::new();

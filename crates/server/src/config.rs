@@ -68,6 +68,11 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_SOCKET_SEND_BUFFER", default_value_t = 65_536)]
     pub socket_send_buffer: usize,
 
+    /// Deliveries waiting for one worker beyond which publishing pauses:
+    /// workers stop reading publishing connections and the HTTP API waits.
+    #[arg(long, env = "MYRIAD_MAILBOX_HIGH_WATER", default_value_t = 65_536)]
+    pub mailbox_high_water: usize,
+
     /// Listen backlog per worker listener (the kernel caps it at net.core.somaxconn).
     #[arg(long, env = "MYRIAD_BACKLOG", default_value_t = 4_096)]
     pub backlog: u32,
@@ -192,6 +197,10 @@ impl Config {
         check(
             self.max_message_size >= 125,
             "max_message_size must be at least 125",
+        )?;
+        check(
+            self.mailbox_high_water >= 1,
+            "mailbox_high_water must be at least 1",
         )?;
         check(
             self.max_subject_len >= 1,

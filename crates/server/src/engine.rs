@@ -80,7 +80,7 @@ mod tests {
             .iter()
             .map(|p| mio::Waker::new(p.registry(), mio::Token(0)).unwrap())
             .collect();
-        let (hub, receivers) = Hub::new(wakers);
+        let (hub, receivers) = Hub::new(wakers, 65_536);
         Fixture {
             engine: Box::new(MemoryEngine::new(Arc::clone(&hub))),
             hub,

@@ -27,10 +27,6 @@ use myriad_protocol::ws::{write_frame_header, OpCode, MAX_HEADER_LEN};
 /// Number of subject-map shards; a power of two well above the core count.
 pub const SHARDS: usize = 64;
 
-/// Deliveries queued for one worker beyond which publishers are paused
-/// (see [`Hub::congested`]): bounded memory when publishers outrun workers.
-pub const MAILBOX_HIGH_WATER: usize = 65_536;
-
 /// One encoded message on its way to a worker's local subscribers.
 #[derive(Debug, Clone)]
 pub struct Delivery {
@@ -118,12 +114,19 @@ pub struct Hub {
     shards: Box<[Mutex<Shard>]>,
     mailboxes: Box<[Mailbox]>,
     shard_hasher: RandomState,
+    /// Deliveries queued for one worker beyond which publishers are paused
+    /// (see [`Hub::congested`]): bounded memory when publishers outrun workers.
+    mailbox_high_water: usize,
 }
 
 impl Hub {
-    /// A hub for `wakers.len()` workers; returns each worker's receiving end,
-    /// in worker order.
-    pub fn new(wakers: Vec<mio::Waker>) -> (Arc<Hub>, Vec<Receiver<Delivery>>) {
+    /// A hub for `wakers.len()` workers that counts a worker congested past
+    /// `mailbox_high_water` queued deliveries; returns each worker's
+    /// receiving end, in worker order.
+    pub fn new(
+        wakers: Vec<mio::Waker>,
+        mailbox_high_water: usize,
+    ) -> (Arc<Hub>, Vec<Receiver<Delivery>>) {
         assert!(wakers.len() <= 64, "worker bitmask is a u64");
         let mut receivers = Vec::with_capacity(wakers.len());
         let mailboxes = wakers
@@ -143,6 +146,7 @@ impl Hub {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             mailboxes,
             shard_hasher: RandomState::default(),
+            mailbox_high_water,
         };
         (Arc::new(hub), receivers)
     }
@@ -219,13 +223,13 @@ impl Hub {
         }
     }
 
-    /// True while some worker has more than [`MAILBOX_HIGH_WATER`] deliveries
-    /// waiting: publishers should hold off (workers stop reading from
-    /// publishing connections; the HTTP API waits) until it clears.
+    /// True while some worker has more than the high-water mark of
+    /// deliveries waiting: publishers should hold off (workers stop reading
+    /// from publishing connections; the HTTP API waits) until it clears.
     pub fn congested(&self) -> bool {
         self.mailboxes
             .iter()
-            .any(|m| m.queued.load(Ordering::Relaxed) > MAILBOX_HIGH_WATER)
+            .any(|m| m.queued.load(Ordering::Relaxed) > self.mailbox_high_water)
     }
 
     /// Distinct subjects with subscribers on this node.
@@ -269,7 +273,7 @@ mod tests {
             .iter()
             .map(|p| mio::Waker::new(p.registry(), mio::Token(0)).unwrap())
             .collect();
-        let (hub, rx) = Hub::new(wakers);
+        let (hub, rx) = Hub::new(wakers, 65_536);
         (hub, rx, polls)
     }
 

@@ -106,7 +106,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         .map(|p| mio::Waker::new(p.registry(), worker::WAKER))
         .collect::<Result<Vec<_>, _>>()
         .map_err(ServeError::Poll)?;
-    let (hub, mailboxes) = Hub::new(wakers);
+    let (hub, mailboxes) = Hub::new(wakers, config.mailbox_high_water);
     let shared = Arc::new(Shared {
         engine: Arc::new(MemoryEngine::new(Arc::clone(&hub))),
         hub,

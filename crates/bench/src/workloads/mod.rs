@@ -220,6 +220,7 @@ pub fn spawn_publisher(
         conns: opts.publisher_conns.max(1),
         first_index: plan.first_index,
         api_key_header,
+        drain_secs: opts.drain.0,
     };
     let mut spec = setup.spec(cmd, plan.worker, plan.workers, Task::Publish(task));
     if let Some(t) = spec_targets {
@@ -227,6 +228,15 @@ pub fn spawn_publisher(
     }
     m.spawn(&spec, Role::Publishers)?;
     Ok(())
+}
+
+/// How long the coordinator waits for publishers of a `publish_secs` schedule
+/// to end by themselves before it stops them. A publisher ends once its
+/// queues drained, or its drain bound passed after its last event fired;
+/// behind a server that holds it back, that last event fires late, so the
+/// bound allows the schedule twice over.
+pub fn publishers_bound(publish_secs: f64, opts: &PublishOpts) -> f64 {
+    publish_secs * 2.0 + opts.drain.0 + 15.0
 }
 
 /// The shape `run` and `broadcast` share: set up every subscriber of
@@ -270,7 +280,8 @@ pub fn publish_to_subscribers(
     m.send(Role::Subscribers, Control::Start);
     m.send(Role::Publishers, Control::Start);
     let t0 = m.elapsed();
-    if !m.wait_for(Some(publish_secs + 15.0), |m| m.all_done(Role::Publishers))? {
+    let bound = publishers_bound(publish_secs, opts);
+    if !m.wait_for(Some(bound), |m| m.all_done(Role::Publishers))? {
         stop(m, Role::Publishers)?;
     }
     let expected = expected_deliveries(m, assignment, group.conns, opts, cmd.global.seed).expected;

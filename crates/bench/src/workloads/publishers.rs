@@ -3,12 +3,16 @@
 //!
 //! The worker side ([`PublishDriver`]) fires every publish event of its
 //! share of the schedule as soon as it is due, stamping it with its DUE
-//! time; if the server (or this process) falls behind, the events pile up
-//! in the socket's queue and the delay shows as latency at the
-//! subscribers and as send lag here — never as a lower rate. HTTP
-//! publishes are pipelined on keep-alive connections for the same reason,
-//! and their responses are timed from the due time too. The coordinator
-//! side ([`run`]) publishes for the duration and reports rates.
+//! time: if the server (or this process) falls behind, the delay shows as
+//! latency at the subscribers and as send lag here, never as a quietly
+//! lower rate. A server that stops reading (back-pressure) fills a
+//! connection's socket and then its bounded queue here; events wait, unsent
+//! and unrendered, and leave late with their due timestamps. An event
+//! counts as published once its last byte is written to the socket; one
+//! still queued when the worker ends is reported as dropped, so delivery
+//! accounting stays exact. HTTP publishes are pipelined on keep-alive
+//! connections and their responses timed from the due time too. The
+//! coordinator side ([`run`]) publishes for the duration and reports rates.
 
 use std::collections::VecDeque;
 
@@ -27,9 +31,11 @@ use crate::pattern::{publish_subject, Pattern, PublishOrder};
 use crate::payload::PayloadBuilder;
 use crate::profile::{Template, Values};
 
-/// After the last publish, how long the worker waits for HTTP responses
-/// and for its queues to drain before reporting anyway.
-const DRAIN_NS: u64 = 5_000_000_000;
+/// Bytes queued on one publishing connection beyond what its socket took,
+/// past which no more events are rendered for it: a server applying
+/// back-pressure holds the events back (late, not lost) instead of growing
+/// this process without bound.
+const MAX_BACKLOG_BYTES: usize = 1 << 20;
 
 /// One publisher worker's job.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -57,6 +63,9 @@ pub struct PublishTask {
     pub first_index: u64,
     /// HTTP only: `X-Api-Key: …` style header line to add, if any.
     pub api_key_header: Option<String>,
+    /// After the last event fired, how long to wait for queues to drain
+    /// (and HTTP answers to arrive) before reporting anyway, seconds.
+    pub drain_secs: f64,
 }
 
 /// A publishing connection.
@@ -64,8 +73,13 @@ struct PubConn {
     key: usize,
     index: u32,
     open: bool,
+    /// Bytes queued on it so far; less its current backlog, bytes written.
+    queued_bytes: u64,
+    /// Events queued but not yet wholly written: (`queued_bytes` at the
+    /// end of the event, event number), oldest first.
+    unsent: VecDeque<(u64, u64)>,
     /// HTTP: due times (wall clock) of requests awaiting a response, in order.
-    pending: VecDeque<u64>,
+    awaiting: VecDeque<u64>,
 }
 
 /// The worker side of publishers.
@@ -89,7 +103,7 @@ pub struct PublishDriver {
     ack: Micros,
     dropped: Vec<u64>,
     conns_lost: u64,
-    /// When the first and last publish left.
+    /// When the first and last publish was written.
     sent: Option<Span>,
     stopped: bool,
     // Reused buffers.
@@ -145,21 +159,20 @@ impl PublishDriver {
         })
     }
 
-    /// Publishes event `n`, due at monotonic `due_ns`.
-    fn publish(&mut self, engine: &mut Engine, n: u64, due_ns: u64, now: u64) {
-        let open = self.conns.iter().filter(|c| c.open).count();
-        if open == 0 {
-            self.dropped.push(n);
-            engine.cx.counters.publish_dropped += 1;
-            return;
-        }
-        // Next open connection, round robin.
-        let slot = loop {
+    /// The next open connection with room in its queue, round robin.
+    fn next_conn(&mut self, engine: &Engine) -> Option<usize> {
+        for _ in 0..self.conns.len() {
             self.rr = (self.rr + 1) % self.conns.len();
-            if self.conns[self.rr].open {
-                break self.rr;
+            let c = &self.conns[self.rr];
+            if c.open && engine.backlog(c.key) < MAX_BACKLOG_BYTES {
+                return Some(self.rr);
             }
-        };
+        }
+        None
+    }
+
+    /// Queues event `n`, due at monotonic `due_ns`, on connection `slot`.
+    fn publish(&mut self, engine: &mut Engine, slot: usize, n: u64, due_ns: u64, now: u64) {
         let due_real = engine.epoch().real_at(due_ns);
         let subject = publish_subject(self.task.order, self.task.seed, n, self.task.subjects.len());
         self.subject.clear();
@@ -176,6 +189,7 @@ impl PublishDriver {
             &mut self.text,
         );
         let conn = &mut self.conns[slot];
+        let before = engine.backlog(conn.key);
         match &self.http {
             None => engine.queue_text(conn.key, self.text.as_bytes()),
             Some((path, host, extra)) => {
@@ -185,24 +199,39 @@ impl PublishDriver {
                 );
                 engine.queue_raw(conn.key, head.as_bytes());
                 engine.queue_raw(conn.key, self.text.as_bytes());
-                conn.pending.push_back(due_real);
+                conn.awaiting.push_back(due_real);
             }
         }
-        engine.cx.counters.published += 1;
-        Span::extend(&mut self.sent, engine.epoch().real_at(now));
+        conn.queued_bytes += (engine.backlog(conn.key) - before) as u64;
+        conn.unsent.push_back((conn.queued_bytes, n));
         histogram::record(&mut self.lag, now.saturating_sub(due_ns) / 1000);
     }
 
-    /// Writes what every connection has queued: once per tick, so a burst
-    /// of due events leaves in as few writes as possible.
+    /// Writes what every connection has queued (once per tick, so a burst
+    /// of due events leaves in as few writes as possible), then counts the
+    /// events whose last byte the sockets took.
     fn flush_all(&mut self, engine: &mut Engine) {
         for i in 0..self.conns.len() {
             let key = self.conns[i].key;
             engine.flush(key, self);
         }
+        let now_real = engine.epoch().real_at(engine.cx.now_ns);
+        for c in self.conns.iter_mut().filter(|c| c.open) {
+            let written = c.queued_bytes - engine.backlog(c.key) as u64;
+            while c.unsent.front().is_some_and(|&(end, _)| end <= written) {
+                c.unsent.pop_front();
+                engine.cx.counters.published += 1;
+                Span::extend(&mut self.sent, now_real);
+            }
+        }
     }
 
-    fn all_sent(&self) -> bool {
+    /// Reports every event still unwritten on `conn` as dropped.
+    fn drop_unsent(conn: &mut PubConn, dropped: &mut Vec<u64>) {
+        dropped.extend(conn.unsent.drain(..).map(|(_, n)| n));
+    }
+
+    fn all_fired(&self) -> bool {
         self.k >= self.share_len()
     }
 
@@ -241,7 +270,7 @@ impl Handler for PublishDriver {
                 counters.http_errors += 1;
             }
             counters.http_delivered += delivered;
-            if let Some(due) = conn.pending.pop_front() {
+            if let Some(due) = conn.awaiting.pop_front() {
                 histogram::record(&mut self.ack, now_real.saturating_sub(due) / 1000);
             }
         }
@@ -251,9 +280,8 @@ impl Handler for PublishDriver {
     fn on_closed(&mut self, _key: usize, index: u32, _outcome: Outcome, was_open: bool) {
         if let Some(c) = self.conns.iter_mut().find(|c| c.index == index) {
             c.open = false;
-            if was_open && !c.pending.is_empty() {
-                c.pending.clear();
-            }
+            c.awaiting.clear();
+            Self::drop_unsent(c, &mut self.dropped);
         }
         if was_open && !self.stopped {
             self.conns_lost += 1;
@@ -274,7 +302,9 @@ impl Driver for PublishDriver {
                         key,
                         index,
                         open: false,
-                        pending: VecDeque::new(),
+                        queued_bytes: 0,
+                        unsent: VecDeque::new(),
+                        awaiting: VecDeque::new(),
                     });
                 }
             }
@@ -284,25 +314,40 @@ impl Driver for PublishDriver {
             return None;
         }
         let share_len = self.share_len();
-        let mut batch = 0;
-        while self.k < share_len {
-            if batch == MAX_BATCH {
-                self.flush_all(engine);
-                return Some(now);
+        let mut next = None;
+        for _ in 0..MAX_BATCH {
+            if self.k >= share_len {
+                break;
             }
-            batch += 1;
             let n = self.task.share.event(self.k);
             let due = start + self.task.schedule.due(n).map_or(0, |d| d.as_nanos() as u64);
             if due > now {
-                self.flush_all(engine);
-                return Some(due);
+                next = Some(due);
+                break;
             }
-            self.publish(engine, n, due, now);
+            if self.conns.iter().all(|c| !c.open) {
+                // Every connection is gone: the rest can never be sent.
+                self.dropped.push(n);
+                self.k += 1;
+                continue;
+            }
+            let Some(slot) = self.next_conn(engine) else {
+                // Every queue is full: the server is not reading. Look again
+                // after the sockets had a turn; the event stays due.
+                next = Some(now + 1_000_000);
+                break;
+            };
+            self.publish(engine, slot, n, due, now);
             self.k += 1;
         }
-        self.last_fired_ns.get_or_insert(now);
+        if self.k < share_len && next.is_none() {
+            next = Some(now); // the batch ended with more due
+        }
+        if self.all_fired() {
+            self.last_fired_ns.get_or_insert(now);
+        }
         self.flush_all(engine);
-        None
+        next
     }
 
     fn start(&mut self, engine: &mut Engine) {
@@ -321,16 +366,16 @@ impl Driver for PublishDriver {
         if self.stopped {
             return true;
         }
-        if !self.all_sent() {
+        if !self.all_fired() {
             return false;
         }
         let drained = self
             .conns
             .iter()
-            .all(|c| c.pending.is_empty() && engine.backlog(c.key) == 0);
+            .all(|c| c.unsent.is_empty() && c.awaiting.is_empty());
         let waited = self
             .last_fired_ns
-            .is_some_and(|t| engine.cx.now_ns >= t + DRAIN_NS);
+            .is_some_and(|t| engine.cx.now_ns >= t + (self.task.drain_secs * 1e9) as u64);
         drained || waited
     }
 
@@ -342,7 +387,10 @@ impl Driver for PublishDriver {
         true
     }
 
-    fn finish(self) -> RoleResult {
+    fn finish(mut self) -> RoleResult {
+        for c in &mut self.conns {
+            Self::drop_unsent(c, &mut self.dropped);
+        }
         let published = Published {
             fired: self.k,
             dropped: self.dropped,
@@ -427,7 +475,7 @@ pub fn run(
     })?;
     m.send(Role::Publishers, Control::Start);
     let t0 = m.elapsed();
-    let bound = args.duration.0 + args.publish.drain.0 + 10.0;
+    let bound = super::publishers_bound(args.duration.0, &args.publish);
     if !m.wait_for(Some(bound), |m| m.all_done(Role::Publishers))? {
         super::stop(&mut m, Role::Publishers)?;
     }

@@ -111,9 +111,13 @@ impl Worker {
                 continue;
             };
             conn.clear_flag(flags::READ_DEFERRED);
-            // Input already buffered goes first, then the socket.
-            if self.ingest(id, &mut []) == Flow::Continue {
-                self.on_readable(id, true);
+            // Input already buffered goes first, then the socket. Paused
+            // again means back on the list: its readiness edge is spent, so
+            // nothing else would ever come back to it.
+            match self.ingest(id, &mut []) {
+                Flow::Continue => self.on_readable(id, true),
+                Flow::Pause => self.defer_read(id),
+                Flow::Stop => {}
             }
         }
     }
