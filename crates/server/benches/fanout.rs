@@ -7,7 +7,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use myriad_server::hub::{encode_delivery_frame, Hub};
+use myriad_server::hub::{encode_delivery_frame, Hub, Wakeups};
 use myriad_server::outbound::Outbound;
 use myriad_server::registry::Registry;
 
@@ -42,7 +42,9 @@ fn publish_to_10k(c: &mut Criterion) {
     group.throughput(Throughput::Elements(u64::from(SUBSCRIBERS)));
     group.bench_function("publish_and_queue_512B_to_10k_subscribers", |b| {
         b.iter(|| {
-            hub.publish("broadcast", &data);
+            let mut wakeups = Wakeups::default();
+            hub.publish("broadcast", &data, &mut wakeups);
+            hub.wake(wakeups);
             let delivery = rx.try_recv().unwrap();
             hub.mailbox(0).taken(1);
             for &id in registry.subscribers(&delivery.subject) {

@@ -29,7 +29,7 @@ use serde_json::value::RawValue;
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
-use crate::hub::Published;
+use crate::hub::{Published, Wakeups};
 use crate::metrics::ErrorKind;
 use crate::process;
 use crate::worker::Shared;
@@ -186,37 +186,13 @@ async fn publish(req: Request<Incoming>, shared: &Shared) -> Reply {
             return error_reply(StatusCode::BAD_REQUEST, "invalid_subject", &e.to_string());
         }
     }
-    let deadline = Instant::now() + CONGESTION_WAIT;
-    let mut results: Vec<Published> = Vec::with_capacity(items.len());
-    for item in &items {
-        while shared.engine.congested() {
-            if Instant::now() >= deadline {
-                return error_reply(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "congested",
-                    &format!(
-                        "workers did not catch up; {} of {} published",
-                        results.len(),
-                        items.len()
-                    ),
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        match shared.engine.publish(&item.subject, item.data.get()) {
-            Ok(published) => {
-                shared.metrics.published(published.seq.is_some());
-                results.push(published);
-            }
-            Err(e) => {
-                return error_reply(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "publish_failed",
-                    &e.to_string(),
-                )
-            }
-        }
-    }
+    let mut wakeups = Wakeups::default();
+    let outcome = publish_items(&items, shared, &mut wakeups).await;
+    shared.hub.wake(wakeups);
+    let results = match outcome {
+        Ok(results) => results,
+        Err(reply) => return reply,
+    };
     let result_json = |p: &Published| json!({"seq": p.seq, "delivered": p.subscribers});
     let body = if batch {
         let delivered: u64 = results.iter().map(|p| u64::from(p.subscribers)).sum();
@@ -251,6 +227,53 @@ fn authorized(req: &Request<Incoming>, key: Option<&str>) -> bool {
 /// much of a guessed key was right.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Publishes `items` in order, waiting (bounded) while workers are congested;
+/// the workers to wake are collected in `wakeups`.
+async fn publish_items(
+    items: &[PublishItem<'_>],
+    shared: &Shared,
+    wakeups: &mut Wakeups,
+) -> Result<Vec<Published>, Reply> {
+    let deadline = Instant::now() + CONGESTION_WAIT;
+    let mut results: Vec<Published> = Vec::with_capacity(items.len());
+    for item in items {
+        while shared.engine.congested() {
+            // What this request already queued must be on its way before
+            // waiting for the queues to drain.
+            shared.hub.wake(std::mem::take(wakeups));
+            if Instant::now() >= deadline {
+                return Err(error_reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "congested",
+                    &format!(
+                        "workers did not catch up; {} of {} published",
+                        results.len(),
+                        items.len()
+                    ),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        match shared
+            .engine
+            .publish(&item.subject, item.data.get(), wakeups)
+        {
+            Ok(published) => {
+                shared.metrics.published(published.seq.is_some());
+                results.push(published);
+            }
+            Err(e) => {
+                return Err(error_reply(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "publish_failed",
+                    &e.to_string(),
+                ))
+            }
+        }
+    }
+    Ok(results)
 }
 
 fn stats(shared: &Shared, started: Instant) -> serde_json::Value {

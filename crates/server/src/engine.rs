@@ -7,7 +7,9 @@
 //! engine will run the same suite):
 //! 1. `publish` returns only after the message has its sequence number and
 //!    has been handed to every worker on this node holding a subscriber (a
-//!    cluster engine: to every node).
+//!    cluster engine: to every node); the workers to wake are added to the
+//!    caller's [`Wakeups`], which the caller hands to `Hub::wake` once its
+//!    batch of publishes is done.
 //! 2. Sequence numbers of one subject increase by one per publish, in the
 //!    order subscribers receive them.
 //! 3. A subject with no subscribers anywhere drops the message and returns
@@ -18,7 +20,7 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-use crate::hub::{Hub, Published};
+use crate::hub::{Hub, Published, Wakeups};
 
 /// Why an engine could not take a publish.
 #[derive(Debug, Error)]
@@ -31,7 +33,12 @@ pub enum EngineError {
 /// Orders publishes and fans them out to every node with subscribers.
 pub trait Engine: Send + Sync + 'static {
     /// Publishes raw JSON `data` to `subject`; see the module contract.
-    fn publish(&self, subject: &str, data: &str) -> Result<Published, EngineError>;
+    fn publish(
+        &self,
+        subject: &str,
+        data: &str,
+        wakeups: &mut Wakeups,
+    ) -> Result<Published, EngineError>;
 
     /// True while the node cannot keep up with deliveries: callers that can
     /// wait (the HTTP API, connections sending publishes) should.
@@ -50,8 +57,13 @@ impl MemoryEngine {
 }
 
 impl Engine for MemoryEngine {
-    fn publish(&self, subject: &str, data: &str) -> Result<Published, EngineError> {
-        Ok(self.hub.publish(subject, data))
+    fn publish(
+        &self,
+        subject: &str,
+        data: &str,
+        wakeups: &mut Wakeups,
+    ) -> Result<Published, EngineError> {
+        Ok(self.hub.publish(subject, data, wakeups))
     }
 
     fn congested(&self) -> bool {
@@ -106,14 +118,22 @@ mod tests {
         let s: Arc<str> = Arc::from("contract/subject");
         f.hub.subscribe(&s, 0, true);
         f.hub.subscribe(&s, 1, true);
+        let mut wakeups = Wakeups::default();
         for _ in 0..100 {
-            f.engine.publish(&s, "{\"k\":1}").unwrap();
+            f.engine.publish(&s, "{\"k\":1}", &mut wakeups).unwrap();
         }
+        assert!(!wakeups.is_empty(), "clause 1: workers to wake are named");
+        f.hub.wake(wakeups);
         let expected: Vec<u64> = (1..=100).collect();
         assert_eq!(seqs(&f.receivers[0]), expected, "clause 1 and 2, worker 0");
         assert_eq!(seqs(&f.receivers[1]), expected, "clause 1 and 2, worker 1");
-        let none = f.engine.publish("contract/nobody", "1").unwrap();
+        let mut wakeups = Wakeups::default();
+        let none = f
+            .engine
+            .publish("contract/nobody", "1", &mut wakeups)
+            .unwrap();
         assert_eq!(none.seq, None, "clause 3");
+        assert!(wakeups.is_empty(), "nobody to wake");
         assert!(!f.engine.congested(), "nothing waits after draining");
     }
 
@@ -131,10 +151,13 @@ mod tests {
         let threads: Vec<_> = (0..4)
             .map(|_| {
                 let engine = Arc::clone(&engine);
+                let hub = Arc::clone(&f.hub);
                 std::thread::spawn(move || {
+                    let mut wakeups = Wakeups::default();
                     for _ in 0..500 {
-                        engine.publish("race", "0").unwrap();
+                        engine.publish("race", "0", &mut wakeups).unwrap();
                     }
+                    hub.wake(wakeups);
                 })
             })
             .collect();

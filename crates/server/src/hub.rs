@@ -47,12 +47,12 @@ pub struct Mailbox {
 }
 
 impl Mailbox {
+    /// Queues a delivery; waking the worker is left to [`Hub::wake`].
     fn push(&self, delivery: Delivery) {
         self.queued.fetch_add(1, Ordering::Relaxed);
         // The receiver lives as long as the worker; a send can only fail while
         // the node is shutting down, when dropping the delivery is correct.
         let _ = self.tx.send(delivery);
-        self.wake_if_sleeping();
     }
 
     /// Wakes the worker if it is (about to be) blocked in its poll.
@@ -83,6 +83,37 @@ impl Mailbox {
     /// Called by the owning worker after taking `n` deliveries off the queue.
     pub fn taken(&self, n: usize) {
         self.queued.fetch_sub(n, Ordering::Relaxed);
+    }
+}
+
+/// Workers owed a wake-up by a batch of publishes.
+///
+/// A publish queues its deliveries in the mailboxes at once but only notes
+/// which workers must be woken; the publisher wakes each of them once when
+/// its batch is done ([`Hub::wake`]). A worker reading a burst of publishes
+/// thus costs every other worker one wake-up per burst instead of one per
+/// message: on this VM a cross-core wake-up costs about 27 µs
+/// (../shared/LIMITS.md), more than delivering the message does.
+///
+/// Dropping it with wake-ups still owed is a bug (deliveries would wait for
+/// the worker's next timer tick); debug builds panic on it.
+#[derive(Debug, Default)]
+pub struct Wakeups(u64);
+
+impl Wakeups {
+    /// Whether no worker is owed a wake-up.
+    pub fn is_empty(&self) -> bool {
+        self.0 == 0
+    }
+}
+
+impl Drop for Wakeups {
+    fn drop(&mut self) {
+        debug_assert!(
+            self.0 == 0 || std::thread::panicking(),
+            "publishes left workers {:#b} unwoken",
+            self.0
+        );
     }
 }
 
@@ -197,8 +228,9 @@ impl Hub {
     }
 
     /// Assigns the next sequence number of `subject`, encodes the delivery
-    /// frame once and hands it to every worker with subscribers.
-    pub fn publish(&self, subject: &str, data: &str) -> Published {
+    /// frame once and hands it to every worker with subscribers, noting in
+    /// `wakeups` the workers to wake once the caller's batch is done.
+    pub fn publish(&self, subject: &str, data: &str, wakeups: &mut Wakeups) -> Published {
         let mut shard = self.shard(subject);
         let Some((name, state)) = shard.get_key_value_mut(subject) else {
             return Published {
@@ -209,6 +241,7 @@ impl Hub {
         state.seq += 1;
         let frame = encode_delivery_frame(subject, state.seq, data);
         let mut workers = state.workers;
+        wakeups.0 |= workers;
         while workers != 0 {
             let worker = workers.trailing_zeros() as usize;
             workers &= workers - 1;
@@ -242,6 +275,17 @@ impl Hub {
                     .len()
             })
             .sum()
+    }
+
+    /// Wakes the workers a batch of publishes handed deliveries to (those
+    /// already awake are left alone).
+    pub fn wake(&self, mut wakeups: Wakeups) {
+        let mut workers = std::mem::take(&mut wakeups.0);
+        while workers != 0 {
+            let worker = workers.trailing_zeros() as usize;
+            workers &= workers - 1;
+            self.mailboxes[worker].wake_if_sleeping();
+        }
     }
 
     /// Wakes every worker (shutdown).
@@ -284,7 +328,10 @@ mod tests {
         hub.subscribe(&a, 0, true);
         hub.subscribe(&a, 2, true);
         hub.subscribe(&a, 2, false);
-        let p = hub.publish("a", "1");
+        let mut wakeups = Wakeups::default();
+        let p = hub.publish("a", "1", &mut wakeups);
+        assert_eq!(wakeups.0, 0b101, "workers 0 and 2 are owed a wake-up");
+        hub.wake(wakeups);
         assert_eq!(
             p,
             Published {
@@ -301,6 +348,14 @@ mod tests {
         assert_eq!(d.frame.as_ptr(), d0.frame.as_ptr(), "one encoding shared");
     }
 
+    /// One publish, waking its workers at once.
+    fn publish(hub: &Hub, subject: &str, data: &str) -> Published {
+        let mut wakeups = Wakeups::default();
+        let published = hub.publish(subject, data, &mut wakeups);
+        hub.wake(wakeups);
+        published
+    }
+
     #[test]
     fn sequence_is_per_subject_and_state_goes_with_the_last_subscriber() {
         let (hub, _rx, _polls) = hub(1);
@@ -308,11 +363,11 @@ mod tests {
         let b: Arc<str> = Arc::from("b");
         hub.subscribe(&a, 0, true);
         hub.subscribe(&b, 0, true);
-        assert_eq!(hub.publish("a", "1").seq, Some(1));
-        assert_eq!(hub.publish("a", "1").seq, Some(2));
-        assert_eq!(hub.publish("b", "1").seq, Some(1));
+        assert_eq!(publish(&hub, "a", "1").seq, Some(1));
+        assert_eq!(publish(&hub, "a", "1").seq, Some(2));
+        assert_eq!(publish(&hub, "b", "1").seq, Some(1));
         assert_eq!(
-            hub.publish("c", "1"),
+            publish(&hub, "c", "1"),
             Published {
                 seq: None,
                 subscribers: 0
@@ -321,7 +376,7 @@ mod tests {
         assert_eq!(hub.subject_count(), 2);
         hub.unsubscribe("a", 0, true);
         assert_eq!(hub.subject_count(), 1);
-        assert_eq!(hub.publish("a", "1").seq, None);
+        assert_eq!(publish(&hub, "a", "1").seq, None);
     }
 
     #[test]
@@ -332,10 +387,10 @@ mod tests {
         hub.subscribe(&a, 1, false);
         hub.subscribe(&a, 0, true);
         hub.unsubscribe("a", 1, false);
-        hub.publish("a", "1");
+        publish(&hub, "a", "1");
         assert_eq!((rx[0].len(), rx[1].len()), (1, 1));
         hub.unsubscribe("a", 1, true);
-        hub.publish("a", "1");
+        publish(&hub, "a", "1");
         assert_eq!((rx[0].len(), rx[1].len()), (2, 1));
     }
 

@@ -61,7 +61,11 @@ impl Worker {
                 self.acknowledge(id, request);
             }
             Command::Publish { subject, data, .. } => {
-                match self.shared.engine.publish(&subject, data.get()) {
+                match self
+                    .shared
+                    .engine
+                    .publish(&subject, data.get(), &mut self.wakeups)
+                {
                     Ok(published) => {
                         self.shared.metrics.published(published.seq.is_some());
                         self.acknowledge(id, request);

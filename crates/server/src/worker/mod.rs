@@ -38,7 +38,7 @@ use tracing::{debug, warn};
 use crate::config::Config;
 use crate::conn::{flags, Conn, Phase};
 use crate::engine::Engine;
-use crate::hub::{Delivery, Hub};
+use crate::hub::{Delivery, Hub, Wakeups};
 use crate::metrics::{ErrorKind, Metrics, WorkerMetrics};
 use crate::outbound::Flushed;
 use crate::registry::{ConnId, Registry};
@@ -128,6 +128,9 @@ pub struct Worker {
     deferred_reads: Vec<ConnId>,
     /// Connections found over their outbound limit while fanning out.
     slow: Vec<ConnId>,
+    /// Workers this turn's publishes handed deliveries to, woken once the
+    /// turn's reading is done.
+    wakeups: Wakeups,
     accept_more: bool,
     accept_paused_until: Option<Instant>,
     last_sweep: u32,
@@ -165,6 +168,7 @@ impl Worker {
             dirty: Vec::new(),
             deferred_reads: Vec::new(),
             slow: Vec::new(),
+            wakeups: Wakeups::default(),
             accept_more: false,
             accept_paused_until: None,
             last_sweep: 1,
@@ -213,6 +217,7 @@ impl Worker {
                 self.accept();
             }
             self.resume_deferred_reads();
+            self.shared.hub.wake(std::mem::take(&mut self.wakeups));
             self.take_deliveries();
             self.flush_dirty();
 
