@@ -58,6 +58,8 @@ pub struct Monitor {
     progress: Progress,
     /// The server's /stats poller, with --admin-url.
     pub admin: Option<StatsPoller>,
+    /// How long the subscribers took to connect and subscribe, seconds.
+    pub setup_secs: Option<f64>,
     interrupted: Arc<AtomicBool>,
 }
 
@@ -83,6 +85,7 @@ impl Monitor {
             progress: Progress::new(global.progress, global.progress_every.0),
             admin: (!global.admin_urls.is_empty())
                 .then(|| StatsPoller::start(global.admin_urls.clone())),
+            setup_secs: None,
             interrupted,
         }
     }

@@ -206,6 +206,8 @@ pub struct Report {
     pub duration_secs: f64,
     /// Length of the measured part (start to stop), seconds.
     pub measured_secs: f64,
+    /// Time the subscribers took to connect and subscribe, seconds.
+    pub setup_secs: Option<f64>,
     /// All counters, summed over workers.
     pub totals: Counters,
     /// Failures by kind.
@@ -313,6 +315,7 @@ impl Report {
             started_unix,
             duration_secs: m.elapsed(),
             measured_secs,
+            setup_secs: m.setup_secs,
             failures: totals.failure_table().into_iter().collect(),
             latency: summary("latency"),
             connect: summary("connect"),

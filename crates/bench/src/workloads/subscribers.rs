@@ -238,11 +238,12 @@ pub fn await_subscribers(
         cmd.global.connect_timeout.0 * f64::from(SETUP_ATTEMPTS) + 10.0 + conns as f64 / 500.0;
     let ready = m.wait_for(Some(bound), |m| m.all_ready(Role::Subscribers))?;
     let c = m.totals(Some(Role::Subscribers));
+    let secs = m.elapsed() - t0;
+    m.setup_secs = Some(secs);
     m.note(&format!(
-        "{} of {} subscribers set up in {:.1}s ({} failed){}",
+        "{} of {} subscribers set up in {secs:.1}s ({} failed){}",
         c.subscribed,
         conns,
-        m.elapsed() - t0,
         c.failed(),
         if ready {
             ""

@@ -1,0 +1,339 @@
+#!/usr/bin/env python3
+"""Runs the benchmark scenarios behind docs/benchmarks.md and prints their
+medians.
+
+Each run starts fresh `myriad serve` nodes on ephemeral loopback ports (so
+"RSS added per connection" is measured against an idle node), runs one
+`myriad bench` command against them with --json, stops the nodes, and
+collects the figures the scenario is about. With --runs N every scenario
+runs N times; the table gives the median and the range.
+
+    python3 scripts/benchmarks.py                       # every scenario, 3 runs each
+    python3 scripts/benchmarks.py --runs 5 broadcast-saturating
+    python3 scripts/benchmarks.py --list
+
+It uses target/release/myriad (build it first: cargo build --release -p
+myriad) and writes every JSON report under target/benchmarks/. Nothing here
+changes sysctls; the box's defaults are what is measured.
+"""
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def get(doc, path):
+    """The value at a dotted path (list indices allowed), or None."""
+    for part in path.split("."):
+        if doc is None:
+            return None
+        if isinstance(doc, list):
+            doc = doc[int(part)] if int(part) < len(doc) else None
+        else:
+            doc = doc.get(part)
+    return doc
+
+
+def phase(name, field):
+    """A figure of one connect-rate phase."""
+
+    def pick(doc):
+        for p in doc.get("phases", []):
+            if p["name"] == name:
+                return p[field]
+        return None
+
+    return pick
+
+
+def failures(doc):
+    return sum(doc["failures"].values())
+
+
+def delivered_all(doc):
+    d = doc.get("deliveries") or {}
+    return "yes" if d.get("expected") == d.get("received") else "NO"
+
+
+# Each figure: (label, dotted path or function, format).
+LATENCY = [
+    ("delivery p50 (ms)", "latency.p50_us", "ms"),
+    ("delivery p99 (ms)", "latency.p99_us", "ms"),
+    ("delivery p99.9 (ms)", "latency.p999_us", "ms"),
+    ("delivery max (ms)", "latency.max_us", "ms"),
+]
+
+SCENARIOS = {
+    "idle-memory": {
+        "what": "19,000 idle WebSocket connections, each subscribed to its own subject (default workers)",
+        "nodes": [[]],
+        "bench": ["subscribers", "--connections", "19000", "--duration", "5s"],
+        "figures": [
+            ("server RSS added per connection (B)", "server.rss_added_per_connection", "int"),
+            ("server RSS / connections (B)", "server.rss_per_connection", "int"),
+            ("server RSS at 19k (MiB)", "server.rss_peak_bytes", "mib"),
+            ("bench RSS added per connection (B)", "bench.rss_per_conn_bytes", "int"),
+            ("set-up time (s)", "setup_secs", "f1"),
+            ("failures", failures, "int"),
+        ],
+    },
+    "idle-memory-1w": {
+        "what": "the same with --workers 1",
+        "nodes": [["--workers", "1"]],
+        "bench": ["subscribers", "--connections", "19000", "--duration", "5s"],
+        "figures": [
+            ("server RSS added per connection (B)", "server.rss_added_per_connection", "int"),
+            ("server RSS / connections (B)", "server.rss_per_connection", "int"),
+            ("bench RSS added per connection (B)", "bench.rss_per_conn_bytes", "int"),
+            ("failures", failures, "int"),
+        ],
+    },
+    "connect-rate": {
+        "what": "seed 000: 20,000 arrivals/s, each upgrades, holds 1 s ± 5 %, closes; two nodes (one node's 20k open files cannot hold 1 s of arrivals)",
+        "nodes": [[], []],
+        "bench": ["connect-rate", "--rate", "20000", "--ramp-up", "2s", "--sustain", "10s", "--ramp-down", "2s"],
+        "figures": [
+            ("sustain: achieved handshakes/s", phase("sustain", "achieved_per_s"), "int"),
+            ("connect p99 (ms)", "connect.p99_us", "ms"),
+            ("handshake p50 (ms)", "handshake.p50_us", "ms"),
+            ("handshake p99 (ms)", "handshake.p99_us", "ms"),
+            ("listen queue overflows", "listen_queue.listen_overflows", "int"),
+            ("failures", failures, "int"),
+            ("bench CPU (s)", "bench.cpu_secs", "f1"),
+            ("server CPU (s)", "server.cpu_secs", "f1"),
+        ],
+    },
+    "connect-rate-25k": {
+        "what": "the same at 25,000 arrivals/s",
+        "nodes": [[], []],
+        "bench": ["connect-rate", "--rate", "25000", "--ramp-up", "2s", "--sustain", "10s", "--ramp-down", "2s"],
+        "figures": [
+            ("sustain: achieved handshakes/s", phase("sustain", "achieved_per_s"), "int"),
+            ("connect p99 (ms)", "connect.p99_us", "ms"),
+            ("handshake p99 (ms)", "handshake.p99_us", "ms"),
+            ("listen queue overflows", "listen_queue.listen_overflows", "int"),
+            ("failures", failures, "int"),
+        ],
+    },
+    "broadcast-saturating": {
+        "what": "seed 002 shape: one subject, 10,000 subscribers, 800 publishes/s of 512 B (8 M deliveries/s offered)",
+        "nodes": [[]],
+        "bench": ["broadcast", "--subscribers", "10000", "--rate", "800", "--count", "4000", "--drain", "60s"],
+        "figures": [
+            ("deliveries/s", "broadcast.deliveries_per_s", "int"),
+            ("all delivered", delivered_all, "str"),
+            ("messages per write", "server.messages_per_write", "f1"),
+            ("until last subscriber p50 (ms)", "broadcast.until_last.p50_us", "ms"),
+            ("server CPU per delivery (µs)", "server.cpu_us_per_message_out", "f2"),
+            ("bench CPU per delivery (µs)", "bench.cpu_us_per_message_in", "f2"),
+            ("server RSS peak (MiB)", "server.rss_peak_bytes", "mib"),
+        ],
+    },
+    "broadcast-one-per-write": {
+        "what": "10,000 subscribers, 20 publishes/s: below the point where queued messages share a write",
+        "nodes": [[]],
+        "bench": ["broadcast", "--subscribers", "10000", "--rate", "20", "--count", "200"],
+        "figures": [
+            ("deliveries/s", "broadcast.deliveries_per_s", "int"),
+            ("messages per write", "server.messages_per_write", "f2"),
+            ("delivery mean (ms)", "latency.mean_us", "ms"),
+            ("delivery p99 (ms)", "latency.p99_us", "ms"),
+            ("server CPU per delivery (µs)", "server.cpu_us_per_message_out", "f2"),
+        ],
+    },
+    "broadcast-moderate": {
+        "what": "10,000 subscribers, 5 publishes/s (the peers' ~50-60 ms mean)",
+        "nodes": [[]],
+        "bench": ["broadcast", "--subscribers", "10000", "--rate", "5", "--count", "50"],
+        "figures": [
+            ("delivery mean (ms)", "latency.mean_us", "ms"),
+            *LATENCY,
+            ("until last subscriber p50 (ms)", "broadcast.until_last.p50_us", "ms"),
+            ("until last subscriber max (ms)", "broadcast.until_last.max_us", "ms"),
+        ],
+    },
+    "one-to-one-saturating": {
+        "what": "seed 001 shape: 10,000 subscribers, each its own subject, 512 B, 200,000 publishes/s offered over 4 connections",
+        "nodes": [[]],
+        "bench": ["run", "--connections", "10000", "--rate", "200000", "--duration", "10s", "--publisher-conns", "4", "--drain", "60s"],
+        "figures": [
+            ("deliveries/s", "messages_in_per_s", "int"),
+            ("all delivered", delivered_all, "str"),
+            ("messages per write", "server.messages_per_write", "f2"),
+            ("server CPU per delivery (µs)", "server.cpu_us_per_message_out", "f2"),
+        ],
+    },
+    "one-to-one-half": {
+        "what": "the same at 67,000 publishes/s, half the saturating rate",
+        "nodes": [[]],
+        "bench": ["run", "--connections", "10000", "--rate", "67000", "--duration", "20s", "--publisher-conns", "4"],
+        "figures": [("deliveries/s", "messages_in_per_s", "int"), ("all delivered", delivered_all, "str"), *LATENCY],
+    },
+    "one-to-one-saturating-1w": {
+        "what": "one-to-one saturating, node with --workers 1",
+        "nodes": [["--workers", "1"]],
+        "bench": ["run", "--connections", "10000", "--rate", "200000", "--duration", "10s", "--publisher-conns", "4", "--drain", "60s"],
+        "figures": [
+            ("deliveries/s", "messages_in_per_s", "int"),
+            ("all delivered", delivered_all, "str"),
+            ("server CPU per delivery (µs)", "server.cpu_us_per_message_out", "f2"),
+        ],
+    },
+    "one-to-one-half-1w": {
+        "what": "one-to-one at 53,000 publishes/s, half of --workers 1's saturating rate",
+        "nodes": [["--workers", "1"]],
+        "bench": ["run", "--connections", "10000", "--rate", "53000", "--duration", "20s", "--publisher-conns", "4"],
+        "figures": [("deliveries/s", "messages_in_per_s", "int"), ("all delivered", delivered_all, "str"), *LATENCY],
+    },
+    "publishers-ws": {
+        "what": "Benchpub alone: 100,000 publishes/s of 512 B over one WebSocket to subjects nobody holds",
+        "nodes": [[]],
+        "bench": ["publishers", "--rate", "100000", "--duration", "10s"],
+        "figures": [
+            ("published/s", "published_per_s", "int"),
+            ("publish lag p99 (ms)", "publish_lag.p99_us", "ms"),
+            ("dropped", "totals.publish_dropped", "int"),
+        ],
+    },
+    "publishers-http": {
+        "what": "Benchpub over the HTTP API: 20,000 requests/s pipelined on 4 keep-alive connections",
+        "nodes": [[]],
+        "bench": ["publishers", "--transport", "http", "--publisher-conns", "4", "--rate", "20000", "--duration", "10s"],
+        "figures": [
+            ("published/s", "published_per_s", "int"),
+            ("HTTP 2xx", "totals.http_ok", "int"),
+            ("HTTP response p50 (ms)", "http_response.p50_us", "ms"),
+            ("HTTP response p99 (ms)", "http_response.p99_us", "ms"),
+        ],
+    },
+    "subscribers-60k": {
+        "what": "60,000 subscribed connections held for 30 s against four nodes on this host",
+        "nodes": [[], [], [], []],
+        "bench": ["subscribers", "--connections", "60000", "--duration", "30s"],
+        "figures": [
+            ("subscribed", "totals.subscribed", "int"),
+            ("failures", failures, "int"),
+            ("set-up time (s)", "setup_secs", "f1"),
+            ("bench processes", "bench.processes", "int"),
+            ("bench RSS added per connection (B)", "bench.rss_per_conn_bytes", "int"),
+            ("server RSS added per connection (B)", "server.rss_added_per_connection", "int"),
+            ("server RSS, 4 nodes (MiB)", "server.rss_peak_bytes", "mib"),
+        ],
+    },
+}
+
+
+def fmt(value, kind):
+    if value is None:
+        return "-"
+    if kind == "str":
+        return str(value)
+    if kind == "ms":
+        return f"{value / 1000:.2f}"
+    if kind == "mib":
+        return f"{value / 1048576:.1f}"
+    if kind == "f1":
+        return f"{value:.1f}"
+    if kind == "f2":
+        return f"{value:.2f}"
+    return f"{round(value):,}"
+
+
+def start_node(binary, flags):
+    """Starts a node on ephemeral loopback ports; returns (process, ws, admin)."""
+    proc = subprocess.Popen(
+        [binary, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "MYRIAD_LOG": "warn"},
+    )
+    ready = json.loads(proc.stdout.readline())
+    return proc, ready["ws"], ready["admin"]
+
+
+def stop_node(proc):
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def run_once(binary, name, scenario, out_dir, index):
+    nodes = [start_node(binary, flags) for flags in scenario["nodes"]]
+    json_path = os.path.join(out_dir, f"{name}-{index}.json")
+    cmd = [binary, "bench", "--progress", "off", "--json", json_path]
+    for _, ws, admin in nodes:
+        cmd += ["--url", f"ws://{ws}/ws", "--admin-url", f"http://{admin}"]
+    cmd += scenario["bench"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    finally:
+        for proc, _, _ in nodes:
+            stop_node(proc)
+    if done.returncode != 0:
+        sys.exit(f"{name} run {index} failed:\n{done.stdout}\n{done.stderr}")
+    with open(json_path) as f:
+        return json.load(f), cmd
+
+
+def median_cell(values, kind):
+    present = [v for v in values if v is not None]
+    if not present:
+        return "-", "-"
+    if kind == "str":
+        return ", ".join(str(v) for v in values), ""
+    mid = statistics.median(present)
+    return fmt(mid, kind), f"{fmt(min(present), kind)} – {fmt(max(present), kind)}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("scenarios", nargs="*", help="which to run (default: all)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--bin", default=os.path.join(REPO, "target", "release", "myriad"))
+    parser.add_argument("--out", default=os.path.join(REPO, "target", "benchmarks"))
+    parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    args = parser.parse_args()
+    if args.list:
+        for name, s in SCENARIOS.items():
+            print(f"{name:28} {s['what']}")
+        return
+    names = args.scenarios or list(SCENARIOS)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        sys.exit(f"unknown scenario(s): {', '.join(unknown)} (see --list)")
+    os.makedirs(args.out, exist_ok=True)
+    for name in names:
+        scenario = SCENARIOS[name]
+        reports = []
+        for i in range(args.runs):
+            started = time.time()
+            report, cmd = run_once(args.bin, name, scenario, args.out, i)
+            reports.append(report)
+            print(f"# {name} run {i + 1}/{args.runs}: {time.time() - started:.0f} s", file=sys.stderr)
+        nodes = " ".join(
+            "`myriad serve" + ("".join(" " + f for f in flags)) + "`" for flags in scenario["nodes"]
+        )
+        print(f"\n### {name}\n\n{scenario['what']}.\n")
+        print(f"Nodes: {nodes}; bench: `myriad bench {shlex.join(scenario['bench'])}` "
+              f"(plus `--url`/`--admin-url` per node). Runs: {args.runs}.\n")
+        print("| figure | median | range |\n|---|---|---|")
+        for label, source, kind in scenario["figures"]:
+            values = [source(r) if callable(source) else get(r, source) for r in reports]
+            mid, spread = median_cell(values, kind)
+            print(f"| {label} | {mid} | {spread} |")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
