@@ -54,6 +54,14 @@ const READ_BUDGET_BYTES: usize = 256 * 1024;
 const ACCEPT_BATCH: usize = 256;
 /// Deliveries taken from the mailbox per turn before flushing.
 const MAILBOX_BATCH: usize = 1024;
+/// Frames queued on connections per turn before flushing. A broadcast
+/// delivery fans out to every local subscriber; without this bound a full
+/// batch to 5,000 subscribers queued 5 M frame handles (32 B each, 160 MiB)
+/// before the first write. 256 Ki handles (8 MiB) still give each socket
+/// ~50 frames per `writev` at that fan-out (one `writev` takes 64, see
+/// `outbound.rs`) and leave the backlog in the mailbox, where it costs one
+/// entry per publish and pauses publishers past `mailbox_high_water`.
+const QUEUE_BUDGET: u64 = 256 * 1024;
 /// Pause after `accept` fails for lack of resources (EMFILE and friends).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Events taken from one `epoll_wait`.
@@ -346,7 +354,7 @@ impl Worker {
         let mut taken = 0;
         let mut queued = 0u64;
         let limit = self.shared.config.max_outbound_bytes;
-        while taken < MAILBOX_BATCH {
+        while taken < MAILBOX_BATCH && queued < QUEUE_BUDGET {
             let Ok(delivery) = self.mailbox.try_recv() else {
                 break;
             };
