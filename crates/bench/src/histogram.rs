@@ -99,6 +99,29 @@ pub struct Summary {
     pub max_us: u64,
 }
 
+impl Summary {
+    /// The column names of [`cells`](Self::cells), for table headers.
+    pub const COLUMNS: [&'static str; 9] = [
+        "count", "mean", "stdev", "p50", "p90", "p95", "p99", "p99.9", "max",
+    ];
+
+    /// The figures as table cells for people, in [`COLUMNS`](Self::COLUMNS) order.
+    pub fn cells(&self) -> [String; 9] {
+        let f = |v: u64| fmt_micros(v as f64);
+        [
+            crate::progress::thousands(self.count),
+            fmt_micros(self.mean_us),
+            fmt_micros(self.stdev_us),
+            f(self.p50_us),
+            f(self.p90_us),
+            f(self.p95_us),
+            f(self.p99_us),
+            f(self.p999_us),
+            f(self.max_us),
+        ]
+    }
+}
+
 /// Summarises `h`; all zero when it is empty.
 pub fn summary(h: &Micros) -> Summary {
     if h.is_empty() {

@@ -161,6 +161,15 @@ impl Share {
     pub fn event(&self, k: u64) -> u64 {
         self.offset + k * self.stride
     }
+
+    /// How many of events `0..total` fall in this share.
+    pub fn len_of(&self, total: u64) -> u64 {
+        if total <= self.offset {
+            0
+        } else {
+            (total - self.offset).div_ceil(self.stride)
+        }
+    }
 }
 
 #[cfg(test)]
@@ -245,7 +254,16 @@ mod tests {
                 seen[share.event(k) as usize] += 1;
                 k += 1;
             }
+            assert_eq!(share.len_of(total as u64), k, "offset {offset}");
         }
         assert!(seen.iter().all(|&c| c == 1));
+        assert_eq!(
+            Share {
+                offset: 5,
+                stride: 8
+            }
+            .len_of(3),
+            0
+        );
     }
 }

@@ -9,7 +9,7 @@ use std::fmt::Write;
 use std::path::Path;
 
 use crate::error::BenchError;
-use crate::histogram::fmt_micros;
+use crate::histogram::{fmt_micros, Summary};
 use crate::progress::thousands;
 use crate::report::summary::bytes;
 use crate::report::Report;
@@ -188,7 +188,8 @@ pub fn render(r: &Report) -> String {
 /// The figures a reader wants first, as big numbers.
 fn headline(r: &Report) -> String {
     let mut cards: Vec<(String, String)> = Vec::new();
-    if r.totals.upgraded > 0 {
+    // A rate of handshakes only means something when arrivals are the load.
+    if !r.phases.is_empty() {
         cards.push((format!("{:.0}/s", r.handshakes_per_s), "handshakes".into()));
     }
     if r.totals.messages_in > 0 {
@@ -227,22 +228,17 @@ fn headline(r: &Report) -> String {
 
 /// Summary tables: latency, phases, failures, cost.
 fn tables(r: &Report) -> String {
-    let mut o = String::from("<h2>Latency</h2><table><tr><th></th><th>count</th><th>mean</th><th>stdev</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th></tr>");
+    let mut o = String::from("<h2>Latency</h2><table><tr><th></th>");
+    for column in Summary::COLUMNS {
+        let _ = write!(o, "<th>{column}</th>");
+    }
+    o += "</tr>";
     for (name, s) in r.latency_rows() {
-        let f = |v: u64| fmt_micros(v as f64);
-        let _ = write!(
-            o,
-            "<tr><td>{name}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            thousands(s.count),
-            fmt_micros(s.mean_us),
-            fmt_micros(s.stdev_us),
-            f(s.p50_us),
-            f(s.p90_us),
-            f(s.p95_us),
-            f(s.p99_us),
-            f(s.p999_us),
-            f(s.max_us)
-        );
+        let _ = write!(o, "<tr><td>{name}</td>");
+        for cell in s.cells() {
+            let _ = write!(o, "<td>{cell}</td>");
+        }
+        o += "</tr>";
     }
     o += "</table>";
     if !r.phases.is_empty() {

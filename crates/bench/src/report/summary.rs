@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::histogram::fmt_micros;
+use crate::histogram::{fmt_micros, Summary};
 use crate::progress::thousands;
 use crate::report::Report;
 
@@ -69,26 +69,18 @@ pub fn render(r: &Report) -> String {
     }
     let rows = r.latency_rows();
     if !rows.is_empty() {
-        let _ = writeln!(
-            o,
-            "latency      {:>13} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-            "count", "mean", "stdev", "p50", "p90", "p95", "p99", "p99.9", "max"
-        );
+        let _ = write!(o, "latency      {:>13}", Summary::COLUMNS[0]);
+        for column in &Summary::COLUMNS[1..] {
+            let _ = write!(o, " {column:>9}");
+        }
+        let _ = writeln!(o);
         for (name, s) in rows {
-            let f = |v: u64| fmt_micros(v as f64);
-            let _ = writeln!(
-                o,
-                "  {name:<14}{:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
-                thousands(s.count),
-                fmt_micros(s.mean_us),
-                fmt_micros(s.stdev_us),
-                f(s.p50_us),
-                f(s.p90_us),
-                f(s.p95_us),
-                f(s.p99_us),
-                f(s.p999_us),
-                f(s.max_us)
-            );
+            let [count, rest @ ..] = s.cells();
+            let _ = write!(o, "  {name:<14}{count:>9}");
+            for cell in rest {
+                let _ = write!(o, " {cell:>9}");
+            }
+            let _ = writeln!(o);
         }
     }
     if let Some(b) = &r.broadcast {

@@ -84,12 +84,7 @@ impl ConnectRateDriver {
     }
 
     fn share_len(&self) -> u64 {
-        let s = self.task.share;
-        if self.events <= s.offset {
-            0
-        } else {
-            (self.events - s.offset).div_ceil(s.stride)
-        }
+        self.task.share.len_of(self.events)
     }
 }
 
