@@ -354,3 +354,27 @@ fn a_generic_profile_drives_a_server_that_only_echoes() {
         "an echo carries no timestamp"
     );
 }
+
+/// Source ports picked by the bench itself (each worker process its own
+/// slice of 1024-65535), from two source addresses: the seed-004 way past
+/// the kernel's ephemeral range.
+#[test]
+fn explicit_source_ports_set_every_connection_up() {
+    let node = Node::start(&[]);
+    let r = bench(
+        &node,
+        "explicit-ports",
+        &[
+            "--source-ports",
+            "explicit",
+            "--local-addrs",
+            "127.0.0.2-127.0.0.3",
+            "--processes",
+            "2",
+        ],
+        &["subscribers", "--connections", "400", "--duration", "1s"],
+    );
+    no_failures(&r);
+    assert_eq!(u(&r["bench"]["processes"]), 2);
+    assert_eq!(u(&r["totals"]["subscribed"]), 400);
+}
