@@ -23,6 +23,7 @@ use crate::error::BenchError;
 use crate::histogram::{self, Micros, Summary};
 use crate::monitor::{Monitor, Role};
 use crate::sys::ListenCounters;
+use crate::workloads::Setup;
 
 /// Latency percentiles of one timeline interval, µs.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -246,14 +247,14 @@ pub struct Report {
 }
 
 impl Report {
-    /// The common part of a report from a finished monitor; the workload
-    /// fills in the rest. `measured_secs` is the span rates are taken over.
+    /// The common part of a report from a finished monitor of a run set up
+    /// by `setup`; the workload fills in the rest. `measured_secs` is the
+    /// span rates are taken over when no span of deliveries is known.
     pub fn collect(
         cmd: &BenchCommand,
-        profile: &str,
+        setup: &Setup,
         m: &Monitor,
         measured_secs: f64,
-        started_unix: f64,
     ) -> Result<Report, BenchError> {
         let mut hists: BTreeMap<String, Micros> = BTreeMap::new();
         let mut totals = Counters::default();
@@ -292,11 +293,10 @@ impl Report {
             }
         };
         let messages_in = m.totals(Some(Role::Subscribers)).messages_in;
-        let fd_cap = crate::plan::fd_cap();
         let bench = SelfCost {
             processes: m.workers.len() as u64,
-            fd_cap,
-            conns_per_process: crate::plan::conns_per_process(fd_cap),
+            fd_cap: setup.fd_cap,
+            conns_per_process: setup.per_process,
             rss_peak_bytes: rss_peak,
             rss_per_conn_bytes: (sub_conns > 0).then(|| sub_rss.max(0) as f64 / sub_conns as f64),
             cpu_secs: cpu,
@@ -311,8 +311,8 @@ impl Report {
             tool: format!("myriad bench {}", env!("CARGO_PKG_VERSION")),
             workload: workload_name(cmd),
             config: serde_json::to_value(cmd)?,
-            profile: profile.to_owned(),
-            started_unix,
+            profile: setup.profile.name.clone(),
+            started_unix: setup.started_unix,
             duration_secs: m.elapsed(),
             measured_secs,
             setup_secs: m.setup_secs,

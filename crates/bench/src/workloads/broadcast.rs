@@ -46,7 +46,7 @@ pub fn run(cmd: &BenchCommand, args: &BroadcastArgs) -> Result<Report, BenchErro
     // K events at `rate`: the schedule is exactly K/rate seconds long.
     let schedule = publish_schedule(&publish, DEFAULT_RATE, messages as f64 / rate);
     let measured = publish_to_subscribers(&mut m, cmd, &mut setup, &group, &publish, schedule)?;
-    let mut report = Report::collect(cmd, &setup.profile.name, &m, measured, setup.started_unix)?;
+    let mut report = Report::collect(cmd, &setup, &m, measured)?;
     let deliveries = expected_deliveries(&m, &assignment, group.conns, &publish, cmd.global.seed);
     let tally = merge_tallies(&m, messages as usize);
     let subscribed = m.totals(Some(Role::Subscribers)).subscribed;

@@ -279,8 +279,7 @@ pub fn run(
     }
     let measured = schedule.secs().min(m.elapsed() - t0);
     m.finish_progress();
-    let mut report =
-        crate::report::Report::collect(cmd, &setup.profile.name, &m, measured, setup.started_unix)?;
+    let mut report = crate::report::Report::collect(cmd, &setup, &m, measured)?;
     let mut upgrades = vec![0u64; schedule.phases.len()];
     for d in m.workers.iter().filter_map(|w| w.done.as_ref()) {
         for (u, v) in upgrades.iter_mut().zip(&d.phase_upgrades) {

@@ -476,7 +476,7 @@ pub fn run(
     }
     let measured = (m.elapsed() - t0).min(args.duration.0.max(1e-3));
     m.finish_progress();
-    crate::report::Report::collect(cmd, &setup.profile.name, &m, measured, setup.started_unix)
+    crate::report::Report::collect(cmd, &setup, &m, measured)
 }
 
 #[cfg(test)]

@@ -27,7 +27,7 @@ pub fn run(cmd: &BenchCommand, args: &RunArgs) -> Result<Report, BenchError> {
     let schedule = publish_schedule(&args.publish, 1000.0, args.duration.0);
     let measured =
         publish_to_subscribers(&mut m, cmd, &mut setup, &group, &args.publish, schedule)?;
-    let mut report = Report::collect(cmd, &setup.profile.name, &m, measured, setup.started_unix)?;
+    let mut report = Report::collect(cmd, &setup, &m, measured)?;
     report.deliveries = Some(expected_deliveries(
         &m,
         &assignment,

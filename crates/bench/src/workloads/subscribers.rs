@@ -281,5 +281,5 @@ pub fn run(
     let measured = m.elapsed() - t0;
     super::stop(&mut m, Role::Subscribers)?;
     m.finish_progress();
-    crate::report::Report::collect(cmd, &setup.profile.name, &m, measured, setup.started_unix)
+    crate::report::Report::collect(cmd, &setup, &m, measured)
 }
