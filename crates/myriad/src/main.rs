@@ -2,14 +2,13 @@
 //! client for trying it, and `bench` drives the load tools.
 
 mod client;
+mod sub;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
-use myriad_protocol::message::{
-    encode_publish, encode_subscribe, parse_server_message, ServerMessage,
-};
+use myriad_protocol::message::{encode_publish, parse_server_message, ServerMessage};
 use myriad_server::Config;
 
 use crate::client::{Client, ClientError};
@@ -53,9 +52,10 @@ struct SubArgs {
     /// Subjects to subscribe to.
     #[arg(required = true)]
     subjects: Vec<String>,
-    /// The node's WebSocket endpoint.
-    #[arg(long, default_value = "ws://127.0.0.1:8080/ws")]
-    url: String,
+    /// The node's WebSocket endpoint; give several to fail over between
+    /// nodes when one cannot be reached.
+    #[arg(long = "url", default_value = "ws://127.0.0.1:8080/ws")]
+    url: Vec<String>,
     /// Exit after this many deliveries.
     #[arg(long)]
     count: Option<u64>,
@@ -125,30 +125,8 @@ fn report(result: Result<(), ClientError>) -> ExitCode {
 }
 
 fn subscribe(args: SubArgs) -> Result<(), ClientError> {
-    let mut client = Client::connect(&args.url)?;
-    let subjects: Vec<&str> = args.subjects.iter().map(String::as_str).collect();
-    client.send_text(&encode_subscribe(&subjects, Some(1)))?;
-    let mut received = 0;
-    loop {
-        let text = client.next_text()?;
-        match parse_server_message(&text) {
-            Ok(ServerMessage::Delivery { .. }) => {
-                println!("{text}");
-                received += 1;
-                if args.count.is_some_and(|n| received >= n) {
-                    client.close()?;
-                    return Ok(());
-                }
-            }
-            Ok(ServerMessage::Ok { id: Some(1) }) => {
-                eprintln!("subscribed to {}", subjects.join(", "));
-            }
-            Ok(ServerMessage::Error { code, message, .. }) => {
-                eprintln!("error {code}: {message}");
-            }
-            _ => {}
-        }
-    }
+    let mut sub = sub::Subscriber::new(args.url, args.subjects, args.count);
+    sub.run()
 }
 
 fn publish(args: PubArgs) -> Result<(), ClientError> {
@@ -162,7 +140,7 @@ fn publish(args: PubArgs) -> Result<(), ClientError> {
     loop {
         let text = client.next_text()?;
         match parse_server_message(&text) {
-            Ok(ServerMessage::Ok { id: Some(1) }) => {
+            Ok(ServerMessage::Ok { id: Some(1), .. }) => {
                 client.close()?;
                 return Ok(());
             }

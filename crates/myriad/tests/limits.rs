@@ -48,7 +48,7 @@ fn a_slow_consumer_is_cut_and_the_fast_one_gets_everything() {
     let reader = std::thread::spawn(move || {
         let mut seqs = Vec::new();
         while seqs.len() < 800 {
-            seqs.push(recv(&mut fast)["seq"].as_u64().unwrap());
+            seqs.push(recv(&mut fast)["offset"].as_u64().unwrap());
         }
         seqs
     });
@@ -167,7 +167,7 @@ fn publishers_outrunning_the_workers_are_paused_and_nothing_is_lost() {
     const MESSAGES: u64 = 20_000;
     let reader = std::thread::spawn(move || {
         (0..MESSAGES)
-            .map(|_| recv(&mut subscriber)["seq"].as_u64().unwrap())
+            .map(|_| recv(&mut subscriber)["offset"].as_u64().unwrap())
             .collect::<Vec<u64>>()
     });
     let mut publisher = node.connect();

@@ -7,25 +7,44 @@ use common::{recv, send, subscribe, Node};
 use serde_json::json;
 
 #[test]
-fn websocket_round_trip_with_sequence_numbers() {
+fn websocket_round_trip_with_positions() {
     let node = Node::start(&["--workers", "1"]);
     let mut sub = node.connect();
-    subscribe(&mut sub, &["news"]);
+    let at = subscribe(&mut sub, &["news"]).remove(0);
+    assert_eq!(at["offset"], 0, "nothing published yet");
+    let epoch = at["epoch"].clone();
+    assert_eq!(epoch.as_str().unwrap().len(), 16);
     let mut publisher = node.connect();
     for i in 0..3 {
         send(
             &mut publisher,
             json!({"op": "publish", "subject": "news", "data": {"n": i}, "id": 10 + i}),
         );
-        assert_eq!(recv(&mut publisher), json!({"op": "ok", "id": 10 + i}));
+        assert_eq!(
+            recv(&mut publisher),
+            json!({"op": "ok", "id": 10 + i, "epoch": epoch, "offset": i + 1})
+        );
     }
     for i in 0..3 {
         let msg = recv(&mut sub);
         assert_eq!(
             msg,
-            json!({"op": "msg", "subject": "news", "seq": i + 1, "data": {"n": i}})
+            json!({"op": "msg", "subject": "news", "epoch": epoch, "offset": i + 1, "data": {"n": i}})
         );
     }
+    // A plain subscribe's reply carries the current position.
+    let mut late = node.connect();
+    assert_eq!(
+        subscribe(&mut late, &["news"]),
+        [json!({"epoch": epoch, "offset": 3})]
+    );
+    // `null` is data like any other JSON value.
+    send(
+        &mut publisher,
+        json!({"op": "publish", "subject": "news", "data": null, "id": 20}),
+    );
+    assert_eq!(recv(&mut publisher)["offset"], 4);
+    assert_eq!(recv(&mut sub)["data"], json!(null));
     send(&mut sub, json!({"op": "ping", "id": 5}));
     assert_eq!(recv(&mut sub), json!({"op": "pong", "id": 5}));
 }
@@ -42,12 +61,13 @@ fn every_subscriber_on_every_worker_gets_every_message_in_order() {
     assert_eq!(stats["subjects"], 1);
     for i in 0..20 {
         let reply = node.publish("fan", &json!(i));
-        assert_eq!(reply, json!({"seq": i + 1, "delivered": 60}));
+        assert_eq!(reply["offset"], i + 1);
+        assert_eq!(reply["delivered"], 60);
     }
     for ws in &mut subs {
         for i in 0..20 {
             let msg = recv(ws);
-            assert_eq!(msg["seq"], i + 1);
+            assert_eq!(msg["offset"], i + 1);
             assert_eq!(msg["data"], i);
         }
     }
@@ -68,10 +88,9 @@ fn unsubscribe_stops_delivery_and_frees_the_subject() {
     );
     assert_eq!(recv(&mut a), json!({"op": "ok", "id": 2}));
     assert_eq!(node.stats()["subjects"], 1);
-    assert_eq!(
-        node.publish("x", &json!(1)),
-        json!({"seq": null, "delivered": 0})
-    );
+    let unheard = node.publish("x", &json!(1));
+    assert_eq!(unheard["delivered"], 0);
+    assert_eq!(unheard["offset"], 1, "kept in history all the same");
     assert_eq!(node.publish("y", &json!(2))["delivered"], 1);
     assert_eq!(recv(&mut b)["data"], 2);
     // `a` gets nothing: its next message is the pong.
@@ -90,9 +109,11 @@ fn publish_api_requires_the_key_when_one_is_set() {
     let (status, _) = node.http("POST", "/api/publish", &[("X-Api-Key", "wrong")], &body);
     assert_eq!(status, 401);
     let (status, reply) = node.http("POST", "/api/publish", &[("X-Api-Key", "s3cret")], &body);
+    assert_eq!(status, 200, "{reply}");
+    let reply: serde_json::Value = serde_json::from_str(&reply).unwrap();
     assert_eq!(
-        (status, reply.as_str()),
-        (200, r#"{"delivered":1,"seq":1}"#)
+        (&reply["delivered"], &reply["offset"]),
+        (&json!(1), &json!(1))
     );
     let (status, _) = node.http(
         "POST",
@@ -102,7 +123,7 @@ fn publish_api_requires_the_key_when_one_is_set() {
     );
     assert_eq!(status, 200);
     assert_eq!(recv(&mut sub)["data"], "hello");
-    assert_eq!(recv(&mut sub)["seq"], 2);
+    assert_eq!(recv(&mut sub)["offset"], 2);
     assert_eq!(node.stats()["errors"]["api_unauthorized"], 2);
 }
 
@@ -121,7 +142,8 @@ fn batch_publish_and_admin_endpoints() {
     assert_eq!(status, 200);
     let reply: serde_json::Value = serde_json::from_str(&reply).unwrap();
     assert_eq!(reply["delivered"], 2);
-    assert_eq!(reply["results"][2], json!({"seq": null, "delivered": 0}));
+    assert_eq!(reply["results"][2]["delivered"], 0);
+    assert_eq!(reply["results"][2]["offset"], 1);
     assert_eq!(recv(&mut sub)["data"], 1);
     assert_eq!(recv(&mut sub)["data"], json!([2]));
 

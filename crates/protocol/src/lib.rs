@@ -11,11 +11,13 @@
 //! - [`handshake`]: the HTTP/1.1 upgrade request (parse, validate, answer).
 //! - [`close`]: the one registry of close codes shared by server, bench and SDKs.
 //! - [`subject`]: subject syntax and limits.
+//! - [`position`]: stream positions (epoch and offset) of publications.
 //! - [`message`]: protocol v1, the JSON commands clients send and the frames
 //!   the server sends back.
 
 pub mod close;
 pub mod handshake;
 pub mod message;
+pub mod position;
 pub mod subject;
 pub mod ws;

@@ -14,15 +14,19 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use thiserror::Error;
 
+use crate::position::{Epoch, Position, EPOCH_LEN};
 use crate::subject::{self, SubjectError};
 
 /// A parsed client command.
 #[derive(Debug)]
 pub enum Command<'a> {
     /// Add subscriptions; already-held subjects are accepted again silently.
+    /// `since` (one subject only) asks to recover what was published after
+    /// that position before live delivery starts.
     Subscribe {
         id: Option<u64>,
         subjects: Vec<Cow<'a, str>>,
+        since: Option<Position>,
     },
     /// Drop subscriptions; subjects not held are ignored.
     Unsubscribe {
@@ -35,6 +39,14 @@ pub enum Command<'a> {
         subject: Cow<'a, str>,
         data: &'a RawValue,
     },
+    /// Read a subject's history: the last `limit` publications, or those
+    /// after `since` (at most `limit`).
+    History {
+        id: Option<u64>,
+        subject: Cow<'a, str>,
+        since: Option<Position>,
+        limit: Option<u64>,
+    },
     /// Application-level ping, answered with a pong.
     Ping { id: Option<u64> },
 }
@@ -46,6 +58,7 @@ impl Command<'_> {
             Command::Subscribe { id, .. }
             | Command::Unsubscribe { id, .. }
             | Command::Publish { id, .. }
+            | Command::History { id, .. }
             | Command::Ping { id } => *id,
         }
     }
@@ -64,19 +77,25 @@ pub enum ErrorCode {
     InvalidSubject,
     /// The subscription would pass the per-connection limit.
     TooManySubscriptions,
+    /// A `since` position was malformed, or given with more than one subject.
+    InvalidPosition,
     /// The publish was refused by the server (e.g. the engine failed).
     PublishFailed,
+    /// The engine could not answer a subscribe or history request.
+    Unavailable,
 }
 
 impl ErrorCode {
     /// Every code, for metrics registration and documentation.
-    pub const ALL: [ErrorCode; 6] = [
+    pub const ALL: [ErrorCode; 8] = [
         ErrorCode::InvalidJson,
         ErrorCode::UnknownOp,
         ErrorCode::MissingField,
         ErrorCode::InvalidSubject,
         ErrorCode::TooManySubscriptions,
+        ErrorCode::InvalidPosition,
         ErrorCode::PublishFailed,
+        ErrorCode::Unavailable,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -86,7 +105,9 @@ impl ErrorCode {
             ErrorCode::MissingField => "missing_field",
             ErrorCode::InvalidSubject => "invalid_subject",
             ErrorCode::TooManySubscriptions => "too_many_subscriptions",
+            ErrorCode::InvalidPosition => "invalid_position",
             ErrorCode::PublishFailed => "publish_failed",
+            ErrorCode::Unavailable => "unavailable",
         }
     }
 }
@@ -126,8 +147,23 @@ struct RawCommand<'a> {
     subject: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     subjects: Option<Vec<Cow<'a, str>>>,
-    #[serde(default, borrow)]
+    /// Present even when it is JSON `null`, which is valid data.
+    #[serde(default, borrow, deserialize_with = "present")]
     data: Option<&'a RawValue>,
+    /// Parsed on its own so a malformed one gets `invalid_position`.
+    #[serde(default, borrow)]
+    since: Option<&'a RawValue>,
+    #[serde(default)]
+    limit: Option<u64>,
+}
+
+/// Deserializes a field that is present as `Some`, even when it is `null`
+/// (serde's `Option` would turn `null` into `None`, i.e. "missing").
+pub fn present<'de, D>(d: D) -> Result<Option<&'de RawValue>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    <&'de RawValue>::deserialize(d).map(Some)
 }
 
 /// Parses one client text message. Subjects are validated here, so a command
@@ -137,10 +173,22 @@ pub fn parse_command(text: &str, max_subject_len: usize) -> Result<Command<'_>, 
         .map_err(|e| CommandError::new(find_id(text), ErrorCode::InvalidJson, e.to_string()))?;
     let id = raw.id;
     match raw.op.as_ref() {
-        "subscribe" => Ok(Command::Subscribe {
-            id,
-            subjects: subjects_of(raw, max_subject_len)?,
-        }),
+        "subscribe" => {
+            let since = since_of(id, raw.since)?;
+            let subjects = subjects_of(raw, max_subject_len)?;
+            if since.is_some() && subjects.len() != 1 {
+                return Err(CommandError::new(
+                    id,
+                    ErrorCode::InvalidPosition,
+                    "\"since\" needs exactly one subject",
+                ));
+            }
+            Ok(Command::Subscribe {
+                id,
+                subjects,
+                since,
+            })
+        }
         "unsubscribe" => Ok(Command::Unsubscribe {
             id,
             subjects: subjects_of(raw, max_subject_len)?,
@@ -156,6 +204,20 @@ pub fn parse_command(text: &str, max_subject_len: usize) -> Result<Command<'_>, 
             })?;
             Ok(Command::Publish { id, subject, data })
         }
+        "history" => {
+            let since = since_of(id, raw.since)?;
+            let subject = raw.subject.ok_or_else(|| {
+                CommandError::new(id, ErrorCode::MissingField, "\"subject\" is required")
+            })?;
+            subject::validate(&subject, max_subject_len)
+                .map_err(|e| CommandError::subject(id, e))?;
+            Ok(Command::History {
+                id,
+                subject,
+                since,
+                limit: raw.limit,
+            })
+        }
         "ping" => Ok(Command::Ping { id }),
         other => Err(CommandError::new(
             id,
@@ -163,6 +225,20 @@ pub fn parse_command(text: &str, max_subject_len: usize) -> Result<Command<'_>, 
             format!("unknown op {other:?}"),
         )),
     }
+}
+
+/// The `since` position of a command, if it has one.
+fn since_of(id: Option<u64>, raw: Option<&RawValue>) -> Result<Option<Position>, CommandError> {
+    raw.map(|raw| {
+        serde_json::from_str::<Position>(raw.get()).map_err(|e| {
+            CommandError::new(
+                id,
+                ErrorCode::InvalidPosition,
+                format!("\"since\" must be {{\"epoch\":\"<16 hex digits>\",\"offset\":N}}: {e}"),
+            )
+        })
+    })
+    .transpose()
 }
 
 /// The validated subject list of a subscribe or unsubscribe: `subjects`,
@@ -212,31 +288,38 @@ fn find_id(text: &str) -> Option<u64> {
 
 // ---- server → client --------------------------------------------------------
 
-const DELIVERY_HEAD: &[u8] = b"{\"op\":\"msg\",\"subject\":\"";
-const DELIVERY_SEQ: &[u8] = b"\",\"seq\":";
-const DELIVERY_DATA: &[u8] = b",\"data\":";
+const PUBLICATION_HEAD: &[u8] = b"{\"op\":\"msg\",\"subject\":\"";
+const PUBLICATION_EPOCH: &[u8] = b"\",\"epoch\":\"";
+const PUBLICATION_OFFSET: &[u8] = b"\",\"offset\":";
+const PUBLICATION_DATA: &[u8] = b",\"data\":";
 
-/// Length in bytes of [`write_delivery`]'s output, so the caller can write the
-/// frame header first and the payload straight after it, in one allocation.
-pub fn delivery_len(subject: &str, seq: u64, data: &str) -> usize {
-    DELIVERY_HEAD.len()
+/// Length in bytes of [`write_publication`]'s output, so the caller can
+/// reserve room for a frame header and write the envelope behind it, in one
+/// allocation.
+pub fn publication_len(subject: &str, offset: u64, data: &str) -> usize {
+    PUBLICATION_HEAD.len()
         + subject.len()
-        + DELIVERY_SEQ.len()
-        + decimal_len(seq)
-        + DELIVERY_DATA.len()
+        + PUBLICATION_EPOCH.len()
+        + EPOCH_LEN
+        + PUBLICATION_OFFSET.len()
+        + decimal_len(offset)
+        + PUBLICATION_DATA.len()
         + data.len()
         + 1
 }
 
-/// Writes `{"op":"msg","subject":S,"seq":N,"data":D}`. `subject` must be
-/// valid (see [`subject::validate`]) so it needs no escaping; `data` is raw
-/// JSON copied verbatim.
-pub fn write_delivery(out: &mut Vec<u8>, subject: &str, seq: u64, data: &str) {
-    out.extend_from_slice(DELIVERY_HEAD);
+/// Writes the envelope of one publication,
+/// `{"op":"msg","subject":S,"epoch":E,"offset":N,"data":D}`. `subject` must
+/// be valid (see [`subject::validate`]) so it needs no escaping; `data` is
+/// raw JSON copied verbatim and always comes last, one byte before the end.
+pub fn write_publication(out: &mut Vec<u8>, subject: &str, position: Position, data: &str) {
+    out.extend_from_slice(PUBLICATION_HEAD);
     out.extend_from_slice(subject.as_bytes());
-    out.extend_from_slice(DELIVERY_SEQ);
-    write!(out, "{seq}").expect("writing to a Vec cannot fail");
-    out.extend_from_slice(DELIVERY_DATA);
+    out.extend_from_slice(PUBLICATION_EPOCH);
+    write!(out, "{}", position.epoch).expect("writing to a Vec cannot fail");
+    out.extend_from_slice(PUBLICATION_OFFSET);
+    write!(out, "{}", position.offset).expect("writing to a Vec cannot fail");
+    out.extend_from_slice(PUBLICATION_DATA);
     out.extend_from_slice(data.as_bytes());
     out.push(b'}');
 }
@@ -250,9 +333,84 @@ fn decimal_len(mut n: u64) -> usize {
     len
 }
 
-/// `{"op":"ok","id":N}`.
-pub fn encode_ok(id: u64) -> String {
-    format!("{{\"op\":\"ok\",\"id\":{id}}}")
+/// `"epoch":"E","offset":N` (no braces), shared by the replies that carry a
+/// position flat beside their other fields.
+fn position_fields(position: Position) -> String {
+    format!(
+        "\"epoch\":\"{}\",\"offset\":{}",
+        position.epoch, position.offset
+    )
+}
+
+/// `{"op":"subscribed","id":N,"subject":S,"epoch":E,"offset":N[,"recovered":B]}`:
+/// the subscription is live from `position` on; `recovered` answers a
+/// subscribe that carried `since`.
+pub fn encode_subscribed(
+    id: Option<u64>,
+    subject: &str,
+    position: Position,
+    recovered: Option<bool>,
+) -> String {
+    let mut out = String::from("{\"op\":\"subscribed\"");
+    if let Some(id) = id {
+        out.push_str(&format!(",\"id\":{id}"));
+    }
+    out.push_str(&format!(
+        ",\"subject\":\"{subject}\",{}",
+        position_fields(position)
+    ));
+    if let Some(recovered) = recovered {
+        out.push_str(&format!(",\"recovered\":{recovered}"));
+    }
+    out.push('}');
+    out
+}
+
+/// `{"op":"history","id":N,"subject":S,"epoch":E,"offset":N[,"recovered":B],"publications":[…]}`,
+/// where each publication is an envelope as [`write_publication`] wrote it
+/// and `epoch`/`offset` give the subject's current position.
+pub fn encode_history<'a>(
+    id: Option<u64>,
+    subject: &str,
+    position: Position,
+    recovered: Option<bool>,
+    envelopes: impl IntoIterator<Item = &'a [u8]>,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"{\"op\":\"history\"");
+    if let Some(id) = id {
+        write!(out, ",\"id\":{id}").expect("writing to a Vec cannot fail");
+    }
+    write!(
+        out,
+        ",\"subject\":\"{subject}\",{}",
+        position_fields(position)
+    )
+    .expect("writing to a Vec cannot fail");
+    if let Some(recovered) = recovered {
+        write!(out, ",\"recovered\":{recovered}").expect("writing to a Vec cannot fail");
+    }
+    out.extend_from_slice(b",\"publications\":[");
+    for (i, envelope) in envelopes.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(envelope);
+    }
+    out.extend_from_slice(b"]}");
+    out
+}
+
+/// `{"op":"ok","id":N}`, or `{"op":"ok","id":N,"epoch":E,"offset":N}` for
+/// a publish that got a position.
+pub fn encode_ok(id: u64, position: Option<Position>) -> String {
+    match position {
+        Some(position) => format!(
+            "{{\"op\":\"ok\",\"id\":{id},{}}}",
+            position_fields(position)
+        ),
+        None => format!("{{\"op\":\"ok\",\"id\":{id}}}"),
+    }
 }
 
 /// `{"op":"pong"}` or `{"op":"pong","id":N}`.
@@ -293,6 +451,43 @@ pub fn encode_subscribe(subjects: &[&str], id: Option<u64>) -> String {
     encode_subjects_command("subscribe", subjects, id)
 }
 
+/// `{"op":"subscribe","subject":S,"since":{"epoch":E,"offset":N},"id":N}`:
+/// resubscribe after a blip and get what was missed.
+pub fn encode_subscribe_since(subject: &str, since: Position, id: Option<u64>) -> String {
+    let subject = serde_json::to_string(subject).expect("a str always serializes");
+    let since = since.to_json();
+    match id {
+        Some(id) => {
+            format!("{{\"op\":\"subscribe\",\"subject\":{subject},\"since\":{since},\"id\":{id}}}")
+        }
+        None => format!("{{\"op\":\"subscribe\",\"subject\":{subject},\"since\":{since}}}"),
+    }
+}
+
+/// `{"op":"history","subject":S[,"since":P][,"limit":L],"id":N}`.
+pub fn encode_history_request(
+    subject: &str,
+    since: Option<Position>,
+    limit: Option<u64>,
+    id: Option<u64>,
+) -> String {
+    let mut out = format!(
+        "{{\"op\":\"history\",\"subject\":{}",
+        serde_json::to_string(subject).expect("a str always serializes")
+    );
+    if let Some(since) = since {
+        out.push_str(&format!(",\"since\":{}", since.to_json()));
+    }
+    if let Some(limit) = limit {
+        out.push_str(&format!(",\"limit\":{limit}"));
+    }
+    if let Some(id) = id {
+        out.push_str(&format!(",\"id\":{id}"));
+    }
+    out.push('}');
+    out
+}
+
 /// `{"op":"unsubscribe","subjects":[..],"id":N}`.
 pub fn encode_unsubscribe(subjects: &[&str], id: Option<u64>) -> String {
     encode_subjects_command("unsubscribe", subjects, id)
@@ -314,11 +509,27 @@ pub fn encode_publish(subject: &str, data_json: &str, id: Option<u64>) -> String
 pub enum ServerMessage<'a> {
     Delivery {
         subject: Cow<'a, str>,
-        seq: u64,
+        position: Position,
         data: &'a RawValue,
+    },
+    Subscribed {
+        id: Option<u64>,
+        subject: Cow<'a, str>,
+        position: Position,
+        recovered: Option<bool>,
+    },
+    History {
+        id: Option<u64>,
+        subject: Cow<'a, str>,
+        position: Position,
+        recovered: Option<bool>,
+        /// Each one a delivery envelope; parse with [`parse_server_message`].
+        publications: Vec<&'a RawValue>,
     },
     Ok {
         id: Option<u64>,
+        /// The position a publish got.
+        position: Option<Position>,
     },
     Pong {
         id: Option<u64>,
@@ -339,9 +550,15 @@ struct RawServerMessage<'a> {
     #[serde(default, borrow)]
     subject: Option<Cow<'a, str>>,
     #[serde(default)]
-    seq: Option<u64>,
-    #[serde(default, borrow)]
+    epoch: Option<Epoch>,
+    #[serde(default)]
+    offset: Option<u64>,
+    #[serde(default)]
+    recovered: Option<bool>,
+    #[serde(default, borrow, deserialize_with = "present")]
     data: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    publications: Option<Vec<&'a RawValue>>,
     #[serde(default, borrow)]
     code: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
@@ -366,13 +583,39 @@ pub fn parse_server_message(text: &str) -> Result<ServerMessage<'_>, ServerMessa
         op: raw.op.to_string(),
         field,
     };
+    let position = || -> Result<Position, ServerMessageError> {
+        Ok(Position::new(
+            raw.epoch.ok_or_else(|| missing("epoch"))?,
+            raw.offset.ok_or_else(|| missing("offset"))?,
+        ))
+    };
+    let subject = || raw.subject.clone().ok_or_else(|| missing("subject"));
     match raw.op.as_ref() {
         "msg" => Ok(ServerMessage::Delivery {
-            subject: raw.subject.clone().ok_or_else(|| missing("subject"))?,
-            seq: raw.seq.ok_or_else(|| missing("seq"))?,
+            subject: subject()?,
+            position: position()?,
             data: raw.data.ok_or_else(|| missing("data"))?,
         }),
-        "ok" => Ok(ServerMessage::Ok { id: raw.id }),
+        "subscribed" => Ok(ServerMessage::Subscribed {
+            id: raw.id,
+            subject: subject()?,
+            position: position()?,
+            recovered: raw.recovered,
+        }),
+        "history" => Ok(ServerMessage::History {
+            id: raw.id,
+            subject: subject()?,
+            position: position()?,
+            recovered: raw.recovered,
+            publications: raw
+                .publications
+                .clone()
+                .ok_or_else(|| missing("publications"))?,
+        }),
+        "ok" => Ok(ServerMessage::Ok {
+            id: raw.id,
+            position: raw.epoch.zip(raw.offset).map(|(e, o)| Position::new(e, o)),
+        }),
         "pong" => Ok(ServerMessage::Pong { id: raw.id }),
         "error" => Ok(ServerMessage::Error {
             id: raw.id,
@@ -394,7 +637,7 @@ mod tests {
     fn parses_each_command() {
         let c = parse_command(r#"{"op":"subscribe","subjects":["a","b/c"],"id":7}"#, MAX).unwrap();
         assert!(
-            matches!(&c, Command::Subscribe { id: Some(7), subjects } if subjects == &["a", "b/c"]),
+            matches!(&c, Command::Subscribe { id: Some(7), subjects, since: None } if subjects == &["a", "b/c"]),
             "{c:?}"
         );
         let c = parse_command(r#"{"op":"unsubscribe","subject":"a"}"#, MAX).unwrap();
@@ -419,6 +662,35 @@ mod tests {
             parse_command(r#"{"op":"ping","id":3}"#, MAX).unwrap(),
             Command::Ping { id: Some(3) }
         ));
+        let c = parse_command(
+            r#"{"op":"subscribe","subject":"a","since":{"epoch":"00000000000000ff","offset":9},"id":2}"#,
+            MAX,
+        )
+        .unwrap();
+        let since = Position::new(Epoch(255), 9);
+        assert!(
+            matches!(&c, Command::Subscribe { id: Some(2), subjects, since: Some(s) } if subjects == &["a"] && *s == since),
+            "{c:?}"
+        );
+        let c = parse_command(r#"{"op":"history","subject":"a","limit":5}"#, MAX).unwrap();
+        assert!(
+            matches!(&c, Command::History { id: None, subject, since: None, limit: Some(5) } if subject == "a"),
+            "{c:?}"
+        );
+    }
+
+    #[test]
+    fn null_is_data_like_any_other_json() {
+        match parse_command(r#"{"op":"publish","subject":"a","data":null}"#, MAX).unwrap() {
+            Command::Publish { data, .. } => assert_eq!(data.get(), "null"),
+            other => panic!("{other:?}"),
+        }
+        let mut out = Vec::new();
+        write_publication(&mut out, "a", Position::new(Epoch(1), 1), "null");
+        match parse_server_message(std::str::from_utf8(&out).unwrap()).unwrap() {
+            ServerMessage::Delivery { data, .. } => assert_eq!(data.get(), "null"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -463,6 +735,21 @@ mod tests {
                 ErrorCode::InvalidJson,
                 None,
             ),
+            (
+                r#"{"op":"subscribe","subject":"a","since":{"epoch":"x","offset":1},"id":8}"#,
+                ErrorCode::InvalidPosition,
+                Some(8),
+            ),
+            (
+                r#"{"op":"subscribe","subjects":["a","b"],"since":{"epoch":"0000000000000001","offset":1}}"#,
+                ErrorCode::InvalidPosition,
+                None,
+            ),
+            (
+                r#"{"op":"history","id":9}"#,
+                ErrorCode::MissingField,
+                Some(9),
+            ),
         ];
         for (text, code, id) in cases {
             let err = parse_command(text, MAX).unwrap_err();
@@ -479,20 +766,72 @@ mod tests {
     }
 
     #[test]
-    fn delivery_layout_is_exact() {
+    fn publication_layout_is_exact() {
         let mut out = Vec::new();
-        write_delivery(&mut out, "/p/s1", 42, r#""hello""#);
+        let position = Position::new(Epoch(0xbeef), 42);
+        write_publication(&mut out, "/p/s1", position, r#""hello""#);
         assert_eq!(
             std::str::from_utf8(&out).unwrap(),
-            r#"{"op":"msg","subject":"/p/s1","seq":42,"data":"hello"}"#
+            r#"{"op":"msg","subject":"/p/s1","epoch":"000000000000beef","offset":42,"data":"hello"}"#
         );
-        assert_eq!(out.len(), delivery_len("/p/s1", 42, r#""hello""#));
+        assert_eq!(out.len(), publication_len("/p/s1", 42, r#""hello""#));
+    }
+
+    #[test]
+    fn subscribed_and_history_replies_parse_back() {
+        let p = Position::new(Epoch(7), 3);
+        let text = encode_subscribed(Some(4), "a", p, Some(true));
+        match parse_server_message(&text).unwrap() {
+            ServerMessage::Subscribed {
+                id,
+                subject,
+                position,
+                recovered,
+            } => {
+                assert_eq!(
+                    (id, subject.as_ref(), position, recovered),
+                    (Some(4), "a", p, Some(true))
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut one = Vec::new();
+        write_publication(&mut one, "a", p, "1");
+        let reply = encode_history(None, "a", p, None, [one.as_slice(), one.as_slice()]);
+        match parse_server_message(std::str::from_utf8(&reply).unwrap()).unwrap() {
+            ServerMessage::History {
+                id: None,
+                position,
+                recovered: None,
+                publications,
+                ..
+            } => {
+                assert_eq!(position, p);
+                assert_eq!(publications.len(), 2);
+                assert!(matches!(
+                    parse_server_message(publications[1].get()).unwrap(),
+                    ServerMessage::Delivery { position, .. } if position == p
+                ));
+            }
+            other => panic!("{other:?}"),
+        }
+        let since = encode_subscribe_since("a", p, Some(1));
+        assert!(matches!(
+            parse_command(&since, MAX).unwrap(),
+            Command::Subscribe { since: Some(s), .. } if s == p
+        ));
+        let history = encode_history_request("a", Some(p), Some(10), Some(2));
+        assert!(matches!(
+            parse_command(&history, MAX).unwrap(),
+            Command::History { since: Some(s), limit: Some(10), id: Some(2), .. } if s == p
+        ));
     }
 
     #[test]
     fn replies_are_json() {
         for text in [
-            encode_ok(1),
+            encode_ok(1, None),
+            encode_ok(1, Some(Position::new(Epoch(3), 4))),
             encode_pong(Some(2)),
             encode_pong(None),
             encode_error(Some(3), ErrorCode::UnknownOp, "unknown op \"x\""),
@@ -513,7 +852,7 @@ mod tests {
             let refs: Vec<&str> = subjects.iter().map(String::as_str).collect();
             let text = encode_subscribe(&refs, id);
             match parse_command(&text, MAX).unwrap() {
-                Command::Subscribe { id: got, subjects: parsed } => {
+                Command::Subscribe { id: got, subjects: parsed, .. } => {
                     prop_assert_eq!(got, id);
                     prop_assert_eq!(parsed, subjects.clone());
                 }
@@ -533,16 +872,17 @@ mod tests {
         }
 
         #[test]
-        fn deliveries_parse_back(subject in "[A-Za-z0-9/._-]{1,40}", seq in any::<u64>(), n in any::<i64>()) {
+        fn deliveries_parse_back(subject in "[A-Za-z0-9/._-]{1,40}", epoch in any::<u64>(), offset in any::<u64>(), n in any::<i64>()) {
             let data = n.to_string();
             let mut out = Vec::new();
-            write_delivery(&mut out, &subject, seq, &data);
-            prop_assert_eq!(out.len(), delivery_len(&subject, seq, &data));
+            let position = Position::new(Epoch(epoch), offset);
+            write_publication(&mut out, &subject, position, &data);
+            prop_assert_eq!(out.len(), publication_len(&subject, offset, &data));
             let text = std::str::from_utf8(&out).unwrap();
             match parse_server_message(text).unwrap() {
-                ServerMessage::Delivery { subject: s, seq: q, data: d } => {
+                ServerMessage::Delivery { subject: s, position: p, data: d } => {
                     prop_assert_eq!(s.as_ref(), subject.as_str());
-                    prop_assert_eq!(q, seq);
+                    prop_assert_eq!(p, position);
                     prop_assert_eq!(d.get(), data.as_str());
                 }
                 other => prop_assert!(false, "{:?}", other),

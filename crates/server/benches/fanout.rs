@@ -1,14 +1,21 @@
-//! The encode-once fan-out path without sockets: a publish through the hub
-//! (sequence, one frame encoding, mailbox hand-off) and a worker queueing the
-//! shared frame for every local subscriber, as `Worker::take_deliveries` does.
-//! What remains per recipient is a reference-count increment and a push.
+//! The encode-once fan-out path without sockets: a publish through the
+//! memory engine (position, history, one encoding, mailbox hand-off) and a
+//! worker queueing the shared frame for every local subscriber, as
+//! `Worker::take_events` does. What remains per recipient is a
+//! reference-count increment and a push. Measured with history off and on.
 
 use std::hint::black_box;
 use std::sync::Arc;
+use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use myriad_server::hub::{encode_delivery_frame, Hub, Wakeups};
+use myriad_protocol::position::{Epoch, Position};
+use myriad_server::engine::{Attach, ConnRequest, Engine, MemoryEngine, Reply};
+use myriad_server::history::HistoryPolicy;
+use myriad_server::hub::{Event, Hub, Wakeups};
+use myriad_server::namespace::Namespaces;
 use myriad_server::outbound::Outbound;
+use myriad_server::publication::Publication;
 use myriad_server::registry::Registry;
 
 const SUBSCRIBERS: u32 = 10_000;
@@ -19,42 +26,83 @@ fn payload() -> String {
 
 fn encode(c: &mut Criterion) {
     let data = payload();
-    c.bench_function("fanout/encode_delivery_frame_512B", |b| {
-        b.iter(|| encode_delivery_frame(black_box("/p/s12345"), black_box(42), &data))
+    let subject: Arc<str> = Arc::from("/p/s12345");
+    c.bench_function("fanout/encode_publication_512B", |b| {
+        b.iter(|| {
+            Publication::new(
+                Arc::clone(black_box(&subject)),
+                Position::new(Epoch(7), black_box(42)),
+                &data,
+                0,
+            )
+        })
     });
 }
 
 fn publish_to_10k(c: &mut Criterion) {
-    let poll = mio::Poll::new().unwrap();
-    let waker = mio::Waker::new(poll.registry(), mio::Token(0)).unwrap();
-    let (hub, mut receivers) = Hub::new(vec![waker], usize::MAX);
-    let rx = receivers.pop().unwrap();
-    let subject: Arc<str> = Arc::from("broadcast");
-    let mut registry = Registry::new();
-    for id in 0..SUBSCRIBERS {
-        registry.subscribe(&subject, id);
-        hub.subscribe(&subject, 0, id == 0);
-    }
-    let mut queues: Vec<Outbound> = (0..SUBSCRIBERS).map(|_| Outbound::new()).collect();
-    let data = payload();
-
     let mut group = c.benchmark_group("fanout");
     group.throughput(Throughput::Elements(u64::from(SUBSCRIBERS)));
-    group.bench_function("publish_and_queue_512B_to_10k_subscribers", |b| {
-        b.iter(|| {
-            let mut wakeups = Wakeups::default();
-            hub.publish("broadcast", &data, &mut wakeups);
-            hub.wake(wakeups);
-            let delivery = rx.try_recv().unwrap();
-            hub.mailbox(0).taken(1);
-            for &id in registry.subscribers(&delivery.subject) {
-                queues[id as usize].push(delivery.frame.clone());
-            }
-            for q in &mut queues {
-                q.discard_unstarted();
-            }
-        })
-    });
+    for (name, size) in [("history_off", 0), ("history_on", 100)] {
+        let poll = mio::Poll::new().unwrap();
+        let waker = mio::Waker::new(poll.registry(), mio::Token(0)).unwrap();
+        let (hub, mut receivers) = Hub::new(vec![waker], usize::MAX);
+        let rx = receivers.pop().unwrap();
+        let policy = HistoryPolicy {
+            size,
+            ttl: Duration::ZERO,
+        };
+        let engine = MemoryEngine::new(Arc::clone(&hub), Namespaces::new(policy, &[]), 64 << 20);
+        let subject: Arc<str> = Arc::from("broadcast");
+        let mut registry = Registry::new();
+        let mut wakeups = Wakeups::default();
+        for id in 0..SUBSCRIBERS {
+            let to = ConnRequest {
+                worker: 0,
+                conn: id,
+                request: None,
+            };
+            let attach = Attach {
+                subject: Arc::clone(&subject),
+                since: None,
+                max_replay_bytes: 0,
+                to,
+                token: u64::from(id),
+            };
+            engine.attach(attach, &mut wakeups);
+            registry.subscribe(&subject, id);
+        }
+        hub.wake(wakeups);
+        let attached = rx.try_iter().count();
+        hub.mailbox(0).taken(attached);
+        let mut queues: Vec<Outbound> = (0..SUBSCRIBERS).map(|_| Outbound::new()).collect();
+        let data = payload();
+        let publisher = ConnRequest {
+            worker: 0,
+            conn: u32::MAX,
+            request: None,
+        };
+        group.bench_function(
+            format!("publish_and_queue_512B_to_10k_subscribers/{name}"),
+            |b| {
+                b.iter(|| {
+                    let mut wakeups = Wakeups::default();
+                    engine.publish("broadcast", &data, Reply::Conn(publisher), &mut wakeups);
+                    hub.wake(wakeups);
+                    let Ok(Event::Publication(publication)) = rx.try_recv() else {
+                        panic!("a publication");
+                    };
+                    hub.mailbox(0).taken(1);
+                    let frame = publication.ws_frame();
+                    for &id in registry.subscribers(&publication.subject) {
+                        queues[id as usize].push(frame.clone());
+                    }
+                    for q in &mut queues {
+                        q.discard_unstarted();
+                    }
+                })
+            },
+        );
+    }
     group.finish();
 }
 

@@ -1,5 +1,5 @@
-//! The admin/API listener: the HTTP publish API for backends, `/stats`,
-//! `/metrics` and `/healthz`.
+//! The admin/API listener: the HTTP publish and history API for backends,
+//! `/stats`, `/metrics` and `/healthz`.
 //!
 //! It runs on its own thread with a single-threaded tokio runtime and hyper,
 //! apart from the workers: admin traffic is low-volume and must never sit in
@@ -22,6 +22,8 @@ use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use myriad_protocol::message::{encode_history, present};
+use myriad_protocol::position::{Epoch, Position};
 use myriad_protocol::subject;
 use serde::Deserialize;
 use serde_json::json;
@@ -29,7 +31,8 @@ use serde_json::value::RawValue;
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
-use crate::hub::{Published, Wakeups};
+use crate::engine::{HistoryQuery, Published, Reply};
+use crate::hub::Wakeups;
 use crate::metrics::ErrorKind;
 use crate::process;
 use crate::worker::Shared;
@@ -40,7 +43,7 @@ pub const API_KEY_HEADER: &str = "x-api-key";
 /// How long a publish request waits for congested workers before giving up with 503.
 const CONGESTION_WAIT: Duration = Duration::from_secs(5);
 
-type Reply = Response<Full<Bytes>>;
+type HttpReply = Response<Full<Bytes>>;
 
 /// Serves the admin API until `shutdown` turns true.
 pub async fn serve(
@@ -78,11 +81,13 @@ pub async fn serve(
     }
 }
 
-async fn route(req: Request<Incoming>, shared: &Shared, started: Instant) -> Reply {
+async fn route(req: Request<Incoming>, shared: &Shared, started: Instant) -> HttpReply {
     match (req.method(), req.uri().path()) {
         (&Method::POST, "/api/publish") => publish(req, shared).await,
+        (&Method::GET, "/api/history") => history(req, shared).await,
         (&Method::GET, "/stats") => json_reply(StatusCode::OK, &stats(shared, started)),
         (&Method::GET, "/metrics") => {
+            shared.metrics.mirror_engine(&shared.engine.stats());
             let mut reply = Response::new(Full::new(Bytes::from(shared.metrics.render())));
             reply.headers_mut().insert(
                 CONTENT_TYPE,
@@ -99,7 +104,7 @@ async fn route(req: Request<Incoming>, shared: &Shared, started: Instant) -> Rep
                 text_reply(StatusCode::OK, "ok\n")
             }
         }
-        (_, "/api/publish" | "/stats" | "/metrics" | "/healthz") => {
+        (_, "/api/publish" | "/api/history" | "/stats" | "/metrics" | "/healthz") => {
             text_reply(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n")
         }
         _ => text_reply(StatusCode::NOT_FOUND, "not found\n"),
@@ -111,7 +116,7 @@ async fn route(req: Request<Incoming>, shared: &Shared, started: Instant) -> Rep
 struct PublishRequest<'a> {
     #[serde(default, borrow)]
     subject: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "present")]
     data: Option<&'a RawValue>,
     #[serde(default, borrow)]
     messages: Option<Vec<PublishItem<'a>>>,
@@ -125,14 +130,22 @@ struct PublishItem<'a> {
     data: &'a RawValue,
 }
 
-async fn publish(req: Request<Incoming>, shared: &Shared) -> Reply {
-    if !authorized(&req, shared.config.api_key.as_deref()) {
-        shared.metrics.error(ErrorKind::ApiUnauthorized);
-        return error_reply(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or wrong API key",
-        );
+/// The 401 for a request without the right API key, if it lacks one.
+fn refuse_unauthorized(req: &Request<Incoming>, shared: &Shared) -> Option<HttpReply> {
+    if authorized(req, shared.config.api_key.as_deref()) {
+        return None;
+    }
+    shared.metrics.error(ErrorKind::ApiUnauthorized);
+    Some(error_reply(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "missing or wrong API key",
+    ))
+}
+
+async fn publish(req: Request<Incoming>, shared: &Shared) -> HttpReply {
+    if let Some(refusal) = refuse_unauthorized(&req, shared) {
+        return refusal;
     }
     let body = match Limited::new(req.into_body(), shared.config.max_http_body)
         .collect()
@@ -193,7 +206,12 @@ async fn publish(req: Request<Incoming>, shared: &Shared) -> Reply {
         Ok(results) => results,
         Err(reply) => return reply,
     };
-    let result_json = |p: &Published| json!({"seq": p.seq, "delivered": p.subscribers});
+    let result_json = |p: &Published| match p.position {
+        Some(at) => {
+            json!({"epoch": at.epoch.to_string(), "offset": at.offset, "delivered": p.subscribers})
+        }
+        None => json!({"epoch": null, "offset": null, "delivered": p.subscribers}),
+    };
     let body = if batch {
         let delivered: u64 = results.iter().map(|p| u64::from(p.subscribers)).sum();
         json!({
@@ -204,6 +222,93 @@ async fn publish(req: Request<Incoming>, shared: &Shared) -> Reply {
         result_json(&results[0])
     };
     json_reply(StatusCode::OK, &body)
+}
+
+/// `GET /api/history?subject=S[&limit=N][&epoch=E&offset=O]`: the same
+/// document as the `history` command's reply.
+async fn history(req: Request<Incoming>, shared: &Shared) -> HttpReply {
+    if let Some(refusal) = refuse_unauthorized(&req, shared) {
+        return refusal;
+    }
+    let query = match history_query(req.uri().query().unwrap_or(""), shared) {
+        Ok(query) => query,
+        Err((code, message)) => {
+            shared.metrics.error(ErrorKind::ApiBadRequest);
+            return error_reply(StatusCode::BAD_REQUEST, code, &message);
+        }
+    };
+    let (tx, answer) = tokio::sync::oneshot::channel();
+    let mut wakeups = Wakeups::default();
+    shared.engine.history(query, Reply::Task(tx), &mut wakeups);
+    shared.hub.wake(wakeups);
+    match answer.await {
+        Ok(Ok(page)) => {
+            let budget = shared.config.max_http_body;
+            let mut used = 0;
+            let fitting = page.publications.iter().take_while(|p| {
+                used += p.envelope().len() + 1;
+                used <= budget
+            });
+            let body = encode_history(
+                None,
+                &page.subject,
+                page.position,
+                page.recovered,
+                fitting.map(|p| p.envelope()),
+            );
+            let mut reply = Response::new(Full::new(Bytes::from(body)));
+            reply
+                .headers_mut()
+                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            reply
+        }
+        Ok(Err(e)) => error_reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            &e.to_string(),
+        ),
+        Err(_) => error_reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "the engine dropped the request",
+        ),
+    }
+}
+
+/// Reads the query string of a history request.
+fn history_query(query: &str, shared: &Shared) -> Result<HistoryQuery, (&'static str, String)> {
+    let mut subject = None;
+    let mut limit = usize::MAX;
+    let (mut epoch, mut offset) = (None, None);
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let bad = |what: &str| ("invalid_query", format!("{key}: {what}"));
+        match key {
+            "subject" => subject = Some(value.to_owned()),
+            "limit" => limit = value.parse().map_err(|_| bad("not a number"))?,
+            "epoch" => epoch = Some(value.parse::<Epoch>().map_err(|e| bad(&e.to_string()))?),
+            "offset" => offset = Some(value.parse::<u64>().map_err(|_| bad("not a number"))?),
+            _ => return Err(bad("unknown parameter")),
+        }
+    }
+    let subject = subject.ok_or(("missing_field", "subject is required".to_owned()))?;
+    subject::validate(&subject, shared.config.max_subject_len)
+        .map_err(|e| ("invalid_subject", e.to_string()))?;
+    let since = match (epoch, offset) {
+        (Some(epoch), Some(offset)) => Some(Position::new(epoch, offset)),
+        (None, None) => None,
+        _ => {
+            return Err((
+                "invalid_position",
+                "epoch and offset go together".to_owned(),
+            ))
+        }
+    };
+    Ok(HistoryQuery {
+        subject: Arc::from(subject),
+        since,
+        limit,
+    })
 }
 
 fn authorized(req: &Request<Incoming>, key: Option<&str>) -> bool {
@@ -235,7 +340,7 @@ async fn publish_items(
     items: &[PublishItem<'_>],
     shared: &Shared,
     wakeups: &mut Wakeups,
-) -> Result<Vec<Published>, Reply> {
+) -> Result<Vec<Published>, HttpReply> {
     let deadline = Instant::now() + CONGESTION_WAIT;
     let mut results: Vec<Published> = Vec::with_capacity(items.len());
     for item in items {
@@ -256,14 +361,27 @@ async fn publish_items(
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        match shared
+        let (tx, mut answer) = tokio::sync::oneshot::channel();
+        shared
             .engine
-            .publish(&item.subject, item.data.get(), wakeups)
-        {
-            Ok(published) => {
-                shared.metrics.published(published.seq.is_some());
-                results.push(published);
+            .publish(&item.subject, item.data.get(), Reply::Task(tx), wakeups);
+        let answer = match answer.try_recv() {
+            Ok(answer) => Some(answer),
+            // Not answered yet (a round trip away): what this request queued
+            // must be on its way before waiting.
+            Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
+                shared.hub.wake(std::mem::take(wakeups));
+                answer.await.ok()
             }
+            Err(tokio::sync::oneshot::error::TryRecvError::Closed) => None,
+        };
+        let answer = answer.unwrap_or_else(|| {
+            Err(crate::engine::EngineError::Unavailable(
+                "the engine dropped the request".into(),
+            ))
+        });
+        match answer {
+            Ok(published) => results.push(published),
             Err(e) => {
                 return Err(error_reply(
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -277,6 +395,9 @@ async fn publish_items(
 }
 
 fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
+    let engine = shared.engine.stats();
+    shared.metrics.mirror_engine(&engine);
+    let history = engine.history;
     let s = shared.metrics.snapshot();
     let usage = process::usage();
     let slow = s
@@ -299,6 +420,12 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
         "socket_writes": s.socket_writes,
         "publishes": s.publishes,
         "publishes_unrouted": s.publishes_unrouted,
+        "history": {
+            "subjects": history.subjects,
+            "messages": history.messages,
+            "bytes": history.bytes,
+            "evictions": history.evictions,
+        },
         "slow_consumer_disconnects": slow,
         "closes": s.closes.iter().copied().collect::<BTreeMap<_, _>>(),
         "errors": s.errors.iter().copied().collect::<BTreeMap<_, _>>(),
@@ -307,7 +434,7 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
     })
 }
 
-fn json_reply(status: StatusCode, body: &serde_json::Value) -> Reply {
+fn json_reply(status: StatusCode, body: &serde_json::Value) -> HttpReply {
     let mut reply = Response::new(Full::new(Bytes::from(body.to_string())));
     *reply.status_mut() = status;
     reply
@@ -316,7 +443,7 @@ fn json_reply(status: StatusCode, body: &serde_json::Value) -> Reply {
     reply
 }
 
-fn text_reply(status: StatusCode, body: &'static str) -> Reply {
+fn text_reply(status: StatusCode, body: &'static str) -> HttpReply {
     let mut reply = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
     *reply.status_mut() = status;
     reply.headers_mut().insert(
@@ -326,7 +453,7 @@ fn text_reply(status: StatusCode, body: &'static str) -> Reply {
     reply
 }
 
-fn error_reply(status: StatusCode, code: &str, message: &str) -> Reply {
+fn error_reply(status: StatusCode, code: &str, message: &str) -> HttpReply {
     json_reply(
         status,
         &json!({"error": {"code": code, "message": message}}),

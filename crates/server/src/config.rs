@@ -6,13 +6,19 @@
 //! environment variable, the TOML file named by `--config`, the built-in
 //! default. docs/operations.md lists every setting.
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
 
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
+
+use crate::history::HistoryPolicy;
+use crate::namespace::{Namespace, Namespaces};
 
 /// The settings of one node.
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
@@ -105,6 +111,25 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_MAX_HTTP_BODY", default_value_t = 1_048_576)]
     pub max_http_body: usize,
 
+    /// Publications kept per subject for recovery, unless a namespace says
+    /// otherwise; 0 turns history off.
+    #[arg(long, env = "MYRIAD_HISTORY_SIZE", default_value_t = 100)]
+    pub history_size: usize,
+
+    /// How long a publication is kept in history, e.g. "90s", "5m", "1h";
+    /// "0s" keeps it until size or memory push it out.
+    #[arg(long, env = "MYRIAD_HISTORY_TTL", default_value = "5m")]
+    pub history_ttl: Ttl,
+
+    /// Memory all history on the node may hold, in bytes; past it the
+    /// oldest publications on the node are evicted first.
+    #[arg(long, env = "MYRIAD_HISTORY_MAX_BYTES", default_value_t = 256 << 20)]
+    pub history_max_bytes: usize,
+
+    /// Per-prefix settings (`[[namespace]]` tables, config file only).
+    #[arg(skip)]
+    pub namespace: Vec<Namespace>,
+
     /// Log filter (tracing EnvFilter syntax), e.g. "info" or "myriad_server=debug".
     #[arg(long, env = "MYRIAD_LOG", default_value = "info")]
     pub log: String,
@@ -161,10 +186,13 @@ impl Config {
                 let args_table =
                     toml::Table::try_from(&from_args).expect("Config serializes to a table");
                 for (key, value) in args_table {
-                    let explicit = !matches!(
-                        matches.value_source(&key),
-                        None | Some(ValueSource::DefaultValue)
-                    );
+                    // Settings that are not flags (`#[arg(skip)]`) come from
+                    // the file only.
+                    let explicit = matches.try_contains_id(&key).is_ok()
+                        && !matches!(
+                            matches.value_source(&key),
+                            None | Some(ValueSource::DefaultValue)
+                        );
                     if explicit || !table.contains_key(&key) {
                         table.insert(key, value);
                     }
@@ -218,7 +246,24 @@ impl Config {
             self.heartbeat_interval == 0 || self.heartbeat_timeout >= 1,
             "heartbeat_timeout must be at least 1 when heartbeats are on",
         )?;
+        for ns in &self.namespace {
+            check(
+                !ns.prefix.is_empty(),
+                "a namespace prefix must not be empty",
+            )?;
+            let twins = self.namespace.iter().filter(|o| o.prefix == ns.prefix);
+            check(twins.count() == 1, "namespace prefixes must differ")?;
+        }
         Ok(())
+    }
+
+    /// The history policy of every subject, by namespace.
+    pub fn namespaces(&self) -> Namespaces {
+        let default = HistoryPolicy {
+            size: self.history_size,
+            ttl: self.history_ttl.into(),
+        };
+        Namespaces::new(default, &self.namespace)
     }
 
     /// The number of workers to start: the setting, or one per core.
@@ -228,6 +273,47 @@ impl Config {
         } else {
             std::thread::available_parallelism().map_or(1, |n| n.get().min(64))
         }
+    }
+}
+
+/// A span of time written the human way ("90s", "5m", "1h 30m"), in flags,
+/// the environment and the config file alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ttl(pub Duration);
+
+impl FromStr for Ttl {
+    type Err = humantime::DurationError;
+
+    fn from_str(s: &str) -> Result<Ttl, Self::Err> {
+        humantime::parse_duration(s).map(Ttl)
+    }
+}
+
+impl fmt::Display for Ttl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_zero() {
+            return f.write_str("0s");
+        }
+        write!(f, "{}", humantime::format_duration(self.0))
+    }
+}
+
+impl From<Ttl> for Duration {
+    fn from(ttl: Ttl) -> Duration {
+        ttl.0
+    }
+}
+
+impl Serialize for Ttl {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Ttl {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Ttl, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
     }
 }
 
@@ -273,6 +359,31 @@ mod tests {
         assert_eq!(config.echo_path.as_deref(), Some("/e"));
         assert_eq!(config.max_subject_len, 128, "default stays");
         std::fs::remove_file(&file.0).unwrap();
+    }
+
+    #[test]
+    fn namespaces_come_from_the_file() {
+        let mut file = tempfile();
+        writeln!(
+            file.1,
+            "history_size = 5\n[[namespace]]\nprefix = \"chat.\"\nhistory_size = 100\nhistory_ttl = \"5m\""
+        )
+        .unwrap();
+        let config = Config::assemble(&matches(&["myriad"]), Some(&file.0)).unwrap();
+        let namespaces = config.namespaces();
+        assert_eq!(namespaces.policy_for("chat.a").size, 100);
+        assert_eq!(
+            namespaces.policy_for("chat.a").ttl,
+            Duration::from_secs(300)
+        );
+        assert_eq!(namespaces.policy_for("news").size, 5);
+        std::fs::remove_file(&file.0).unwrap();
+        let ttl: Ttl = "1h 30m".parse().unwrap();
+        assert_eq!(ttl.to_string().parse::<Ttl>().unwrap(), ttl);
+        assert_eq!(
+            Ttl(Duration::ZERO).to_string().parse::<Ttl>().unwrap().0,
+            Duration::ZERO
+        );
     }
 
     #[test]

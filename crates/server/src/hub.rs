@@ -1,43 +1,52 @@
-//! The hub: which workers hold subscribers of which subject, and the
-//! mailboxes that carry encoded deliveries to them.
+//! The hub: which workers hold subscribers of which subject on this node,
+//! and the mailboxes that carry events to them.
 //!
-//! The subject map is split into [`SHARDS`] independently locked shards, so a
-//! publish or subscribe only contends with operations on subjects that hash to
-//! the same shard. A shard lock is held for a map lookup, one encoding of the
-//! delivery frame and a few lock-free channel pushes: never across a system
-//! call other than a wake-up, and never across an `.await`. Holding it while
-//! pushing is what keeps deliveries of one subject in sequence order on every
-//! worker even when two workers publish to it at once.
+//! The hub is node-local plumbing under the engine: the engine decides
+//! positions and calls [`Hub::deliver`] with each publication, [`Hub::join`]
+//! when a connection attaches and [`Hub::leave`] when one detaches. A
+//! publication is handed to each interested worker as one shared
+//! `Arc<Publication>`; each worker then queues the same encoded bytes on
+//! every local subscriber.
 //!
-//! The hub knows subjects with subscribers only: a publish to a subject nobody
-//! holds is counted and dropped, and a subject's state (including its
-//! sequence counter) is freed when its last subscriber on the node leaves.
+//! The subject map is split into [`SHARDS`] independently locked shards, so
+//! one operation only contends with operations on subjects of the same
+//! shard. A shard lock is held for a map lookup and a few lock-free channel
+//! pushes: never across a system call or an `.await`. Pushing under it is
+//! what keeps an attach answer in line with the subject's publications in a
+//! worker's mailbox (engine contract, clause 3); wake-ups happen after, once
+//! per batch ([`Wakeups`]).
+//!
+//! The hub knows subjects with attached subscribers only; a subject's entry
+//! goes with its last subscriber on the node.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
 use foldhash::fast::RandomState;
 use hashbrown::HashMap;
-use myriad_protocol::message::{delivery_len, write_delivery};
-use myriad_protocol::ws::{write_frame_header, OpCode, MAX_HEADER_LEN};
+
+use crate::engine::{Attached, ConnAnswer};
+use crate::publication::Publication;
 
 /// Number of subject-map shards; a power of two well above the core count.
 pub const SHARDS: usize = 64;
 
-/// One encoded message on its way to a worker's local subscribers.
-#[derive(Debug, Clone)]
-pub struct Delivery {
-    pub subject: Arc<str>,
-    /// The complete WebSocket frame, encoded once and shared by every recipient.
-    pub frame: Bytes,
+/// What a worker's mailbox carries.
+#[derive(Debug)]
+pub enum Event {
+    /// A publication for the worker's local subscribers of its subject.
+    Publication(Arc<Publication>),
+    /// A connection's attach is answered: from here on it is live.
+    Attached(Box<Attached>),
+    /// A connection's publish or history request is answered.
+    Answer(Box<ConnAnswer>),
 }
 
 /// A worker's inbound queue and the means to wake it.
 pub struct Mailbox {
-    tx: Sender<Delivery>,
+    tx: Sender<Event>,
     waker: mio::Waker,
     /// Set by the worker just before it blocks in `epoll_wait`; a producer that
     /// swaps it back to false owes the worker one wake-up. Coalesces wake-ups:
@@ -47,12 +56,12 @@ pub struct Mailbox {
 }
 
 impl Mailbox {
-    /// Queues a delivery; waking the worker is left to [`Hub::wake`].
-    fn push(&self, delivery: Delivery) {
+    /// Queues an event; waking the worker is left to [`Hub::wake`].
+    fn push(&self, event: Event) {
         self.queued.fetch_add(1, Ordering::Relaxed);
         // The receiver lives as long as the worker; a send can only fail while
-        // the node is shutting down, when dropping the delivery is correct.
-        let _ = self.tx.send(delivery);
+        // the node is shutting down, when dropping the event is correct.
+        let _ = self.tx.send(event);
     }
 
     /// Wakes the worker if it is (about to be) blocked in its poll.
@@ -65,7 +74,7 @@ impl Mailbox {
 
     /// Called by the owning worker before blocking. Returns false when
     /// deliveries are already waiting, in which case it must not block.
-    pub fn prepare_to_sleep(&self, rx: &Receiver<Delivery>) -> bool {
+    pub fn prepare_to_sleep(&self, rx: &Receiver<Event>) -> bool {
         self.sleeping.store(true, Ordering::SeqCst);
         if rx.is_empty() {
             true
@@ -80,7 +89,7 @@ impl Mailbox {
         self.sleeping.store(false, Ordering::SeqCst);
     }
 
-    /// Called by the owning worker after taking `n` deliveries off the queue.
+    /// Called by the owning worker after taking `n` events off the queue.
     pub fn taken(&self, n: usize) {
         self.queued.fetch_sub(n, Ordering::Relaxed);
     }
@@ -105,6 +114,10 @@ impl Wakeups {
     pub fn is_empty(&self) -> bool {
         self.0 == 0
     }
+
+    fn add(&mut self, worker: usize) {
+        self.0 |= 1 << worker;
+    }
 }
 
 impl Drop for Wakeups {
@@ -122,20 +135,8 @@ impl Drop for Wakeups {
 struct SubjectState {
     /// Bit `w` set while worker `w` has at least one subscriber.
     workers: u64,
-    /// Subscribers on this node, across workers.
+    /// Attached subscribers on this node, across workers.
     subscribers: u32,
-    /// The last sequence number assigned to a publish.
-    seq: u64,
-}
-
-/// The outcome of handing one publish to the hub.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Published {
-    /// The sequence number given to the message; `None` when the subject had
-    /// no subscribers on this node and the message was dropped.
-    pub seq: Option<u64>,
-    /// Subscribers on this node the message was handed to.
-    pub subscribers: u32,
 }
 
 type Shard = HashMap<Arc<str>, SubjectState, RandomState>;
@@ -157,7 +158,7 @@ impl Hub {
     pub fn new(
         wakers: Vec<mio::Waker>,
         mailbox_high_water: usize,
-    ) -> (Arc<Hub>, Vec<Receiver<Delivery>>) {
+    ) -> (Arc<Hub>, Vec<Receiver<Event>>) {
         assert!(wakers.len() <= 64, "worker bitmask is a u64");
         let mut receivers = Vec::with_capacity(wakers.len());
         let mailboxes = wakers
@@ -196,64 +197,70 @@ impl Hub {
         &self.mailboxes[worker]
     }
 
-    /// Records one more subscriber of `subject` on `worker`; `first_local`
-    /// says it is that worker's first, so the worker starts receiving it.
-    pub fn subscribe(&self, subject: &Arc<str>, worker: usize, first_local: bool) {
+    /// Records one more subscriber of `subject` on `worker` and queues
+    /// `answer` for that worker in line with the subject's publications.
+    /// Returns whether it is the subject's first subscriber on the node.
+    pub fn join(
+        &self,
+        subject: &Arc<str>,
+        worker: usize,
+        answer: Event,
+        wakeups: &mut Wakeups,
+    ) -> bool {
         let mut shard = self.shard(subject);
         let state = shard.entry(Arc::clone(subject)).or_insert(SubjectState {
             workers: 0,
             subscribers: 0,
-            seq: 0,
         });
         state.subscribers += 1;
-        if first_local {
-            state.workers |= 1 << worker;
-        }
+        state.workers |= 1 << worker;
+        self.mailboxes[worker].push(answer);
+        wakeups.add(worker);
+        state.subscribers == 1
     }
 
-    /// Records one subscriber fewer; `last_local` says the worker has none left.
-    pub fn unsubscribe(&self, subject: &str, worker: usize, last_local: bool) {
+    /// Records one subscriber fewer; `last_local` says the worker has none
+    /// left. Returns whether it was the subject's last on the node.
+    pub fn leave(&self, subject: &str, worker: usize, last_local: bool) -> bool {
         let mut shard = self.shard(subject);
         let Some(state) = shard.get_mut(subject) else {
-            debug_assert!(false, "unsubscribe from unknown subject {subject}");
-            return;
+            debug_assert!(false, "leave of unknown subject {subject}");
+            return false;
         };
         state.subscribers -= 1;
         if last_local {
             state.workers &= !(1 << worker);
         }
         if state.subscribers == 0 {
+            debug_assert_eq!(state.workers, 0, "workers left without subscribers");
             shard.remove(subject);
+            return true;
         }
+        false
     }
 
-    /// Assigns the next sequence number of `subject`, encodes the delivery
-    /// frame once and hands it to every worker with subscribers, noting in
-    /// `wakeups` the workers to wake once the caller's batch is done.
-    pub fn publish(&self, subject: &str, data: &str, wakeups: &mut Wakeups) -> Published {
-        let mut shard = self.shard(subject);
-        let Some((name, state)) = shard.get_key_value_mut(subject) else {
-            return Published {
-                seq: None,
-                subscribers: 0,
-            };
+    /// Hands `publication` to every worker with subscribers of its subject,
+    /// noting in `wakeups` the workers to wake once the caller's batch is
+    /// done. Returns the subscribers on the node it reached.
+    pub fn deliver(&self, publication: &Arc<Publication>, wakeups: &mut Wakeups) -> u32 {
+        let shard = self.shard(&publication.subject);
+        let Some(state) = shard.get(&*publication.subject) else {
+            return 0;
         };
-        state.seq += 1;
-        let frame = encode_delivery_frame(subject, state.seq, data);
         let mut workers = state.workers;
         wakeups.0 |= workers;
         while workers != 0 {
             let worker = workers.trailing_zeros() as usize;
             workers &= workers - 1;
-            self.mailboxes[worker].push(Delivery {
-                subject: Arc::clone(name),
-                frame: frame.clone(),
-            });
+            self.mailboxes[worker].push(Event::Publication(Arc::clone(publication)));
         }
-        Published {
-            seq: Some(state.seq),
-            subscribers: state.subscribers,
-        }
+        state.subscribers
+    }
+
+    /// Queues an event for one worker (an answer to one of its connections).
+    pub fn send(&self, worker: usize, event: Event, wakeups: &mut Wakeups) {
+        self.mailboxes[worker].push(event);
+        wakeups.add(worker);
     }
 
     /// True while some worker has more than the high-water mark of
@@ -297,21 +304,12 @@ impl Hub {
     }
 }
 
-/// The WebSocket text frame carrying one delivery: header and JSON written
-/// into a single allocation that all recipients then share.
-pub fn encode_delivery_frame(subject: &str, seq: u64, data: &str) -> Bytes {
-    let len = delivery_len(subject, seq, data);
-    let mut frame = Vec::with_capacity(MAX_HEADER_LEN + len);
-    write_frame_header(&mut frame, true, OpCode::Text, len, None);
-    write_delivery(&mut frame, subject, seq, data);
-    Bytes::from(frame)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use myriad_protocol::position::{Epoch, Position};
 
-    fn hub(workers: usize) -> (Arc<Hub>, Vec<Receiver<Delivery>>, Vec<mio::Poll>) {
+    fn hub(workers: usize) -> (Arc<Hub>, Vec<Receiver<Event>>, Vec<mio::Poll>) {
         let polls: Vec<mio::Poll> = (0..workers).map(|_| mio::Poll::new().unwrap()).collect();
         let wakers = polls
             .iter()
@@ -321,85 +319,90 @@ mod tests {
         (hub, rx, polls)
     }
 
+    fn publication(subject: &str, offset: u64) -> Arc<Publication> {
+        Arc::new(Publication::new(
+            Arc::from(subject),
+            Position::new(Epoch(1), offset),
+            "1",
+            0,
+        ))
+    }
+
+    fn marker() -> Event {
+        Event::Publication(publication("marker", 0))
+    }
+
+    fn join(hub: &Hub, subject: &Arc<str>, worker: usize) -> bool {
+        let mut wakeups = Wakeups::default();
+        let first = hub.join(subject, worker, marker(), &mut wakeups);
+        hub.wake(wakeups);
+        first
+    }
+
+    fn deliver(hub: &Hub, p: &Arc<Publication>) -> u32 {
+        let mut wakeups = Wakeups::default();
+        let n = hub.deliver(p, &mut wakeups);
+        hub.wake(wakeups);
+        n
+    }
+
     #[test]
-    fn publish_reaches_exactly_the_workers_with_subscribers() {
+    fn deliver_reaches_exactly_the_workers_with_subscribers() {
         let (hub, rx, _polls) = hub(3);
         let a: Arc<str> = Arc::from("a");
-        hub.subscribe(&a, 0, true);
-        hub.subscribe(&a, 2, true);
-        hub.subscribe(&a, 2, false);
+        assert!(join(&hub, &a, 0));
+        assert!(!join(&hub, &a, 2));
+        assert!(!join(&hub, &a, 2));
+        rx.iter().for_each(|r| while r.try_recv().is_ok() {});
+        let p = publication("a", 1);
         let mut wakeups = Wakeups::default();
-        let p = hub.publish("a", "1", &mut wakeups);
+        assert_eq!(hub.deliver(&p, &mut wakeups), 3);
         assert_eq!(wakeups.0, 0b101, "workers 0 and 2 are owed a wake-up");
         hub.wake(wakeups);
-        assert_eq!(
-            p,
-            Published {
-                seq: Some(1),
-                subscribers: 3
-            }
-        );
-        assert_eq!(rx[0].len(), 1);
-        assert_eq!(rx[1].len(), 0);
-        assert_eq!(rx[2].len(), 1);
-        let d = rx[2].try_recv().unwrap();
-        assert_eq!(&*d.subject, "a");
-        let d0 = rx[0].try_recv().unwrap();
-        assert_eq!(d.frame.as_ptr(), d0.frame.as_ptr(), "one encoding shared");
-    }
-
-    /// One publish, waking its workers at once.
-    fn publish(hub: &Hub, subject: &str, data: &str) -> Published {
-        let mut wakeups = Wakeups::default();
-        let published = hub.publish(subject, data, &mut wakeups);
-        hub.wake(wakeups);
-        published
+        assert_eq!((rx[0].len(), rx[1].len(), rx[2].len()), (1, 0, 1));
+        let (Ok(Event::Publication(p0)), Ok(Event::Publication(p2))) =
+            (rx[0].try_recv(), rx[2].try_recv())
+        else {
+            panic!("publications expected");
+        };
+        assert!(Arc::ptr_eq(&p0, &p2), "one publication shared");
     }
 
     #[test]
-    fn sequence_is_per_subject_and_state_goes_with_the_last_subscriber() {
-        let (hub, _rx, _polls) = hub(1);
+    fn an_attach_answer_sits_between_the_publications_around_it() {
+        let (hub, rx, _polls) = hub(1);
         let a: Arc<str> = Arc::from("a");
-        let b: Arc<str> = Arc::from("b");
-        hub.subscribe(&a, 0, true);
-        hub.subscribe(&b, 0, true);
-        assert_eq!(publish(&hub, "a", "1").seq, Some(1));
-        assert_eq!(publish(&hub, "a", "1").seq, Some(2));
-        assert_eq!(publish(&hub, "b", "1").seq, Some(1));
-        assert_eq!(
-            publish(&hub, "c", "1"),
-            Published {
-                seq: None,
-                subscribers: 0
-            }
-        );
-        assert_eq!(hub.subject_count(), 2);
-        hub.unsubscribe("a", 0, true);
-        assert_eq!(hub.subject_count(), 1);
-        assert_eq!(publish(&hub, "a", "1").seq, None);
+        join(&hub, &a, 0);
+        deliver(&hub, &publication("a", 1));
+        join(&hub, &a, 0);
+        deliver(&hub, &publication("a", 2));
+        let kinds: Vec<String> = rx[0]
+            .try_iter()
+            .map(|e| match e {
+                Event::Publication(p) => format!("{}{}", p.subject, p.position.offset),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(kinds, ["marker0", "a1", "marker0", "a2"]);
     }
 
     #[test]
-    fn worker_bit_clears_only_with_its_last_subscriber() {
+    fn the_entry_goes_with_the_last_subscriber() {
         let (hub, rx, _polls) = hub(2);
         let a: Arc<str> = Arc::from("a");
-        hub.subscribe(&a, 1, true);
-        hub.subscribe(&a, 1, false);
-        hub.subscribe(&a, 0, true);
-        hub.unsubscribe("a", 1, false);
-        publish(&hub, "a", "1");
+        join(&hub, &a, 1);
+        join(&hub, &a, 1);
+        join(&hub, &a, 0);
+        assert!(!hub.leave("a", 1, false));
+        rx.iter().for_each(|r| while r.try_recv().is_ok() {});
+        deliver(&hub, &publication("a", 1));
         assert_eq!((rx[0].len(), rx[1].len()), (1, 1));
-        hub.unsubscribe("a", 1, true);
-        publish(&hub, "a", "1");
+        assert!(!hub.leave("a", 1, true));
+        deliver(&hub, &publication("a", 2));
         assert_eq!((rx[0].len(), rx[1].len()), (2, 1));
-    }
-
-    #[test]
-    fn the_frame_is_a_complete_text_frame() {
-        let frame = encode_delivery_frame("s", 7, "\"x\"");
-        let body = br#"{"op":"msg","subject":"s","seq":7,"data":"x"}"#;
-        assert_eq!(frame[0], 0x81);
-        assert_eq!(frame[1] as usize, body.len());
-        assert_eq!(&frame[2..], body);
+        assert_eq!(hub.subject_count(), 1);
+        assert!(hub.leave("a", 0, true), "last on the node");
+        assert_eq!(hub.subject_count(), 0);
+        assert_eq!(deliver(&hub, &publication("a", 3)), 0);
     }
 }

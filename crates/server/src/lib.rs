@@ -1,15 +1,19 @@
 //! The myriad node.
 //!
 //! Map of the crate, outside in:
-//! - [`config`]: every setting, its default and its sources.
+//! - [`config`]: every setting, its default and its sources; [`namespace`]:
+//!   per-prefix settings.
 //! - [`listener`]: one `SO_REUSEPORT` client listener per worker.
 //! - [`worker`]: the per-core event loops; each owns its connections
-//!   ([`conn`]), their outbound queues ([`outbound`]) and its local subject
-//!   [`registry`].
-//! - [`hub`]: subject → workers, sharded; encodes each publish once and hands
-//!   the shared frame to every interested worker's mailbox.
-//! - [`engine`]: the seam where publishes are ordered and leave the node
-//!   (memory today, Redis for the cluster).
+//!   ([`conn`], each with its pub/sub [`session`]), their outbound queues
+//!   ([`outbound`]) and its local subject [`registry`].
+//! - [`engine`]: the seam where publications get positions, history lives
+//!   and subjects leave the node (memory today, Redis for the cluster),
+//!   under one written contract and one conformance suite.
+//! - [`publication`]: the unit that flows, encoded once; [`history`]: one
+//!   subject's kept publications and the recovery rules.
+//! - [`hub`]: subject → workers on this node, sharded; hands each
+//!   publication to every interested worker's mailbox.
 //! - [`admin`]: the HTTP publish API, `/stats`, `/metrics`, `/healthz`.
 //! - [`metrics`] and [`process`]: what the node counts and how big it is.
 //!
@@ -19,12 +23,16 @@ pub mod admin;
 pub mod config;
 pub mod conn;
 pub mod engine;
+pub mod history;
 pub mod hub;
 pub mod listener;
 pub mod metrics;
+pub mod namespace;
 pub mod outbound;
 pub mod process;
+pub mod publication;
 pub mod registry;
+pub mod session;
 pub mod worker;
 
 use std::io::Write;
@@ -108,7 +116,11 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         .map_err(ServeError::Poll)?;
     let (hub, mailboxes) = Hub::new(wakers, config.mailbox_high_water);
     let shared = Arc::new(Shared {
-        engine: Arc::new(MemoryEngine::new(Arc::clone(&hub))),
+        engine: Arc::new(MemoryEngine::new(
+            Arc::clone(&hub),
+            config.namespaces(),
+            config.history_max_bytes,
+        )),
         hub,
         metrics: Arc::new(Metrics::new(workers)),
         connections: AtomicUsize::new(0),

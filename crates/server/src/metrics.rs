@@ -81,9 +81,19 @@ pub struct WorkerMetrics {
     pub writes: Counter,
 }
 
+/// What history holds, mirrored from the engine when metrics are read.
+#[derive(Default)]
+struct HistoryGauges {
+    subjects: Gauge,
+    messages: Gauge,
+    bytes: Gauge,
+    evictions: Counter,
+}
+
 /// All metrics of a node.
 pub struct Metrics {
     registry: Registry,
+    history: HistoryGauges,
     workers: Vec<WorkerMetrics>,
     closes: Family<ReasonLabel, Counter>,
     errors: Family<KindLabel, Counter>,
@@ -166,8 +176,30 @@ impl Metrics {
             "Messages published to a subject with no subscribers",
             publishes_unrouted.clone(),
         );
+        let history = HistoryGauges::default();
+        registry.register(
+            "history_subjects",
+            "Subjects holding history",
+            history.subjects.clone(),
+        );
+        registry.register(
+            "history_messages",
+            "Publications held in history",
+            history.messages.clone(),
+        );
+        registry.register(
+            "history_bytes",
+            "Bytes held by history (shared with live fan-out)",
+            history.bytes.clone(),
+        );
+        registry.register(
+            "history_evictions",
+            "Publications evicted from history to stay within history_max_bytes",
+            history.evictions.clone(),
+        );
         Metrics {
             registry,
+            history,
             workers,
             closes,
             errors,
@@ -195,12 +227,22 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts a publish; `routed` is false when nobody was subscribed.
-    pub fn published(&self, routed: bool) {
-        self.publishes.inc();
-        if !routed {
-            self.publishes_unrouted.inc();
-        }
+    /// Mirrors what the engine counts (publishes, history) into these
+    /// metrics; called before they are read. The engine keeps the counts
+    /// because only it sees every publish's outcome (a publish that nobody
+    /// asked to hear about is never answered).
+    pub fn mirror_engine(&self, stats: &crate::engine::EngineStats) {
+        let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let catch_up = |counter: &Counter<u64, AtomicU64>, total: u64| {
+            counter.inc_by(total.saturating_sub(counter.get()));
+        };
+        catch_up(&self.publishes, stats.publishes);
+        catch_up(&self.publishes_unrouted, stats.publishes_unrouted);
+        let history = &stats.history;
+        self.history.subjects.set(gauge(history.subjects));
+        self.history.messages.set(gauge(history.messages));
+        self.history.bytes.set(gauge(history.bytes));
+        catch_up(&self.history.evictions, history.evictions);
     }
 
     /// The Prometheus text exposition.

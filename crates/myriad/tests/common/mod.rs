@@ -197,14 +197,25 @@ pub fn recv_close(ws: &mut Ws) -> u16 {
     }
 }
 
-/// Subscribes and waits for the ok.
-pub fn subscribe(ws: &mut Ws, subjects: &[&str]) {
+/// Subscribes and waits for every subject's `subscribed` reply; returns
+/// each subject's position (`{"epoch":…,"offset":…}`) in `subjects` order.
+pub fn subscribe(ws: &mut Ws, subjects: &[&str]) -> Vec<Value> {
     send(
         ws,
         serde_json::json!({"op": "subscribe", "subjects": subjects, "id": 1}),
     );
-    let reply = recv(ws);
-    assert_eq!(reply, serde_json::json!({"op": "ok", "id": 1}));
+    let mut positions = std::collections::HashMap::new();
+    while positions.len() < subjects.len() {
+        let reply = recv(ws);
+        assert_eq!(reply["op"], "subscribed", "{reply}");
+        assert_eq!(reply["id"], 1, "{reply}");
+        let subject = reply["subject"].as_str().unwrap().to_owned();
+        positions.insert(
+            subject,
+            serde_json::json!({"epoch": reply["epoch"], "offset": reply["offset"]}),
+        );
+    }
+    subjects.iter().map(|s| positions[*s].clone()).collect()
 }
 
 pub fn close_code(code: u16) -> CloseCode {

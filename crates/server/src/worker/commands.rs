@@ -1,21 +1,30 @@
-//! Protocol v1 commands on the pub/sub endpoint, and the subscription
-//! bookkeeping they drive across the connection, the worker's registry and
-//! the hub.
+//! Protocol v1 commands on the pub/sub endpoint, the engine's answers to
+//! them, and the subscription bookkeeping both drive.
 //!
-//! A subscription is recorded in three places that must agree: the
-//! connection's own list (to clean up when it closes), the worker's registry
-//! (for local fan-out) and the hub (which workers to send to). Every change
-//! goes through [`Worker::add_subscription`] or [`Worker::unsubscribe_all`] /
-//! [`Worker::remove_subscription`] so they cannot drift apart.
+//! A subscription is recorded in four places that must agree: the
+//! connection's session (to clean up when it closes), the worker's
+//! `attaching` list while the engine's answer is on its way, the worker's
+//! registry once it is live (for local fan-out), and, through the engine,
+//! the hub (which workers to send to). Every change goes through
+//! [`Worker::add_subscription`], [`Worker::on_attached`] and
+//! [`Worker::remove_subscription`] / [`Worker::unsubscribe_all`], so they
+//! cannot drift apart; `tests/agreement.rs` checks them against each other
+//! through the node's own counters.
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
 use myriad_protocol::message::{
-    encode_error, encode_ok, encode_pong, parse_command, Command, ErrorCode,
+    encode_error, encode_history, encode_ok, encode_pong, encode_subscribed, parse_command,
+    Command, ErrorCode,
 };
+use myriad_protocol::position::Position;
 
 use super::{Flow, Worker};
+use crate::engine::{
+    Answer, Attach, Attached, ConnAnswer, ConnRequest, EngineError, HistoryPage, HistoryQuery,
+    Reply,
+};
 use crate::metrics::ErrorKind;
 use crate::registry::{Change, ConnId};
 
@@ -31,8 +40,10 @@ impl Worker {
         };
         let request = command.id();
         match command {
-            Command::Subscribe { subjects, .. } => {
-                let held = &self.conns[id as usize].subscriptions;
+            Command::Subscribe {
+                subjects, since, ..
+            } => {
+                let held = &self.conns[id as usize].session.subscriptions;
                 let mut new: Vec<&Cow<'_, str>> = Vec::new();
                 for s in &subjects {
                     if !held.iter().any(|h| **h == **s) && !new.contains(&s) {
@@ -49,10 +60,12 @@ impl Worker {
                     self.refuse(id, request, ErrorCode::TooManySubscriptions, &detail);
                     return Flow::Continue;
                 }
-                for subject in new {
-                    self.add_subscription(id, subject);
+                if new.is_empty() {
+                    self.acknowledge(id, request);
                 }
-                self.acknowledge(id, request);
+                for subject in new {
+                    self.add_subscription(id, subject, since, request);
+                }
             }
             Command::Unsubscribe { subjects, .. } => {
                 for subject in &subjects {
@@ -61,31 +74,44 @@ impl Worker {
                 self.acknowledge(id, request);
             }
             Command::Publish { subject, data, .. } => {
-                match self
-                    .shared
+                let reply = Reply::Conn(self.request_of(id, request));
+                self.shared
                     .engine
-                    .publish(&subject, data.get(), &mut self.wakeups)
-                {
-                    Ok(published) => {
-                        self.shared.metrics.published(published.seq.is_some());
-                        self.acknowledge(id, request);
-                    }
-                    Err(e) => {
-                        self.refuse(id, request, ErrorCode::PublishFailed, &e.to_string());
-                    }
-                }
+                    .publish(&subject, data.get(), reply, &mut self.wakeups);
                 if self.shared.engine.congested() {
                     return Flow::Pause;
                 }
+            }
+            Command::History {
+                subject,
+                since,
+                limit,
+                ..
+            } => {
+                let query = HistoryQuery {
+                    subject: Arc::from(&*subject),
+                    since,
+                    limit: limit.map_or(usize::MAX, |l| l as usize),
+                };
+                let reply = Reply::Conn(self.request_of(id, request));
+                self.shared.engine.history(query, reply, &mut self.wakeups);
             }
             Command::Ping { .. } => self.send_text(id, &encode_pong(request)),
         }
         Flow::Continue
     }
 
+    fn request_of(&self, conn: ConnId, request: Option<u64>) -> ConnRequest {
+        ConnRequest {
+            worker: self.index,
+            conn,
+            request,
+        }
+    }
+
     fn acknowledge(&mut self, id: ConnId, request: Option<u64>) {
         if let Some(request) = request {
-            self.send_text(id, &encode_ok(request));
+            self.send_text(id, &encode_ok(request, None));
         }
     }
 
@@ -94,23 +120,140 @@ impl Worker {
         self.send_text(id, &encode_error(request, code, detail));
     }
 
-    /// Subscribes `id` to `subject` (not yet held), sharing one allocation of
-    /// the name between connection, registry and hub where it already exists.
-    fn add_subscription(&mut self, id: ConnId, subject: &str) {
+    /// Subscribes `id` to `subject` (not yet held): held by the session at
+    /// once, live when the engine's attach answer arrives.
+    fn add_subscription(
+        &mut self,
+        id: ConnId,
+        subject: &str,
+        since: Option<Position>,
+        request: Option<u64>,
+    ) {
         let name = self
             .registry
             .interned(subject)
+            .or_else(|| self.attaching.interned(subject))
             .unwrap_or_else(|| Arc::from(subject));
-        let change = self.registry.subscribe(&name, id);
-        self.shared
-            .hub
-            .subscribe(&name, self.index, change == Change::FirstLocal);
-        self.conns[id as usize].subscriptions.push(name);
+        let token = self.attaching.insert(&name, id);
+        self.conns[id as usize]
+            .session
+            .subscriptions
+            .push(Arc::clone(&name));
         self.metrics.subscriptions.inc();
+        let attach = Attach {
+            subject: name,
+            since,
+            // Half the outbound limit: the replay must leave room for live
+            // traffic arriving behind it.
+            max_replay_bytes: self.shared.config.max_outbound_bytes / 2,
+            to: self.request_of(id, request),
+            token,
+        };
+        self.shared.engine.attach(attach, &mut self.wakeups);
+    }
+
+    /// The engine's answer to an attach: replay what was missed, then the
+    /// connection is live. A stale answer (unsubscribed or closed since) is
+    /// dropped: its detach has been made already.
+    pub(super) fn on_attached(&mut self, attached: Attached) {
+        let id = attached.to.conn;
+        if !self.attaching.remove(&attached.subject, id, attached.token) {
+            return;
+        }
+        let attachment = match attached.outcome {
+            Ok(attachment) => attachment,
+            Err(e) => {
+                self.fail_subscription(id, &attached.subject, attached.to.request, &e);
+                return;
+            }
+        };
+        let change = self.registry.subscribe(&attached.subject, id);
+        debug_assert_ne!(change, Change::Unchanged, "live twice");
+        if let Some(request) = attached.to.request {
+            let reply = encode_subscribed(
+                Some(request),
+                &attached.subject,
+                attachment.position,
+                attachment.recovered,
+            );
+            self.send_text(id, &reply);
+        }
+        for publication in &attachment.replay {
+            self.send_message(id, publication.ws_frame().clone());
+        }
+    }
+
+    /// An attach the engine could not make: the subscription is dropped
+    /// (and detached, which every attach needs) and the client told why.
+    fn fail_subscription(
+        &mut self,
+        id: ConnId,
+        subject: &str,
+        request: Option<u64>,
+        error: &EngineError,
+    ) {
+        let held = &mut self.conns[id as usize].session.subscriptions;
+        if let Some(i) = held.iter().position(|h| &**h == subject) {
+            held.swap_remove(i);
+            self.metrics.subscriptions.dec();
+        }
+        self.detach(subject);
+        self.refuse(id, request, ErrorCode::Unavailable, &error.to_string());
+    }
+
+    /// The engine's answer to a publish or history request.
+    pub(super) fn on_answer(&mut self, answer: ConnAnswer) {
+        let ConnAnswer { to, answer } = answer;
+        if !self
+            .conns
+            .get(to.conn as usize)
+            .is_some_and(|c| c.phase.is_open())
+        {
+            return;
+        }
+        match answer {
+            Answer::Published(Ok(published)) => {
+                if let Some(request) = to.request {
+                    self.send_text(to.conn, &encode_ok(request, published.position));
+                }
+            }
+            Answer::Published(Err(e)) => {
+                self.refuse(
+                    to.conn,
+                    to.request,
+                    ErrorCode::PublishFailed,
+                    &e.to_string(),
+                );
+            }
+            Answer::History(Ok(page)) => self.send_history(to, page),
+            Answer::History(Err(e)) => {
+                self.refuse(to.conn, to.request, ErrorCode::Unavailable, &e.to_string());
+            }
+        }
+    }
+
+    /// A history reply, cut to the oldest publications that fit half the
+    /// outbound limit so that it never makes its reader a slow consumer; the
+    /// client pages on with `since` set to the last one it got.
+    fn send_history(&mut self, to: ConnRequest, page: HistoryPage) {
+        let budget = self.shared.config.max_outbound_bytes / 2;
+        let mut used = 0;
+        let fitting = page.publications.iter().take_while(|p| {
+            used += p.envelope().len() + 1;
+            used <= budget
+        });
+        let body = encode_history(
+            to.request,
+            &page.subject,
+            page.position,
+            page.recovered,
+            fitting.map(|p| p.envelope()),
+        );
+        self.send_message(to.conn, super::text_frame(&body));
     }
 
     fn remove_subscription(&mut self, id: ConnId, subject: &str) {
-        let held = &mut self.conns[id as usize].subscriptions;
+        let held = &mut self.conns[id as usize].session.subscriptions;
         if let Some(i) = held.iter().position(|h| &**h == subject) {
             let name = held.swap_remove(i);
             self.forget(id, &name);
@@ -119,22 +262,26 @@ impl Worker {
 
     /// Drops every subscription of `id` (closing, or closed).
     pub(super) fn unsubscribe_all(&mut self, id: ConnId) {
-        let held = std::mem::take(&mut self.conns[id as usize].subscriptions);
+        let held = std::mem::take(&mut self.conns[id as usize].session.subscriptions);
         for name in &held {
             self.forget(id, name);
         }
     }
 
+    /// Ends one subscription, live or still attaching.
     fn forget(&mut self, id: ConnId, name: &str) {
-        let change = self.registry.unsubscribe(name, id);
-        debug_assert_ne!(
-            change,
-            Change::Unchanged,
-            "registry and connection disagree"
-        );
-        self.shared
-            .hub
-            .unsubscribe(name, self.index, change == Change::LastLocal);
+        if !self.attaching.remove_any(name, id) {
+            let change = self.registry.unsubscribe(name, id);
+            debug_assert_ne!(change, Change::Unchanged, "registry and session disagree");
+        }
+        self.detach(name);
         self.metrics.subscriptions.dec();
+    }
+
+    /// Tells the engine one subscription of this worker ended.
+    fn detach(&mut self, name: &str) {
+        let last_local =
+            self.registry.subscribers(name).is_empty() && !self.attaching.contains(name);
+        self.shared.engine.detach(name, self.index, last_local);
     }
 }

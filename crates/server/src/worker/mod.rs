@@ -17,6 +17,7 @@
 //! Submodules: `read` (bytes → handshake, frames, messages) and `commands`
 //! (protocol v1 commands and subscription bookkeeping).
 
+mod attaching;
 mod commands;
 mod read;
 
@@ -38,7 +39,7 @@ use tracing::{debug, warn};
 use crate::config::Config;
 use crate::conn::{flags, Conn, Phase};
 use crate::engine::Engine;
-use crate::hub::{Delivery, Hub, Wakeups};
+use crate::hub::{Event, Hub, Wakeups};
 use crate::metrics::{ErrorKind, Metrics, WorkerMetrics};
 use crate::outbound::Flushed;
 use crate::registry::{ConnId, Registry};
@@ -52,7 +53,7 @@ const SCRATCH_BYTES: usize = 64 * 1024;
 const READ_BUDGET_BYTES: usize = 256 * 1024;
 /// Connections accepted per turn before the loop serves the others.
 const ACCEPT_BATCH: usize = 256;
-/// Deliveries taken from the mailbox per turn before flushing.
+/// Events taken from the mailbox per turn before flushing.
 const MAILBOX_BATCH: usize = 1024;
 /// Frames queued on connections per turn before flushing. A broadcast
 /// delivery fans out to every local subscriber; without this bound a full
@@ -83,6 +84,11 @@ pub struct Shared {
     pub max_connections: usize,
     /// Set once by the signal handler; every worker then drains and exits.
     pub shutting_down: AtomicBool,
+}
+
+/// A WebSocket text frame holding `text`.
+fn text_frame(text: &[u8]) -> Bytes {
+    Bytes::from(encode_frame(OpCode::Text, text, None))
 }
 
 /// Seconds since the worker started, as stored in connection timestamps.
@@ -123,7 +129,9 @@ pub struct Worker {
     listener: Option<TcpListener>,
     conns: Slab<Conn>,
     registry: Registry,
-    mailbox: Receiver<Delivery>,
+    /// Subscriptions waiting for the engine's attach answer.
+    attaching: attaching::Attaching,
+    mailbox: Receiver<Event>,
     shared: Arc<Shared>,
     metrics: WorkerMetrics,
     limits: ReadLimits,
@@ -151,7 +159,7 @@ impl Worker {
         index: usize,
         poll: Poll,
         listener: StdListener,
-        mailbox: Receiver<Delivery>,
+        mailbox: Receiver<Event>,
         shared: Arc<Shared>,
     ) -> io::Result<Worker> {
         let mut listener = TcpListener::from_std(listener);
@@ -167,6 +175,7 @@ impl Worker {
             listener: Some(listener),
             conns: Slab::new(),
             registry: Registry::new(),
+            attaching: attaching::Attaching::default(),
             mailbox,
             metrics: shared.metrics.worker(index),
             shared,
@@ -226,7 +235,7 @@ impl Worker {
             }
             self.resume_deferred_reads();
             self.shared.hub.wake(std::mem::take(&mut self.wakeups));
-            self.take_deliveries();
+            self.take_events();
             self.flush_dirty();
 
             if now != self.last_sweep {
@@ -342,29 +351,39 @@ impl Worker {
     }
 
     fn send_text(&mut self, id: ConnId, text: &str) {
-        self.send_message(
-            id,
-            Bytes::from(encode_frame(OpCode::Text, text.as_bytes(), None)),
-        );
+        self.send_message(id, text_frame(text.as_bytes()));
     }
 
-    /// Takes up to a batch of deliveries off the mailbox and queues each for
-    /// every local subscriber of its subject.
-    fn take_deliveries(&mut self) {
+    /// Takes up to a batch of events off the mailbox: publications are
+    /// queued for every local subscriber of their subject, answers go to
+    /// the connections that asked.
+    fn take_events(&mut self) {
         let mut taken = 0;
         let mut queued = 0u64;
         let limit = self.shared.config.max_outbound_bytes;
         while taken < MAILBOX_BATCH && queued < QUEUE_BUDGET {
-            let Ok(delivery) = self.mailbox.try_recv() else {
+            let Ok(event) = self.mailbox.try_recv() else {
                 break;
             };
             taken += 1;
-            for &id in self.registry.subscribers(&delivery.subject) {
+            let publication = match event {
+                Event::Publication(publication) => publication,
+                Event::Attached(attached) => {
+                    self.on_attached(*attached);
+                    continue;
+                }
+                Event::Answer(answer) => {
+                    self.on_answer(*answer);
+                    continue;
+                }
+            };
+            let frame = publication.ws_frame();
+            for &id in self.registry.subscribers(&publication.subject) {
                 let conn = &mut self.conns[id as usize];
                 if !conn.phase.is_open() {
                     continue;
                 }
-                let pending = conn.queue(delivery.frame.clone());
+                let pending = conn.queue(frame.clone());
                 queued += 1;
                 if conn.set_flag(flags::DIRTY) {
                     self.dirty.push(id);
@@ -549,7 +568,7 @@ impl Worker {
                     if interval > 0 && conn.ping_sent != 0 && now - conn.ping_sent >= answer {
                         Some(Some(CloseReason::HeartbeatTimeout))
                     } else if idle > 0
-                        && conn.subscriptions.is_empty()
+                        && conn.session.subscriptions.is_empty()
                         && now - conn.last_message >= idle
                     {
                         Some(Some(CloseReason::IdleTimeout))

@@ -1,0 +1,525 @@
+//! The engine conformance suite: the module contract of `engine`, as tests.
+//!
+//! Every engine runs [`run`] unchanged, with a constructor that builds it
+//! over a hub with the given workers, namespaces and history budget. The
+//! suite plays the workers' part with [`Sim`], which applies mailbox events
+//! exactly as a worker does: a connection receives a subject's publications
+//! only between its attach answer and its detach.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::Receiver;
+use myriad_protocol::position::Position;
+use tokio::sync::oneshot;
+
+use super::{Attach, ConnRequest, Engine, HistoryPage, HistoryQuery, Published, Reply};
+use crate::history::HistoryPolicy;
+use crate::hub::{Event, Hub, Wakeups};
+use crate::namespace::{Namespace, Namespaces};
+use crate::registry::ConnId;
+
+/// Builds the engine under test for a harness of `workers` workers.
+pub type Make = fn(usize, Namespaces, usize) -> Harness;
+
+/// One engine under test, its hub and the worker mailboxes behind it.
+pub struct Harness {
+    pub engine: Arc<dyn Engine>,
+    pub hub: Arc<Hub>,
+    mailboxes: Vec<Receiver<Event>>,
+    _polls: Vec<mio::Poll>,
+}
+
+impl Harness {
+    pub fn new(workers: usize, make: impl FnOnce(Arc<Hub>) -> Box<dyn Engine>) -> Harness {
+        let polls: Vec<mio::Poll> = (0..workers).map(|_| mio::Poll::new().unwrap()).collect();
+        let wakers = polls
+            .iter()
+            .map(|p| mio::Waker::new(p.registry(), mio::Token(0)).unwrap())
+            .collect();
+        let (hub, mailboxes) = Hub::new(wakers, 1 << 30);
+        Harness {
+            engine: Arc::from(make(Arc::clone(&hub))),
+            hub,
+            mailboxes,
+            _polls: polls,
+        }
+    }
+
+    pub fn publish(&self, subject: &str, data: &str) -> Published {
+        let (tx, rx) = oneshot::channel();
+        let mut wakeups = Wakeups::default();
+        self.engine
+            .publish(subject, data, Reply::Task(tx), &mut wakeups);
+        self.hub.wake(wakeups);
+        rx.blocking_recv().expect("answered").expect("published")
+    }
+
+    pub fn history(&self, subject: &str, since: Option<Position>, limit: usize) -> HistoryPage {
+        let (tx, rx) = oneshot::channel();
+        let mut wakeups = Wakeups::default();
+        let query = HistoryQuery {
+            subject: Arc::from(subject),
+            since,
+            limit,
+        };
+        self.engine.history(query, Reply::Task(tx), &mut wakeups);
+        self.hub.wake(wakeups);
+        rx.blocking_recv().expect("answered").expect("read")
+    }
+}
+
+/// What one simulated connection saw of one subject.
+#[derive(Debug, Default, Clone)]
+struct Seen {
+    /// Position of the attach answer, and whether recovery was complete.
+    attached_at: Option<(Position, Option<bool>)>,
+    /// Offsets received (replay, then live), in order.
+    offsets: Vec<u64>,
+}
+
+/// The workers' side: applies mailbox events the way a worker does.
+struct Sim {
+    /// Live (attached) connections per (worker, subject).
+    live: HashMap<(usize, Arc<str>), Vec<ConnId>>,
+    /// Attaches waiting for their answer: (worker, conn, subject) → token.
+    pending: HashMap<(usize, ConnId, Arc<str>), u64>,
+    seen: HashMap<(ConnId, Arc<str>), Seen>,
+    next_token: u64,
+}
+
+impl Sim {
+    fn new() -> Sim {
+        Sim {
+            live: HashMap::new(),
+            pending: HashMap::new(),
+            seen: HashMap::new(),
+            next_token: 1,
+        }
+    }
+
+    fn attach(
+        &mut self,
+        h: &Harness,
+        worker: usize,
+        conn: ConnId,
+        subject: &str,
+        since: Option<Position>,
+    ) {
+        let subject: Arc<str> = Arc::from(subject);
+        let token = self.next_token;
+        self.next_token += 1;
+        self.pending
+            .insert((worker, conn, Arc::clone(&subject)), token);
+        self.seen
+            .insert((conn, Arc::clone(&subject)), Seen::default());
+        let mut wakeups = Wakeups::default();
+        h.engine.attach(
+            Attach {
+                subject,
+                since,
+                max_replay_bytes: usize::MAX,
+                to: ConnRequest {
+                    worker,
+                    conn,
+                    request: None,
+                },
+                token,
+            },
+            &mut wakeups,
+        );
+        h.hub.wake(wakeups);
+    }
+
+    fn detach(&mut self, h: &Harness, worker: usize, conn: ConnId, subject: &str) {
+        let key = (worker, Arc::<str>::from(subject));
+        self.pending.remove(&(worker, conn, Arc::clone(&key.1)));
+        if let Some(list) = self.live.get_mut(&key) {
+            list.retain(|&c| c != conn);
+            if list.is_empty() {
+                self.live.remove(&key);
+            }
+        }
+        let last_local = !self.live.contains_key(&key)
+            && !self
+                .pending
+                .keys()
+                .any(|(w, _, s)| *w == worker && **s == *subject);
+        h.engine.detach(subject, worker, last_local);
+    }
+
+    /// Takes every event waiting for every worker.
+    fn drain(&mut self, h: &Harness) {
+        for (worker, mailbox) in h.mailboxes.iter().enumerate() {
+            let mut taken = 0;
+            while let Ok(event) = mailbox.try_recv() {
+                taken += 1;
+                self.apply(worker, event);
+            }
+            h.hub.mailbox(worker).taken(taken);
+        }
+    }
+
+    fn apply(&mut self, worker: usize, event: Event) {
+        match event {
+            Event::Publication(p) => {
+                for conn in self
+                    .live
+                    .get(&(worker, Arc::clone(&p.subject)))
+                    .into_iter()
+                    .flatten()
+                {
+                    let seen = self.seen.get_mut(&(*conn, Arc::clone(&p.subject))).unwrap();
+                    assert_eq!(
+                        seen.attached_at.map(|(at, _)| at.epoch),
+                        Some(p.position.epoch),
+                        "clause 1: one epoch while attached"
+                    );
+                    seen.offsets.push(p.position.offset);
+                }
+            }
+            Event::Attached(a) => {
+                let key = (worker, a.to.conn, Arc::clone(&a.subject));
+                if self.pending.get(&key) != Some(&a.token) {
+                    return; // a stale answer: detached meanwhile
+                }
+                self.pending.remove(&key);
+                let attachment = a.outcome.expect("attached");
+                let seen = self
+                    .seen
+                    .get_mut(&(a.to.conn, Arc::clone(&a.subject)))
+                    .unwrap();
+                seen.attached_at = Some((attachment.position, attachment.recovered));
+                seen.offsets
+                    .extend(attachment.replay.iter().map(|p| p.position.offset));
+                self.live
+                    .entry((worker, a.subject))
+                    .or_default()
+                    .push(a.to.conn);
+            }
+            Event::Answer(_) => panic!("no connection request asked for an answer"),
+        }
+    }
+
+    fn seen(&self, conn: ConnId, subject: &str) -> Seen {
+        self.seen[&(conn, Arc::from(subject))].clone()
+    }
+}
+
+fn policy(size: usize, ttl_ms: u64) -> HistoryPolicy {
+    HistoryPolicy {
+        size,
+        ttl: Duration::from_millis(ttl_ms),
+    }
+}
+
+/// Subjects under `off.` keep no history, under `short.` three
+/// publications, under `brief.` 300 ms worth; the rest 100,000.
+fn namespaces() -> Namespaces {
+    let ns = |prefix: &str, size, ttl_ms: Option<u64>| Namespace {
+        prefix: prefix.to_owned(),
+        history_size: Some(size),
+        history_ttl: ttl_ms.map(|ms| crate::config::Ttl(Duration::from_millis(ms))),
+    };
+    Namespaces::new(
+        policy(100_000, 0),
+        &[
+            ns("off.", 0, None),
+            ns("short.", 3, None),
+            ns("brief.", 100, Some(300)),
+        ],
+    )
+}
+
+/// Runs every clause against the engine `make` builds.
+pub fn run(make: Make) {
+    positions_and_order(make);
+    attach_is_an_exact_switch_under_concurrent_publishing(make);
+    recovery_reports_what_it_could_not_do(make);
+    interest_and_forgetting(make);
+    history_limits(make);
+    the_memory_budget_evicts_the_oldest_first(make);
+}
+
+fn positions_and_order(make: Make) {
+    let h = make(2, namespaces(), usize::MAX);
+    let mut sim = Sim::new();
+    sim.attach(&h, 0, 1, "a", None);
+    sim.attach(&h, 1, 2, "a", None);
+    let mut epoch = None;
+    for expected in 1..=100 {
+        let p = h.publish("a", "{\"k\":1}");
+        let position = p.position.expect("subscribed subjects get positions");
+        assert_eq!(
+            position.offset, expected,
+            "clause 1: one more than the last"
+        );
+        assert_eq!(*epoch.get_or_insert(position.epoch), position.epoch);
+        assert_eq!(p.subscribers, 2);
+    }
+    sim.drain(&h);
+    let want: Vec<u64> = (1..=100).collect();
+    assert_eq!(sim.seen(1, "a").offsets, want, "clause 2, worker 0");
+    assert_eq!(sim.seen(2, "a").offsets, want, "clause 2, worker 1");
+    assert_eq!(sim.seen(1, "a").attached_at.unwrap().0.offset, 0);
+    assert!(!h.engine.congested(), "nothing waits once drained");
+}
+
+fn attach_is_an_exact_switch_under_concurrent_publishing(make: Make) {
+    let h = make(2, namespaces(), usize::MAX);
+    let publisher = {
+        let engine = Arc::clone(&h.engine);
+        let hub = Arc::clone(&h.hub);
+        std::thread::spawn(move || {
+            let mut wakeups = Wakeups::default();
+            for _ in 0..20_000 {
+                let (tx, _rx) = oneshot::channel();
+                engine.publish("race", "0", Reply::Task(tx), &mut wakeups);
+            }
+            hub.wake(wakeups);
+        })
+    };
+    let mut sim = Sim::new();
+    // Connection c, over and over: attach recovering from where its last
+    // life ended, take a little, detach; each life must continue exactly.
+    let mut last: Option<Position> = None;
+    let mut lives = 0;
+    let mut received: Vec<u64> = Vec::new();
+    for round in 0..200u32 {
+        let conn = 10 + round % 3;
+        let worker = (round % 2) as usize;
+        sim.attach(&h, worker, conn, "race", last);
+        sim.drain(&h);
+        let seen = sim.seen(conn, "race");
+        let Some((at, recovered)) = seen.attached_at else {
+            panic!("the attach answer arrives with the drain");
+        };
+        if last.is_some() {
+            assert_eq!(
+                recovered,
+                Some(true),
+                "history holds every publication here: since {last:?} at {at:?}"
+            );
+        }
+        received.extend(&seen.offsets);
+        sim.detach(&h, worker, conn, "race");
+        if let Some(&offset) = seen.offsets.last() {
+            last = Some(Position::new(at.epoch, offset));
+        } else {
+            last = Some(at);
+        }
+        lives += 1;
+        if publisher.is_finished() && round > 20 {
+            break;
+        }
+    }
+    publisher.join().unwrap();
+    assert!(lives > 1);
+    // One last life after the publisher is done catches up to the end.
+    sim.attach(&h, 0, 99, "race", last);
+    sim.drain(&h);
+    let seen = sim.seen(99, "race");
+    assert_eq!(seen.attached_at.unwrap().1, Some(true));
+    received.extend(&seen.offsets);
+    assert_eq!(received.last(), Some(&20_000));
+    let first = received.first().copied().unwrap_or(1);
+    let want: Vec<u64> = (first..first + received.len() as u64).collect();
+    assert_eq!(
+        received, want,
+        "clause 3: no gap, no duplicate across lives"
+    );
+}
+
+fn recovery_reports_what_it_could_not_do(make: Make) {
+    let h = make(1, namespaces(), usize::MAX);
+    let mut sim = Sim::new();
+    for _ in 0..10 {
+        h.publish("short.x", "1");
+    }
+    let current = h.history("short.x", None, 100).position;
+    assert_eq!(current.offset, 10);
+    let at = |offset| Position::new(current.epoch, offset);
+    // Three kept: 8, 9, 10. From 7 is complete, from 6 is not.
+    sim.attach(&h, 0, 1, "short.x", Some(at(7)));
+    sim.attach(&h, 0, 2, "short.x", Some(at(6)));
+    sim.attach(&h, 0, 3, "short.x", Some(at(10)));
+    let other_epoch = Position::new(myriad_protocol::position::Epoch(current.epoch.0 ^ 1), 9);
+    sim.attach(&h, 0, 4, "short.x", Some(other_epoch));
+    sim.drain(&h);
+    assert_eq!(
+        sim.seen(1, "short.x").attached_at,
+        Some((current, Some(true)))
+    );
+    assert_eq!(sim.seen(1, "short.x").offsets, [8, 9, 10]);
+    assert_eq!(
+        sim.seen(2, "short.x").attached_at,
+        Some((current, Some(false)))
+    );
+    assert!(
+        sim.seen(2, "short.x").offsets.is_empty(),
+        "nothing replayed"
+    );
+    assert_eq!(
+        sim.seen(3, "short.x").attached_at,
+        Some((current, Some(true)))
+    );
+    assert_eq!(
+        sim.seen(4, "short.x").attached_at,
+        Some((current, Some(false))),
+        "epoch"
+    );
+    let page = h.history("short.x", Some(at(8)), 100);
+    assert_eq!(page.recovered, Some(true));
+    let offsets: Vec<u64> = page
+        .publications
+        .iter()
+        .map(|p| p.position.offset)
+        .collect();
+    assert_eq!(offsets, [9, 10]);
+    assert_eq!(
+        h.history("short.x", Some(at(8)), 1).publications.len(),
+        1,
+        "limit"
+    );
+    assert_eq!(
+        h.history("short.x", Some(at(2)), 100).recovered,
+        Some(false)
+    );
+    // A restarted node is a new engine: the epoch changes.
+    let restarted = make(1, namespaces(), usize::MAX);
+    restarted.publish("short.x", "1");
+    let after = restarted.history("short.x", None, 10).position;
+    assert_ne!(after.epoch, current.epoch, "a new life, a new epoch");
+    assert_eq!(
+        restarted.history("short.x", Some(at(10)), 10).recovered,
+        Some(false)
+    );
+}
+
+fn interest_and_forgetting(make: Make) {
+    let h = make(2, namespaces(), usize::MAX);
+    let mut sim = Sim::new();
+    // No history, nobody listening: dropped, no position.
+    assert_eq!(
+        h.publish("off.a", "1"),
+        Published {
+            position: None,
+            subscribers: 0
+        }
+    );
+    sim.attach(&h, 0, 1, "off.a", None);
+    sim.attach(&h, 1, 2, "off.a", None);
+    sim.drain(&h);
+    let first_life = sim.seen(1, "off.a").attached_at.unwrap().0;
+    assert_eq!(h.publish("off.a", "1").subscribers, 2);
+    sim.drain(&h);
+    sim.detach(&h, 1, 2, "off.a");
+    assert_eq!(h.publish("off.a", "1").subscribers, 1, "worker 1 left");
+    sim.drain(&h);
+    assert_eq!(sim.seen(2, "off.a").offsets, [1]);
+    assert_eq!(sim.seen(1, "off.a").offsets, [1, 2]);
+    sim.detach(&h, 0, 1, "off.a");
+    assert_eq!(
+        h.publish("off.a", "1").position,
+        None,
+        "clause 4: forgotten"
+    );
+    sim.attach(&h, 0, 1, "off.a", None);
+    sim.drain(&h);
+    let second_life = sim.seen(1, "off.a").attached_at.unwrap().0;
+    assert_eq!(second_life.offset, 0);
+    assert_ne!(
+        second_life.epoch, first_life.epoch,
+        "a new life, a new epoch"
+    );
+    // With history, the position outlives its subscribers (clause 5).
+    sim.attach(&h, 0, 3, "kept", None);
+    sim.drain(&h);
+    h.publish("kept", "1");
+    h.publish("kept", "2");
+    sim.detach(&h, 0, 3, "kept");
+    assert_eq!(h.publish("kept", "3").subscribers, 0);
+    sim.attach(
+        &h,
+        0,
+        3,
+        "kept",
+        Some(sim.seen(3, "kept").attached_at.unwrap().0),
+    );
+    sim.drain(&h);
+    assert_eq!(sim.seen(3, "kept").attached_at.unwrap().1, Some(true));
+    assert_eq!(sim.seen(3, "kept").offsets, [1, 2, 3]);
+    // A stale attach answer (detached before it was taken) is not applied,
+    // and its detach balances it.
+    sim.attach(&h, 1, 4, "kept", None);
+    sim.detach(&h, 1, 4, "kept");
+    sim.drain(&h);
+    assert!(sim.seen(4, "kept").attached_at.is_none());
+    assert_eq!(h.publish("kept", "4").subscribers, 1, "only connection 3");
+}
+
+fn history_limits(make: Make) {
+    let h = make(1, namespaces(), usize::MAX);
+    for _ in 0..10 {
+        h.publish("short.a", "1");
+    }
+    let kept: Vec<u64> = h
+        .history("short.a", None, 100)
+        .publications
+        .iter()
+        .map(|p| p.position.offset)
+        .collect();
+    assert_eq!(kept, [8, 9, 10], "size");
+    let last_two: Vec<u64> = h
+        .history("short.a", None, 2)
+        .publications
+        .iter()
+        .map(|p| p.position.offset)
+        .collect();
+    assert_eq!(last_two, [9, 10]);
+    h.publish("brief.a", "1");
+    let before = h.history("brief.a", None, 10);
+    assert_eq!(before.publications.len(), 1);
+    std::thread::sleep(Duration::from_millis(700));
+    let after = h.history("brief.a", None, 10);
+    assert!(after.publications.is_empty(), "ttl");
+    let since = Position::new(before.position.epoch, 0);
+    assert_eq!(h.history("brief.a", Some(since), 10).recovered, Some(false));
+    let stats = h.engine.stats().history;
+    assert_eq!((stats.subjects, stats.messages), (1, 3), "short.a only");
+}
+
+fn the_memory_budget_evicts_the_oldest_first(make: Make) {
+    // Room for about ten of these publications.
+    let data = format!("\"{}\"", "x".repeat(500));
+    let one = {
+        let probe = make(1, namespaces(), usize::MAX);
+        probe.publish("probe", &data);
+        probe.engine.stats().history.bytes as usize
+    };
+    let h = make(1, namespaces(), one * 10);
+    for round in 0..6 {
+        for subject in ["b1", "b2", "b3", "b4"] {
+            h.publish(subject, &data);
+            let _ = round;
+        }
+    }
+    let stats = h.engine.stats().history;
+    assert!(stats.bytes as usize <= one * 10, "{stats:?}");
+    assert_eq!(stats.messages, 10);
+    assert_eq!(stats.evictions, 14);
+    // 24 published round-robin; the newest 10 remain: rounds 4 and 5 of
+    // every subject, and round 3 of b3 and b4.
+    let kept = |s: &str| -> Vec<u64> {
+        h.history(s, None, 100)
+            .publications
+            .iter()
+            .map(|p| p.position.offset)
+            .collect()
+    };
+    assert_eq!(kept("b1"), [5, 6]);
+    assert_eq!(kept("b2"), [5, 6]);
+    assert_eq!(kept("b3"), [4, 5, 6]);
+    assert_eq!(kept("b4"), [4, 5, 6]);
+}

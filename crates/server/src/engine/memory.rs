@@ -1,0 +1,581 @@
+//! The single-node engine: positions and history in this process's memory.
+//!
+//! Streams (a subject's position and history) sit in [`SHARDS`] locked
+//! shards. A publish locks its subject's shard, takes the next offset,
+//! stores the publication in history and hands it to the hub before
+//! unlocking; an attach locks the same shard to read position and history
+//! and to join the hub. Holding the stream's lock across the hub call is
+//! what makes attach the exact switch from history to live (contract
+//! clause 3): no publication can get an offset between the two. Lock order
+//! is always stream shard, then hub shard.
+//!
+//! History shares one byte budget across the node. Every stored publication
+//! gets a node-wide store order; each shard keeps an ordered index of its
+//! subjects by their oldest publication, and publishes its minimum in an
+//! atomic, so evicting "the oldest publication on the node" reads 64
+//! atomics and locks one shard. Eviction runs after the publishing shard is
+//! unlocked, so no thread ever holds two stream shards. Age limits are
+//! applied whenever a subject is touched and by a once-a-second sweep on
+//! its own thread, so idle subjects free their memory too.
+
+use std::collections::BTreeSet;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use foldhash::fast::RandomState;
+use hashbrown::HashMap;
+use myriad_protocol::position::{Epoch, Position};
+
+use super::{
+    Attach, Attached, Attachment, Engine, EngineStats, HistoryPage, HistoryQuery, HistoryStats,
+    Published, Reply,
+};
+use crate::history::{Freed, HistoryPolicy, Recovery, SubjectHistory};
+use crate::hub::{Event, Hub, Wakeups};
+use crate::namespace::Namespaces;
+use crate::publication::Publication;
+
+/// Stream shards; as many as the hub has, for the same reason.
+const SHARDS: usize = crate::hub::SHARDS;
+
+/// How often idle subjects are checked for expired history.
+const EXPIRY_SWEEP: Duration = Duration::from_secs(1);
+
+/// How long a subject with history but no age limit keeps its position once
+/// it has neither subscribers nor publications held.
+const IDLE_POSITION_RETENTION: Duration = Duration::from_secs(3600);
+
+/// One subject's stream on this node.
+#[derive(Debug)]
+struct Stream {
+    epoch: Epoch,
+    /// Offset of the last publication; 0 before the first.
+    offset: u64,
+    policy: HistoryPolicy,
+    /// Present while the subject keeps history.
+    history: Option<Box<SubjectHistory>>,
+    /// Whether the subject has attached subscribers on this node.
+    interested: bool,
+    /// Last publish or last subscriber leaving, ms on the engine's clock.
+    last_active_ms: u64,
+}
+
+impl Stream {
+    fn position(&self) -> Position {
+        Position::new(self.epoch, self.offset)
+    }
+
+    fn oldest_order(&self) -> Option<u64> {
+        self.history.as_ref().and_then(|h| h.oldest_order())
+    }
+
+    /// Neither subscribers nor history, for long enough that a client
+    /// returning with this position would have nothing to recover anyway:
+    /// without history at once, with history after its age limit (or
+    /// [`IDLE_POSITION_RETENTION`]). Until then a subscriber that saw nothing
+    /// and comes back still recovers, in the same epoch.
+    fn forgettable(&self, now_ms: u64) -> bool {
+        if self.interested || self.history.as_ref().is_some_and(|h| !h.is_empty()) {
+            return false;
+        }
+        let retention = match self.policy {
+            p if !p.is_on() => Duration::ZERO,
+            p if p.ttl.is_zero() => IDLE_POSITION_RETENTION,
+            p => p.ttl,
+        };
+        now_ms.saturating_sub(self.last_active_ms) >= retention.as_millis() as u64
+    }
+}
+
+#[derive(Default)]
+struct Shard {
+    streams: HashMap<Arc<str>, Stream, RandomState>,
+    /// Subjects holding history, by the store order of their oldest
+    /// publication: the first entry is this shard's oldest publication.
+    oldest: BTreeSet<(u64, Arc<str>)>,
+}
+
+struct Inner {
+    hub: Arc<Hub>,
+    namespaces: Namespaces,
+    shards: Box<[Mutex<Shard>]>,
+    /// Per shard, the store order of its oldest publication (`u64::MAX`
+    /// when it holds none), readable without its lock.
+    shard_oldest: Box<[AtomicU64]>,
+    hasher: RandomState,
+    max_bytes: usize,
+    held_bytes: AtomicUsize,
+    held_messages: AtomicUsize,
+    evictions: AtomicU64,
+    publishes: AtomicU64,
+    publishes_unrouted: AtomicU64,
+    /// Next store order.
+    order: AtomicU64,
+    /// Epochs of this process start here: random, so a restarted node never
+    /// reuses an epoch, and a subject created again gets a new one.
+    epoch_base: u64,
+    epochs_made: AtomicU64,
+    clock: Instant,
+}
+
+/// The engine of a node that is the whole world.
+pub struct MemoryEngine {
+    inner: Arc<Inner>,
+    /// Tells the expiry sweep to stop when the engine goes.
+    stop: Arc<AtomicBool>,
+}
+
+impl MemoryEngine {
+    /// An engine over `hub`, keeping history per `namespaces` within
+    /// `max_bytes` in total.
+    pub fn new(hub: Arc<Hub>, namespaces: Namespaces, max_bytes: usize) -> MemoryEngine {
+        let inner = Arc::new(Inner {
+            hub,
+            namespaces,
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            shard_oldest: (0..SHARDS).map(|_| AtomicU64::new(u64::MAX)).collect(),
+            hasher: RandomState::default(),
+            max_bytes,
+            held_bytes: AtomicUsize::new(0),
+            held_messages: AtomicUsize::new(0),
+            evictions: AtomicU64::new(0),
+            publishes: AtomicU64::new(0),
+            publishes_unrouted: AtomicU64::new(0),
+            order: AtomicU64::new(0),
+            epoch_base: random_u64(),
+            epochs_made: AtomicU64::new(0),
+            clock: Instant::now(),
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        spawn_expiry_sweep(Arc::downgrade(&inner), Arc::clone(&stop));
+        MemoryEngine { inner, stop }
+    }
+}
+
+impl Drop for MemoryEngine {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A random `u64` from the standard library's per-process hash keys (seeded
+/// by the OS), mixed with the time so two nodes started together differ.
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher as _, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    hasher.write_u32(std::process::id());
+    hasher.finish()
+}
+
+fn spawn_expiry_sweep(inner: Weak<Inner>, stop: Arc<AtomicBool>) {
+    let spawned = std::thread::Builder::new()
+        .name("myriad-history".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(EXPIRY_SWEEP);
+                let Some(inner) = inner.upgrade() else {
+                    return;
+                };
+                inner.expire_all();
+            }
+        });
+    if let Err(e) = spawned {
+        // History still expires whenever its subject is touched.
+        tracing::warn!(error = %e, "cannot start the history expiry sweep");
+    }
+}
+
+impl Inner {
+    fn now_ms(&self) -> u64 {
+        self.clock.elapsed().as_millis() as u64
+    }
+
+    fn shard_index(&self, subject: &str) -> usize {
+        self.hasher.hash_one(subject) as usize % SHARDS
+    }
+
+    fn lock(&self, index: usize) -> MutexGuard<'_, Shard> {
+        // A poisoned shard means a thread panicked mid-update; every update
+        // leaves the maps consistent between statements, so go on.
+        self.shards[index]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn new_epoch(&self) -> Epoch {
+        Epoch(
+            self.epoch_base
+                .wrapping_add(self.epochs_made.fetch_add(1, Ordering::Relaxed)),
+        )
+    }
+
+    fn new_stream(&self, policy: HistoryPolicy, now_ms: u64) -> Stream {
+        Stream {
+            epoch: self.new_epoch(),
+            offset: 0,
+            policy,
+            history: None,
+            interested: false,
+            last_active_ms: now_ms,
+        }
+    }
+
+    /// Applies a change to one subject's history: runs `change`, then keeps
+    /// the shard's oldest-first index and the node's totals in step.
+    fn with_history<R>(
+        &self,
+        index: usize,
+        shard: &mut Shard,
+        subject: &Arc<str>,
+        change: impl FnOnce(&mut Stream) -> (R, Freed, usize),
+    ) -> R {
+        let stream = shard
+            .streams
+            .get_mut(subject)
+            .expect("the caller holds the stream");
+        let before = stream.oldest_order();
+        let (result, freed, added) = change(stream);
+        let after = stream.oldest_order();
+        if before != after {
+            if let Some(order) = before {
+                shard.oldest.remove(&(order, Arc::clone(subject)));
+            }
+            if let Some(order) = after {
+                shard.oldest.insert((order, Arc::clone(subject)));
+            }
+            let first = shard.oldest.first().map_or(u64::MAX, |(order, _)| *order);
+            self.shard_oldest[index].store(first, Ordering::Relaxed);
+        }
+        if added > 0 {
+            self.held_bytes.fetch_add(added, Ordering::Relaxed);
+            self.held_messages.fetch_add(1, Ordering::Relaxed);
+        }
+        if freed.messages > 0 {
+            self.held_bytes.fetch_sub(freed.bytes, Ordering::Relaxed);
+            self.held_messages
+                .fetch_sub(freed.messages, Ordering::Relaxed);
+        }
+        result
+    }
+
+    /// Drops expired publications of `subject` (held by the caller).
+    fn expire(&self, index: usize, shard: &mut Shard, subject: &Arc<str>, now_ms: u64) {
+        self.with_history(index, shard, subject, |stream| {
+            let policy = stream.policy;
+            let freed = match stream.history.as_mut() {
+                Some(history) => history.expire(now_ms, &policy),
+                None => Freed::default(),
+            };
+            ((), freed, 0)
+        });
+    }
+
+    /// Forgets `subject` if nothing about it is worth keeping.
+    fn forget_if_idle(shard: &mut Shard, subject: &str, now_ms: u64) {
+        if shard
+            .streams
+            .get(subject)
+            .is_some_and(|s| s.forgettable(now_ms))
+        {
+            shard.streams.remove(subject);
+        }
+    }
+
+    /// Evicts the node's oldest publications until history fits its budget.
+    fn enforce_budget(&self) {
+        while self.held_bytes.load(Ordering::Relaxed) > self.max_bytes {
+            let Some((index, _)) = self
+                .shard_oldest
+                .iter()
+                .map(|a| a.load(Ordering::Relaxed))
+                .enumerate()
+                .filter(|&(_, order)| order != u64::MAX)
+                .min_by_key(|&(_, order)| order)
+            else {
+                return;
+            };
+            let mut guard = self.lock(index);
+            let shard = &mut *guard;
+            // Another thread may have evicted meanwhile: look again.
+            if self.held_bytes.load(Ordering::Relaxed) <= self.max_bytes {
+                return;
+            }
+            let Some((_, subject)) = shard.oldest.first().cloned() else {
+                continue;
+            };
+            self.with_history(index, shard, &subject, |stream| {
+                let freed = stream
+                    .history
+                    .as_mut()
+                    .map_or(Freed::default(), |h| h.pop_oldest());
+                ((), freed, 0)
+            });
+            self.evictions.fetch_add(1, Ordering::Relaxed);
+            Self::forget_if_idle(shard, &subject, self.now_ms());
+        }
+    }
+
+    /// The once-a-second pass: expire every subject's old publications and
+    /// forget subjects left with nothing. One shard at a time, so a publish
+    /// waits for at most one shard's scan.
+    fn expire_all(&self) {
+        let now = self.now_ms();
+        for index in 0..SHARDS {
+            let mut guard = self.lock(index);
+            let shard = &mut *guard;
+            let with_history: Vec<Arc<str>> =
+                shard.oldest.iter().map(|(_, s)| Arc::clone(s)).collect();
+            for subject in with_history {
+                self.expire(index, shard, &subject, now);
+            }
+            shard.streams.retain(|_, stream| !stream.forgettable(now));
+        }
+    }
+}
+
+impl Engine for MemoryEngine {
+    fn publish(&self, subject: &str, data: &str, reply: Reply<Published>, wakeups: &mut Wakeups) {
+        let inner = &*self.inner;
+        inner.publishes.fetch_add(1, Ordering::Relaxed);
+        let now = inner.now_ms();
+        let index = inner.shard_index(subject);
+        let mut guard = inner.lock(index);
+        let shard = &mut *guard;
+        let name = match shard.streams.get_key_value(subject) {
+            Some((name, _)) => Arc::clone(name),
+            None => {
+                let policy = inner.namespaces.policy_for(subject);
+                if !policy.is_on() {
+                    // Nobody listens and nothing is kept: dropped.
+                    drop(guard);
+                    inner.publishes_unrouted.fetch_add(1, Ordering::Relaxed);
+                    let dropped = Published {
+                        position: None,
+                        subscribers: 0,
+                    };
+                    reply.send(&inner.hub, Ok(dropped), wakeups);
+                    return;
+                }
+                let name: Arc<str> = Arc::from(subject);
+                shard
+                    .streams
+                    .insert(Arc::clone(&name), inner.new_stream(policy, now));
+                name
+            }
+        };
+        let order = inner.order.fetch_add(1, Ordering::Relaxed);
+        let (publication, interested) = inner.with_history(index, shard, &name, |stream| {
+            stream.offset += 1;
+            stream.last_active_ms = now;
+            let publication = Arc::new(Publication::new(
+                Arc::clone(&name),
+                stream.position(),
+                data,
+                now,
+            ));
+            let policy = stream.policy;
+            let mut freed = Freed::default();
+            let mut added = 0;
+            if policy.is_on() {
+                let history = stream.history.get_or_insert_with(Box::default);
+                freed += history.expire(now, &policy);
+                added = publication.held_bytes();
+                freed += history.append(order, Arc::clone(&publication), &policy);
+            }
+            ((publication, stream.interested), freed, added)
+        });
+        let subscribers = if interested {
+            inner.hub.deliver(&publication, wakeups)
+        } else {
+            0
+        };
+        drop(guard);
+        if subscribers == 0 {
+            inner.publishes_unrouted.fetch_add(1, Ordering::Relaxed);
+        }
+        let published = Published {
+            position: Some(publication.position),
+            subscribers,
+        };
+        reply.send(&inner.hub, Ok(published), wakeups);
+        inner.enforce_budget();
+    }
+
+    fn attach(&self, attach: Attach, wakeups: &mut Wakeups) {
+        let inner = &*self.inner;
+        let now = inner.now_ms();
+        let index = inner.shard_index(&attach.subject);
+        let mut guard = inner.lock(index);
+        let shard = &mut *guard;
+        let name = match shard.streams.get_key_value(&*attach.subject) {
+            Some((name, _)) => Arc::clone(name),
+            None => {
+                let policy = inner.namespaces.policy_for(&attach.subject);
+                shard
+                    .streams
+                    .insert(Arc::clone(&attach.subject), inner.new_stream(policy, now));
+                Arc::clone(&attach.subject)
+            }
+        };
+        inner.expire(index, shard, &name, now);
+        let stream = shard.streams.get_mut(&name).expect("just ensured");
+        let position = stream.position();
+        let (recovered, replay) = match attach.since {
+            None => (None, Vec::new()),
+            Some(since) => {
+                let recovery = match stream.history.as_deref() {
+                    Some(history) => history.recover(since, position),
+                    None if since == position => Recovery::Complete(Vec::new()),
+                    None => Recovery::Incomplete,
+                };
+                match recovery {
+                    Recovery::Complete(replay)
+                        if replay.iter().map(|p| p.held_bytes()).sum::<usize>()
+                            <= attach.max_replay_bytes =>
+                    {
+                        (Some(true), replay)
+                    }
+                    _ => (Some(false), Vec::new()),
+                }
+            }
+        };
+        stream.interested = true;
+        let attached = Attached {
+            subject: Arc::clone(&name),
+            to: attach.to,
+            token: attach.token,
+            outcome: Ok(Attachment {
+                position,
+                recovered,
+                replay,
+            }),
+        };
+        inner.hub.join(
+            &name,
+            attach.to.worker,
+            Event::Attached(Box::new(attached)),
+            wakeups,
+        );
+    }
+
+    fn detach(&self, subject: &str, worker: usize, last_local: bool) {
+        let inner = &*self.inner;
+        let now = inner.now_ms();
+        let mut guard = inner.lock(inner.shard_index(subject));
+        let shard = &mut *guard;
+        if inner.hub.leave(subject, worker, last_local) {
+            if let Some(stream) = shard.streams.get_mut(subject) {
+                stream.interested = false;
+                stream.last_active_ms = now;
+            }
+            Inner::forget_if_idle(shard, subject, now);
+        }
+    }
+
+    fn history(&self, query: HistoryQuery, reply: Reply<HistoryPage>, wakeups: &mut Wakeups) {
+        let inner = &*self.inner;
+        let now = inner.now_ms();
+        let index = inner.shard_index(&query.subject);
+        let mut guard = inner.lock(index);
+        let shard = &mut *guard;
+        let Some(name) = shard
+            .streams
+            .get_key_value(&*query.subject)
+            .map(|(name, _)| Arc::clone(name))
+        else {
+            drop(guard);
+            // Never seen (or forgotten): a position no later stream will
+            // share, so a recovery from it can only be reported incomplete.
+            let page = HistoryPage {
+                subject: query.subject,
+                position: Position::new(inner.new_epoch(), 0),
+                recovered: query.since.map(|_| false),
+                publications: Vec::new(),
+            };
+            reply.send(&inner.hub, Ok(page), wakeups);
+            return;
+        };
+        inner.expire(index, shard, &name, now);
+        let stream = &shard.streams[&name];
+        let position = stream.position();
+        let history = stream.history.as_deref();
+        let page = match query.since {
+            None => HistoryPage {
+                subject: Arc::clone(&name),
+                position,
+                recovered: None,
+                publications: history.map_or_else(Vec::new, |h| h.last(query.limit)),
+            },
+            Some(since) => {
+                let recovery = match history {
+                    Some(history) => history.recover(since, position),
+                    None if since == position => Recovery::Complete(Vec::new()),
+                    None => Recovery::Incomplete,
+                };
+                match recovery {
+                    Recovery::Complete(mut list) => {
+                        list.truncate(query.limit);
+                        HistoryPage {
+                            subject: Arc::clone(&name),
+                            position,
+                            recovered: Some(true),
+                            publications: list,
+                        }
+                    }
+                    Recovery::Incomplete => HistoryPage {
+                        subject: Arc::clone(&name),
+                        position,
+                        recovered: Some(false),
+                        publications: Vec::new(),
+                    },
+                }
+            }
+        };
+        Inner::forget_if_idle(shard, &name, now);
+        drop(guard);
+        reply.send(&inner.hub, Ok(page), wakeups);
+    }
+
+    fn congested(&self) -> bool {
+        self.inner.hub.congested()
+    }
+
+    fn stats(&self) -> EngineStats {
+        let inner = &*self.inner;
+        let subjects = (0..SHARDS).map(|i| inner.lock(i).oldest.len() as u64).sum();
+        EngineStats {
+            publishes: inner.publishes.load(Ordering::Relaxed),
+            publishes_unrouted: inner.publishes_unrouted.load(Ordering::Relaxed),
+            history: HistoryStats {
+                subjects,
+                messages: inner.held_messages.load(Ordering::Relaxed) as u64,
+                bytes: inner.held_bytes.load(Ordering::Relaxed) as u64,
+                evictions: inner.evictions.load(Ordering::Relaxed),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::conformance::{self, Harness};
+
+    fn memory(workers: usize, namespaces: Namespaces, max_bytes: usize) -> Harness {
+        Harness::new(workers, |hub| {
+            Box::new(MemoryEngine::new(hub, namespaces, max_bytes))
+        })
+    }
+
+    #[test]
+    fn memory_engine_keeps_the_contract() {
+        conformance::run(memory);
+    }
+}

@@ -1,0 +1,250 @@
+//! The engine seam: where publications get their positions, where history
+//! lives, and where a subject's traffic leaves and enters the node.
+//!
+//! Workers and the admin API reach subjects only through an [`Engine`]; only
+//! the engine knows whether the world is this node ([`memory`]) or a cluster
+//! (a Redis engine, later). The engine in turn hands publications to the
+//! node's [`Hub`](crate::hub::Hub), which fans them out to workers.
+//!
+//! # The contract
+//! Every engine keeps these, and `conformance` checks them; any engine runs
+//! that same suite unchanged.
+//! 1. **Positions.** `publish` gives each publication the next offset of its
+//!    subject: one more than the last, never going back within an epoch. The
+//!    epoch changes whenever the engine cannot promise that offsets continue
+//!    (a restart that lost history, a subject forgotten and created again).
+//! 2. **Order.** Every subscriber receives a subject's publications in offset
+//!    order, without gaps or duplicates, for as long as it stays attached.
+//! 3. **Attach is the switch to live.** `attach` answers with an
+//!    [`Event::Attached`] placed in the worker's mailbox *in line with* the
+//!    subject's publications: it carries the position it was taken at (and,
+//!    when recovery was asked, the publications after `since`), and every
+//!    publication of that subject the worker takes after it has a higher
+//!    offset than that position, with none missing. A recovery is complete
+//!    only when the epoch matches and history holds every offset after
+//!    `since`; otherwise the answer says `recovered: false` and replays
+//!    nothing.
+//! 4. **Interest.** Every `attach` is matched by exactly one `detach`, and
+//!    the engine counts them per subject through the hub: a subject gains
+//!    interest on the node with its first attach and loses it with its last
+//!    detach. Publications reach a worker only between its first attach and
+//!    its last detach of that subject. A subject with neither interest nor
+//!    history is forgotten, so its next life starts a new epoch.
+//! 5. **History.** Each subject keeps at most its namespace's `history_size`
+//!    publications, none older than its `history_ttl`, and all history on a
+//!    node stays within `history_max_bytes`, evicting the node's oldest
+//!    publications first. A subject with history keeps its position after
+//!    its last subscriber leaves.
+//! 6. **Answers may come later.** `publish` and `history` answer through a
+//!    [`Reply`], attach through the worker's mailbox. A caller never blocks
+//!    on an engine: an engine that must make a network round trip answers
+//!    when it is done. `publish` never waits on a slow subscriber.
+//!
+//! Submodules: [`memory`] (the single-node engine).
+
+pub mod memory;
+
+#[cfg(test)]
+pub(crate) mod conformance;
+
+use std::sync::Arc;
+
+use myriad_protocol::position::Position;
+use thiserror::Error;
+use tokio::sync::oneshot;
+
+use crate::hub::{Event, Hub, Wakeups};
+use crate::publication::Publication;
+use crate::registry::ConnId;
+
+pub use memory::MemoryEngine;
+
+/// Why an engine could not do what it was asked.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum EngineError {
+    /// The engine cannot reach where subjects live (a cluster engine whose
+    /// backend is down); the caller may retry.
+    #[error("engine unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// A publish's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Published {
+    /// The position given to the publication; `None` when the subject had no
+    /// subscribers and keeps no history, so the publication was dropped.
+    pub position: Option<Position>,
+    /// Subscribers on this node it was handed to.
+    pub subscribers: u32,
+}
+
+/// A read of a subject's history.
+#[derive(Debug, Clone)]
+pub struct HistoryQuery {
+    pub subject: Arc<str>,
+    /// Only publications after this position; the last `limit` when unset.
+    pub since: Option<Position>,
+    pub limit: usize,
+}
+
+/// What a history read found.
+#[derive(Debug, Clone)]
+pub struct HistoryPage {
+    pub subject: Arc<str>,
+    /// The subject's position when it was read.
+    pub position: Position,
+    /// With `since`: whether the publications are everything after it (up
+    /// to `limit`); `false` means the epoch changed or history is too short.
+    pub recovered: Option<bool>,
+    /// Oldest first.
+    pub publications: Vec<Arc<Publication>>,
+}
+
+/// A request made on behalf of one connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnRequest {
+    pub worker: usize,
+    pub conn: ConnId,
+    /// The client's request id, when it gave one.
+    pub request: Option<u64>,
+}
+
+/// A connection asking to receive a subject.
+#[derive(Debug, Clone)]
+pub struct Attach {
+    pub subject: Arc<str>,
+    /// Recover from here before going live.
+    pub since: Option<Position>,
+    /// A replay larger than this is refused (`recovered: false`): it would
+    /// not fit the connection's outbound limit.
+    pub max_replay_bytes: usize,
+    pub to: ConnRequest,
+    /// Names this attach among others of the same connection and subject,
+    /// so the worker can tell a stale answer from the current one.
+    pub token: u64,
+}
+
+/// The answer to an [`Attach`], in line with the subject's publications.
+#[derive(Debug)]
+pub struct Attached {
+    pub subject: Arc<str>,
+    pub to: ConnRequest,
+    pub token: u64,
+    pub outcome: Result<Attachment, EngineError>,
+}
+
+/// A successful attach.
+#[derive(Debug)]
+pub struct Attachment {
+    /// Live delivery continues after this position.
+    pub position: Position,
+    /// Whether the recovery asked for was complete; `None` when none was.
+    pub recovered: Option<bool>,
+    /// The publications after `since`, oldest first (empty unless recovered).
+    pub replay: Vec<Arc<Publication>>,
+}
+
+/// An answer for a connection, delivered through its worker's mailbox.
+#[derive(Debug)]
+pub struct ConnAnswer {
+    pub to: ConnRequest,
+    pub answer: Answer,
+}
+
+/// What a connection's request came to.
+#[derive(Debug)]
+pub enum Answer {
+    Published(Result<Published, EngineError>),
+    History(Result<HistoryPage, EngineError>),
+}
+
+impl From<Result<Published, EngineError>> for Answer {
+    fn from(result: Result<Published, EngineError>) -> Answer {
+        Answer::Published(result)
+    }
+}
+
+impl From<Result<HistoryPage, EngineError>> for Answer {
+    fn from(result: Result<HistoryPage, EngineError>) -> Answer {
+        Answer::History(result)
+    }
+}
+
+/// Where an engine sends an answer.
+#[derive(Debug)]
+pub enum Reply<T> {
+    /// A connection's request: the answer arrives in its worker's mailbox.
+    /// A success nobody asked to hear about (no request id) is not sent.
+    Conn(ConnRequest),
+    /// A task awaiting it (the HTTP API).
+    Task(oneshot::Sender<Result<T, EngineError>>),
+}
+
+impl<T> Reply<T>
+where
+    Result<T, EngineError>: Into<Answer>,
+{
+    /// Delivers `result`; a worker owed a wake-up is noted in `wakeups`.
+    pub fn send(self, hub: &Hub, result: Result<T, EngineError>, wakeups: &mut Wakeups) {
+        match self {
+            Reply::Conn(to) => {
+                if to.request.is_none() && result.is_ok() {
+                    return;
+                }
+                let answer = ConnAnswer {
+                    to,
+                    answer: result.into(),
+                };
+                hub.send(to.worker, Event::Answer(Box::new(answer)), wakeups);
+            }
+            Reply::Task(tx) => {
+                // The task may have given up (client gone); nothing to do then.
+                let _ = tx.send(result);
+            }
+        }
+    }
+}
+
+/// What an engine has done and holds, for `/stats` and `/metrics`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Publishes taken (from this node).
+    pub publishes: u64,
+    /// Of those, publishes no subscriber on this node received.
+    pub publishes_unrouted: u64,
+    pub history: HistoryStats,
+}
+
+/// What all history on the node holds.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryStats {
+    /// Subjects holding at least one publication.
+    pub subjects: u64,
+    pub messages: u64,
+    pub bytes: u64,
+    /// Publications evicted to stay within the memory budget.
+    pub evictions: u64,
+}
+
+/// Positions, history and routing of publications; see the module contract.
+pub trait Engine: Send + Sync + 'static {
+    /// Publishes raw JSON `data` to `subject`.
+    fn publish(&self, subject: &str, data: &str, reply: Reply<Published>, wakeups: &mut Wakeups);
+
+    /// Starts delivering `attach.subject` to a connection (clauses 3 and 4).
+    fn attach(&self, attach: Attach, wakeups: &mut Wakeups);
+
+    /// Ends one attach of `subject` on `worker`; `last_local` says the worker
+    /// has no other subscriber of it (attached or attaching) left.
+    fn detach(&self, subject: &str, worker: usize, last_local: bool);
+
+    /// Reads history.
+    fn history(&self, query: HistoryQuery, reply: Reply<HistoryPage>, wakeups: &mut Wakeups);
+
+    /// True while the node cannot keep up with deliveries: callers that can
+    /// wait (the HTTP API, connections sending publishes) should.
+    fn congested(&self) -> bool;
+
+    /// Counts of publishes, and what history holds now.
+    fn stats(&self) -> EngineStats;
+}
