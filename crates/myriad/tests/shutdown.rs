@@ -23,6 +23,15 @@ fn sigterm_sends_going_away_to_everyone_and_exits() {
     for ws in &mut clients {
         assert_eq!(recv_close(ws), 1001);
     }
+    // Clients still hold their sockets, so the node is still up: the
+    // engine refuses what it would no longer deliver.
+    let body = r#"{"subject":"bye","data":1}"#;
+    let (status, reply) = node.http("POST", "/api/publish", &[], body);
+    assert_eq!(status, 503, "{reply}");
+    assert!(reply.contains("publish_failed"), "{reply}");
+    let (status, reply) = node.http("GET", "/api/history?subject=bye", &[], "");
+    assert_eq!(status, 503, "{reply}");
+    assert_eq!(node.http("GET", "/healthz", &[], "").0, 503);
     // Clients answer the close (tungstenite does on read); the node then exits.
     drop(clients);
     let deadline = Instant::now() + Duration::from_secs(15);

@@ -1,11 +1,15 @@
-//! The registry of close codes: every reason myriad ends a WebSocket
-//! connection, with the code sent in the close frame.
+//! The registry of close reasons: every reason myriad ends a client
+//! connection, whatever the transport, and what each transport does with it.
 //!
-//! Codes below 4000 are RFC 6455 §7.4.1 codes. myriad's own codes use the
-//! private range (§7.4.2) and their hundreds digit tells a client what to do:
-//! `40xx` means "reconnect (with back-off)", `45xx` means "do not reconnect
-//! without changing something". docs/protocol.md mirrors this table, and the
-//! SDKs are generated from the same list.
+//! A reason maps to a WebSocket close code ([`CloseReason::ws_code`]), to
+//! what an HTTP transport does ([`CloseReason::http`]: a status before the
+//! response starts, or the end of a stream in progress), and to whether a
+//! client should reconnect unchanged ([`CloseReason::reconnect`]). WebSocket
+//! codes below 4000 are RFC 6455 §7.4.1 codes; myriad's own use the private
+//! range (§7.4.2) and their hundreds digit repeats the reconnect advice:
+//! `40xx` "reconnect with back-off", `45xx` "do not reconnect unchanged".
+//! docs/protocol.md mirrors this table; the server's metrics and logs use
+//! [`CloseReason::name`].
 
 /// Why a connection ended. One variant per cause, so logs, metrics and the
 /// close frame all name the same thing. A few causes end a connection before
@@ -59,8 +63,8 @@ impl CloseReason {
         CloseReason::HandshakeRejected,
     ];
 
-    /// The code carried in the close frame (1006 for endings without one).
-    pub const fn code(self) -> u16 {
+    /// The WebSocket close code (1006 for endings without a close frame).
+    pub const fn ws_code(self) -> u16 {
         match self {
             CloseReason::Normal => 1000,
             CloseReason::GoingAway => 1001,
@@ -114,11 +118,62 @@ impl CloseReason {
         }
     }
 
-    /// Whether a client should reconnect after this close (with back-off):
-    /// every code below 4500 says yes; `45xx` would say no (none is used yet).
-    pub const fn should_reconnect(self) -> bool {
-        self.code() < 4500
+    /// What an HTTP transport (Server-Sent Events, streaming, long-poll)
+    /// does for this reason.
+    pub const fn http(self) -> HttpEnding {
+        match self {
+            CloseReason::ProtocolError | CloseReason::InvalidUtf8 => HttpEnding::Status(400),
+            CloseReason::UnsupportedData => HttpEnding::Status(415),
+            CloseReason::MessageTooBig => HttpEnding::Status(413),
+            CloseReason::HandshakeTimeout => HttpEnding::Status(408),
+            CloseReason::HandshakeRejected => HttpEnding::Status(400),
+            CloseReason::Normal
+            | CloseReason::GoingAway
+            | CloseReason::SlowConsumer
+            | CloseReason::IdleTimeout => HttpEnding::EndStream,
+            CloseReason::HeartbeatTimeout | CloseReason::Abnormal => HttpEnding::Drop,
+        }
     }
+
+    /// Whether a client may reconnect as it was. A client that broke the
+    /// protocol or sent what the server refuses would only be refused again.
+    pub const fn reconnect(self) -> Reconnect {
+        match self {
+            CloseReason::ProtocolError
+            | CloseReason::UnsupportedData
+            | CloseReason::InvalidUtf8
+            | CloseReason::MessageTooBig
+            | CloseReason::HandshakeRejected => Reconnect::NotUnchanged,
+            CloseReason::Normal
+            | CloseReason::GoingAway
+            | CloseReason::SlowConsumer
+            | CloseReason::HeartbeatTimeout
+            | CloseReason::IdleTimeout
+            | CloseReason::Abnormal
+            | CloseReason::HandshakeTimeout => Reconnect::WithBackoff,
+        }
+    }
+}
+
+/// What an HTTP transport does when the server ends a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HttpEnding {
+    /// The response has not started: answer with this status.
+    Status(u16),
+    /// A stream is in progress: send a last event naming the reason, then
+    /// end the response cleanly.
+    EndStream,
+    /// Nothing useful can be sent (the peer is gone or not reading): close.
+    Drop,
+}
+
+/// A client's advice after a close.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reconnect {
+    /// Reconnect, with back-off.
+    WithBackoff,
+    /// Reconnecting without changing something would be refused again.
+    NotUnchanged,
 }
 
 #[cfg(test)]
@@ -129,7 +184,7 @@ mod tests {
     fn codes_are_unique_and_reasons_fit_a_control_frame() {
         let mut codes: Vec<u16> = CloseReason::ALL
             .iter()
-            .map(|r| r.code())
+            .map(|r| r.ws_code())
             .filter(|&c| c != 1006)
             .collect();
         codes.sort_unstable();
@@ -141,16 +196,40 @@ mod tests {
     }
 
     #[test]
-    fn private_codes_sit_in_the_reconnect_range() {
+    fn private_codes_carry_the_reconnect_advice_in_their_range() {
         for r in CloseReason::ALL {
-            let code = r.code();
-            assert!(
-                code < 1004
-                    || (1007..=1011).contains(&code)
-                    || code == 1006
-                    || (4000..4500).contains(&code)
-            );
-            assert!(r.should_reconnect());
+            let code = r.ws_code();
+            if code >= 4000 {
+                let by_range = if code < 4500 {
+                    Reconnect::WithBackoff
+                } else {
+                    Reconnect::NotUnchanged
+                };
+                assert_eq!(r.reconnect(), by_range, "{r:?}");
+            } else {
+                assert!(code < 1004 || (1006..=1011).contains(&code), "{r:?}");
+            }
         }
+    }
+
+    #[test]
+    fn http_statuses_are_errors_and_only_before_a_stream() {
+        for r in CloseReason::ALL {
+            match r.http() {
+                HttpEnding::Status(status) => {
+                    assert!((400..500).contains(&status), "{r:?}");
+                    assert_eq!(
+                        r.reconnect(),
+                        match r {
+                            CloseReason::HandshakeTimeout => Reconnect::WithBackoff,
+                            _ => Reconnect::NotUnchanged,
+                        },
+                        "{r:?}"
+                    );
+                }
+                HttpEnding::EndStream | HttpEnding::Drop => {}
+            }
+        }
+        assert_eq!(CloseReason::SlowConsumer.http(), HttpEnding::EndStream);
     }
 }

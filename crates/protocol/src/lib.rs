@@ -9,7 +9,8 @@
 //!   incremental UTF-8 check, and [`ws::MessageReader`], which turns a byte
 //!   stream into whole messages and control frames.
 //! - [`handshake`]: the HTTP/1.1 upgrade request (parse, validate, answer).
-//! - [`close`]: the one registry of close codes shared by server, bench and SDKs.
+//! - [`close`]: the one registry of close reasons, with what each transport
+//!   does for each.
 //! - [`subject`]: subject syntax and limits.
 //! - [`position`]: stream positions (epoch and offset) of publications.
 //! - [`message`]: protocol v1, the JSON commands clients send and the frames

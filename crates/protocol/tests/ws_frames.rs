@@ -633,15 +633,15 @@ fn encode_close_layout() {
         Ok(Some((4500, &long[..123])))
     );
     for reason in CloseReason::ALL {
-        if matches!(reason.code(), 1005 | 1006 | 1015) {
+        if matches!(reason.ws_code(), 1005 | 1006 | 1015) {
             // Local reports, never sent in a close frame (§7.4.1).
             continue;
         }
-        let frame = encode_close(reason.code(), reason.text(), Some(RFC_MASK));
+        let frame = encode_close(reason.ws_code(), reason.text(), Some(RFC_MASK));
         assert_eq!(
             read_all(&frame, &SERVER),
             Ok(vec![Owned::Close(Some((
-                reason.code(),
+                reason.ws_code(),
                 reason.text().to_owned()
             )))])
         );

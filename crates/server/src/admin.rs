@@ -45,6 +45,10 @@ const CONGESTION_WAIT: Duration = Duration::from_secs(5);
 
 type HttpReply = Response<Full<Bytes>>;
 
+/// What a request is told if the engine dropped it unanswered, which its
+/// contract forbids: a bug, reported rather than hung on.
+const NO_ANSWER: &str = "the engine did not answer";
+
 /// Serves the admin API until `shutdown` turns true.
 pub async fn serve(
     listener: std::net::TcpListener,
@@ -267,11 +271,7 @@ async fn history(req: Request<Incoming>, shared: &Shared) -> HttpReply {
             "unavailable",
             &e.to_string(),
         ),
-        Err(_) => error_reply(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            "the engine dropped the request",
-        ),
+        Err(_) => error_reply(StatusCode::SERVICE_UNAVAILABLE, "unavailable", NO_ANSWER),
     }
 }
 
@@ -375,21 +375,19 @@ async fn publish_items(
             }
             Err(tokio::sync::oneshot::error::TryRecvError::Closed) => None,
         };
-        let answer = answer.unwrap_or_else(|| {
-            Err(crate::engine::EngineError::Unavailable(
-                "the engine dropped the request".into(),
-            ))
-        });
-        match answer {
-            Ok(published) => results.push(published),
-            Err(e) => {
-                return Err(error_reply(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "publish_failed",
-                    &e.to_string(),
-                ))
+        let failure = match answer {
+            Some(Ok(published)) => {
+                results.push(published);
+                continue;
             }
-        }
+            Some(Err(e)) => e.to_string(),
+            None => NO_ANSWER.to_owned(),
+        };
+        return Err(error_reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "publish_failed",
+            &format!("{failure}; {} of {} published", results.len(), items.len()),
+        ));
     }
     Ok(results)
 }

@@ -14,6 +14,7 @@ use myriad_protocol::ws::MessageReader;
 
 use crate::outbound::Outbound;
 use crate::session::Session;
+use crate::transport::TransportKind;
 
 /// Where a connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +56,8 @@ pub mod flags {
 pub struct Conn {
     pub socket: TcpStream,
     pub phase: Phase,
+    /// How everything sent to it is encoded.
+    pub transport: TransportKind,
     pub flags: u8,
     /// Why it is closing, once decided (and counted, at that moment); a
     /// connection dropped without one counts as abnormal.
@@ -82,6 +85,7 @@ impl Conn {
         Conn {
             socket,
             phase: Phase::Handshake,
+            transport: TransportKind::WebSocket,
             flags: 0,
             close_reason: None,
             since: now,

@@ -5,8 +5,9 @@
 //!   per-prefix settings.
 //! - [`listener`]: one `SO_REUSEPORT` client listener per worker.
 //! - [`worker`]: the per-core event loops; each owns its connections
-//!   ([`conn`], each with its pub/sub [`session`]), their outbound queues
-//!   ([`outbound`]) and its local subject [`registry`].
+//!   ([`conn`], each with its pub/sub [`session`] and its [`transport`]),
+//!   their outbound queues ([`outbound`]) and its local subject
+//!   [`registry`].
 //! - [`engine`]: the seam where publications get positions, history lives
 //!   and subjects leave the node (memory today, Redis for the cluster),
 //!   under one written contract and one conformance suite.
@@ -33,6 +34,7 @@ pub mod process;
 pub mod publication;
 pub mod registry;
 pub mod session;
+pub mod transport;
 pub mod worker;
 
 use std::io::Write;
@@ -229,6 +231,7 @@ fn spawn_signal_watcher(shared: Arc<Shared>) -> Result<(), ServeError> {
             if let Some(signal) = received.next() {
                 info!(signal, "shutting down: closing clients with 1001");
                 shared.shutting_down.store(true, Ordering::Release);
+                shared.engine.shut_down();
                 shared.hub.wake_all();
             }
             if received.next().is_some() {

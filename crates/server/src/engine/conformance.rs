@@ -14,7 +14,9 @@ use crossbeam_channel::Receiver;
 use myriad_protocol::position::Position;
 use tokio::sync::oneshot;
 
-use super::{Attach, ConnRequest, Engine, HistoryPage, HistoryQuery, Published, Reply};
+use super::{
+    Attach, ConnRequest, Engine, EngineError, HistoryPage, HistoryQuery, Published, Reply,
+};
 use crate::history::HistoryPolicy;
 use crate::hub::{Event, Hub, Wakeups};
 use crate::namespace::{Namespace, Namespaces};
@@ -240,6 +242,7 @@ pub fn run(make: Make) {
     interest_and_forgetting(make);
     history_limits(make);
     the_memory_budget_evicts_the_oldest_first(make);
+    shutdown_refuses_everything(make);
 }
 
 fn positions_and_order(make: Make) {
@@ -522,4 +525,48 @@ fn the_memory_budget_evicts_the_oldest_first(make: Make) {
     assert_eq!(kept("b2"), [5, 6]);
     assert_eq!(kept("b3"), [4, 5, 6]);
     assert_eq!(kept("b4"), [4, 5, 6]);
+}
+
+fn shutdown_refuses_everything(make: Make) {
+    let h = make(1, namespaces(), usize::MAX);
+    h.publish("before", "1");
+    h.engine.shut_down();
+    let (tx, rx) = oneshot::channel();
+    let mut wakeups = Wakeups::default();
+    h.engine
+        .publish("before", "2", Reply::Task(tx), &mut wakeups);
+    assert_eq!(rx.blocking_recv().unwrap(), Err(EngineError::ShuttingDown));
+    let (tx, rx) = oneshot::channel();
+    let query = HistoryQuery {
+        subject: Arc::from("before"),
+        since: None,
+        limit: 10,
+    };
+    h.engine.history(query, Reply::Task(tx), &mut wakeups);
+    assert!(matches!(
+        rx.blocking_recv().unwrap(),
+        Err(EngineError::ShuttingDown)
+    ));
+    h.engine.attach(
+        Attach {
+            subject: Arc::from("before"),
+            since: None,
+            max_replay_bytes: usize::MAX,
+            to: ConnRequest {
+                worker: 0,
+                conn: 1,
+                request: None,
+            },
+            token: 1,
+        },
+        &mut wakeups,
+    );
+    h.hub.wake(wakeups);
+    match h.mailboxes[0].try_recv() {
+        Ok(Event::Attached(a)) => {
+            assert!(matches!(a.outcome, Err(EngineError::ShuttingDown)));
+        }
+        other => panic!("{other:?}"),
+    }
+    h.engine.detach("before", 0, true);
 }

@@ -29,8 +29,8 @@ use hashbrown::HashMap;
 use myriad_protocol::position::{Epoch, Position};
 
 use super::{
-    Attach, Attached, Attachment, Engine, EngineStats, HistoryPage, HistoryQuery, HistoryStats,
-    Published, Reply,
+    Attach, Attached, Attachment, Engine, EngineError, EngineStats, HistoryPage, HistoryQuery,
+    HistoryStats, Published, Reply,
 };
 use crate::history::{Freed, HistoryPolicy, Recovery, SubjectHistory};
 use crate::hub::{Event, Hub, Wakeups};
@@ -123,6 +123,8 @@ struct Inner {
 /// The engine of a node that is the whole world.
 pub struct MemoryEngine {
     inner: Arc<Inner>,
+    /// Set by `shut_down`: requests are refused from then on.
+    closed: AtomicBool,
     /// Tells the expiry sweep to stop when the engine goes.
     stop: Arc<AtomicBool>,
 }
@@ -150,7 +152,11 @@ impl MemoryEngine {
         });
         let stop = Arc::new(AtomicBool::new(false));
         spawn_expiry_sweep(Arc::downgrade(&inner), Arc::clone(&stop));
-        MemoryEngine { inner, stop }
+        MemoryEngine {
+            inner,
+            closed: AtomicBool::new(false),
+            stop,
+        }
     }
 }
 
@@ -343,6 +349,10 @@ impl Inner {
 impl Engine for MemoryEngine {
     fn publish(&self, subject: &str, data: &str, reply: Reply<Published>, wakeups: &mut Wakeups) {
         let inner = &*self.inner;
+        if self.closed.load(Ordering::Acquire) {
+            reply.send(&inner.hub, Err(EngineError::ShuttingDown), wakeups);
+            return;
+        }
         inner.publishes.fetch_add(1, Ordering::Relaxed);
         let now = inner.now_ms();
         let index = inner.shard_index(subject);
@@ -410,6 +420,22 @@ impl Engine for MemoryEngine {
 
     fn attach(&self, attach: Attach, wakeups: &mut Wakeups) {
         let inner = &*self.inner;
+        if self.closed.load(Ordering::Acquire) {
+            // Joined all the same: the worker detaches every attach.
+            let refused = Attached {
+                subject: Arc::clone(&attach.subject),
+                to: attach.to,
+                token: attach.token,
+                outcome: Err(EngineError::ShuttingDown),
+            };
+            inner.hub.join(
+                &attach.subject,
+                attach.to.worker,
+                Event::Attached(Box::new(refused)),
+                wakeups,
+            );
+            return;
+        }
         let now = inner.now_ms();
         let index = inner.shard_index(&attach.subject);
         let mut guard = inner.lock(index);
@@ -481,6 +507,10 @@ impl Engine for MemoryEngine {
 
     fn history(&self, query: HistoryQuery, reply: Reply<HistoryPage>, wakeups: &mut Wakeups) {
         let inner = &*self.inner;
+        if self.closed.load(Ordering::Acquire) {
+            reply.send(&inner.hub, Err(EngineError::ShuttingDown), wakeups);
+            return;
+        }
         let now = inner.now_ms();
         let index = inner.shard_index(&query.subject);
         let mut guard = inner.lock(index);
@@ -545,6 +575,10 @@ impl Engine for MemoryEngine {
 
     fn congested(&self) -> bool {
         self.inner.hub.congested()
+    }
+
+    fn shut_down(&self) {
+        self.closed.store(true, Ordering::Release);
     }
 
     fn stats(&self) -> EngineStats {

@@ -35,7 +35,10 @@
 //!    node stays within `history_max_bytes`, evicting the node's oldest
 //!    publications first. A subject with history keeps its position after
 //!    its last subscriber leaves.
-//! 6. **Answers may come later.** `publish` and `history` answer through a
+//! 6. **Shutdown.** After `shut_down`, every request is answered with
+//!    [`EngineError::ShuttingDown`]; an attach refused so is still matched
+//!    by its detach.
+//! 7. **Answers may come later.** `publish` and `history` answer through a
 //!    [`Reply`], attach through the worker's mailbox. A caller never blocks
 //!    on an engine: an engine that must make a network round trip answers
 //!    when it is done. `publish` never waits on a slow subscriber.
@@ -62,10 +65,9 @@ pub use memory::MemoryEngine;
 /// Why an engine could not do what it was asked.
 #[derive(Debug, Clone, Error, PartialEq, Eq)]
 pub enum EngineError {
-    /// The engine cannot reach where subjects live (a cluster engine whose
-    /// backend is down); the caller may retry.
-    #[error("engine unavailable: {0}")]
-    Unavailable(String),
+    /// The node is shutting down and takes no more requests.
+    #[error("the node is shutting down")]
+    ShuttingDown,
 }
 
 /// A publish's outcome.
@@ -247,4 +249,8 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Counts of publishes, and what history holds now.
     fn stats(&self) -> EngineStats;
+
+    /// The node is shutting down: from now on publishes, attaches and
+    /// history reads are answered with [`EngineError::ShuttingDown`].
+    fn shut_down(&self);
 }

@@ -96,7 +96,7 @@ impl Worker {
                 let reply = Reply::Conn(self.request_of(id, request));
                 self.shared.engine.history(query, reply, &mut self.wakeups);
             }
-            Command::Ping { .. } => self.send_text(id, &encode_pong(request)),
+            Command::Ping { .. } => self.send_reply(id, encode_pong(request).as_bytes()),
         }
         Flow::Continue
     }
@@ -111,13 +111,13 @@ impl Worker {
 
     fn acknowledge(&mut self, id: ConnId, request: Option<u64>) {
         if let Some(request) = request {
-            self.send_text(id, &encode_ok(request, None));
+            self.send_reply(id, encode_ok(request, None).as_bytes());
         }
     }
 
     fn refuse(&mut self, id: ConnId, request: Option<u64>, code: ErrorCode, detail: &str) {
         self.shared.metrics.error(ErrorKind::Command(code));
-        self.send_text(id, &encode_error(request, code, detail));
+        self.send_reply(id, encode_error(request, code, detail).as_bytes());
     }
 
     /// Subscribes `id` to `subject` (not yet held): held by the session at
@@ -176,10 +176,11 @@ impl Worker {
                 attachment.position,
                 attachment.recovered,
             );
-            self.send_text(id, &reply);
+            self.send_reply(id, reply.as_bytes());
         }
+        let transport = self.conns[id as usize].transport.get();
         for publication in &attachment.replay {
-            self.send_message(id, publication.ws_frame().clone());
+            self.send_message(id, transport.publication(publication));
         }
     }
 
@@ -214,7 +215,7 @@ impl Worker {
         match answer {
             Answer::Published(Ok(published)) => {
                 if let Some(request) = to.request {
-                    self.send_text(to.conn, &encode_ok(request, published.position));
+                    self.send_reply(to.conn, encode_ok(request, published.position).as_bytes());
                 }
             }
             Answer::Published(Err(e)) => {
@@ -249,7 +250,7 @@ impl Worker {
             page.recovered,
             fitting.map(|p| p.envelope()),
         );
-        self.send_message(to.conn, super::text_frame(&body));
+        self.send_reply(to.conn, &body);
     }
 
     fn remove_subscription(&mut self, id: ConnId, subject: &str) {

@@ -32,7 +32,7 @@ use crossbeam_channel::Receiver;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use myriad_protocol::close::CloseReason;
-use myriad_protocol::ws::{encode_close, encode_frame, OpCode, ReadLimits, Role};
+use myriad_protocol::ws::{ReadLimits, Role};
 use slab::Slab;
 use tracing::{debug, warn};
 
@@ -43,6 +43,7 @@ use crate::hub::{Event, Hub, Wakeups};
 use crate::metrics::{ErrorKind, Metrics, WorkerMetrics};
 use crate::outbound::Flushed;
 use crate::registry::{ConnId, Registry};
+use crate::transport::TransportKind;
 
 const LISTENER: Token = Token(usize::MAX - 1);
 pub const WAKER: Token = Token(usize::MAX - 2);
@@ -68,9 +69,6 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Events taken from one `epoll_wait`.
 const EVENTS_CAPACITY: usize = 1024;
 
-/// The empty ping the heartbeat sends; one static frame for every connection.
-static PING_FRAME: [u8; 2] = [0x89, 0x00];
-
 /// State shared by all workers and the admin API.
 pub struct Shared {
     pub config: Config,
@@ -84,11 +82,6 @@ pub struct Shared {
     pub max_connections: usize,
     /// Set once by the signal handler; every worker then drains and exits.
     pub shutting_down: AtomicBool,
-}
-
-/// A WebSocket text frame holding `text`.
-fn text_frame(text: &[u8]) -> Bytes {
-    Bytes::from(encode_frame(OpCode::Text, text, None))
 }
 
 /// Seconds since the worker started, as stored in connection timestamps.
@@ -350,8 +343,10 @@ impl Worker {
         }
     }
 
-    fn send_text(&mut self, id: ConnId, text: &str) {
-        self.send_message(id, text_frame(text.as_bytes()));
+    /// Queues one protocol reply, in the connection's transport.
+    fn send_reply(&mut self, id: ConnId, json: &[u8]) {
+        let bytes = self.conns[id as usize].transport.get().reply(json);
+        self.send_message(id, bytes);
     }
 
     /// Takes up to a batch of events off the mailbox: publications are
@@ -377,13 +372,17 @@ impl Worker {
                     continue;
                 }
             };
-            let frame = publication.ws_frame();
+            // Each transport's form of it, made once for every recipient here.
+            let mut forms: [Option<Bytes>; TransportKind::COUNT] = Default::default();
             for &id in self.registry.subscribers(&publication.subject) {
                 let conn = &mut self.conns[id as usize];
                 if !conn.phase.is_open() {
                     continue;
                 }
-                let pending = conn.queue(frame.clone());
+                let kind = conn.transport;
+                let form =
+                    forms[kind.index()].get_or_insert_with(|| kind.get().publication(&publication));
+                let pending = conn.queue(form.clone());
                 queued += 1;
                 if conn.set_flag(flags::DIRTY) {
                     self.dirty.push(id);
@@ -486,12 +485,12 @@ impl Worker {
             return;
         }
         conn.enter(Phase::Closing, now);
+        let goodbye = conn.transport.get().close(reason);
         self.decide_close(id, reason);
         self.unsubscribe_all(id);
-        self.send(
-            id,
-            Bytes::from(encode_close(reason.code(), reason.text(), None)),
-        );
+        if let Some(bytes) = goodbye {
+            self.send(id, bytes);
+        }
     }
 
     /// A client over its outbound limit: everything not yet started is
@@ -565,11 +564,22 @@ impl Worker {
                 Phase::Handshake if age >= handshake => Some(None),
                 Phase::Closing | Phase::Draining if age >= close_timeout => Some(None),
                 Phase::PubSub | Phase::Echo => {
-                    if interval > 0 && conn.ping_sent != 0 && now - conn.ping_sent >= answer {
+                    let can = conn.transport.get().capabilities();
+                    let unanswered = can.heartbeat_answered
+                        && interval > 0
+                        && conn.ping_sent != 0
+                        && now - conn.ping_sent >= answer;
+                    // A connection that cannot send commands will never
+                    // subscribe to anything: without subscriptions it is
+                    // idle at once.
+                    let idle_for = if can.bidirectional {
+                        now - conn.last_message
+                    } else {
+                        idle
+                    };
+                    if unanswered {
                         Some(Some(CloseReason::HeartbeatTimeout))
-                    } else if idle > 0
-                        && conn.session.subscriptions.is_empty()
-                        && now - conn.last_message >= idle
+                    } else if idle > 0 && conn.session.subscriptions.is_empty() && idle_for >= idle
                     {
                         Some(Some(CloseReason::IdleTimeout))
                     } else {
@@ -588,7 +598,8 @@ impl Worker {
             }
         }
         for id in to_ping {
-            self.send(id, Bytes::from_static(&PING_FRAME));
+            let heartbeat = self.conns[id as usize].transport.get().heartbeat();
+            self.send(id, heartbeat);
         }
         for (id, reason, phase) in expired {
             match reason {

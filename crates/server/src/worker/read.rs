@@ -286,8 +286,8 @@ impl Worker {
     }
 
     /// Parses the upgrade request at the front of `buf`. Returns the bytes it
-    /// consumed, or `None` when the request is incomplete (or was refused,
-    /// in which case the rest of the input is ignored).
+    /// consumed, or `None` while the request is incomplete. A refused
+    /// request consumes the whole buffer: nothing after it is read.
     fn handshake(&mut self, id: ConnId, buf: &[u8]) -> Option<usize> {
         let config = &self.shared.config;
         let (response, phase, used) = match parse_upgrade(buf, MAX_REQUEST_HEAD) {

@@ -1,0 +1,65 @@
+//! WebSocket (RFC 6455) as a transport: text frames out.
+//!
+//! A publication's buffer already holds its text frame (see
+//! `publication.rs`), so sending it is a reference-count increment. The
+//! read side (upgrade, frames in, close handshake) lives in the worker's
+//! `read` module, which is where bytes from the socket are parsed.
+
+use bytes::Bytes;
+use myriad_protocol::close::CloseReason;
+use myriad_protocol::ws::{encode_close, encode_frame, OpCode};
+
+use super::{Capabilities, Transport};
+use crate::publication::Publication;
+
+/// The empty ping the heartbeat sends; one static frame for every connection.
+static PING_FRAME: [u8; 2] = [0x89, 0x00];
+
+pub struct WebSocket;
+
+impl Transport for WebSocket {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            bidirectional: true,
+            heartbeat_answered: true,
+        }
+    }
+
+    fn publication(&self, publication: &Publication) -> Bytes {
+        publication.ws_frame().clone()
+    }
+
+    fn reply(&self, json: &[u8]) -> Bytes {
+        Bytes::from(encode_frame(OpCode::Text, json, None))
+    }
+
+    fn heartbeat(&self) -> Bytes {
+        Bytes::from_static(&PING_FRAME)
+    }
+
+    fn close(&self, reason: CloseReason) -> Option<Bytes> {
+        // 1006 is never sent (RFC 6455 §7.4.1): those endings have no frame.
+        (reason.ws_code() != 1006)
+            .then(|| Bytes::from(encode_close(reason.ws_code(), reason.text(), None)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use myriad_protocol::position::{Epoch, Position};
+    use std::sync::Arc;
+
+    #[test]
+    fn frames_on_the_wire() {
+        let ws = WebSocket;
+        assert_eq!(&ws.reply(b"{}")[..], b"\x81\x02{}");
+        assert_eq!(&ws.heartbeat()[..], b"\x89\x00");
+        let close = ws.close(CloseReason::SlowConsumer).unwrap();
+        assert_eq!(&close[..4], b"\x88\x2a\x0f\xa1", "4001 and its reason");
+        assert!(ws.close(CloseReason::Abnormal).is_none());
+        let p = Publication::new(Arc::from("s"), Position::new(Epoch(1), 1), "1", 0);
+        let a = ws.publication(&p);
+        assert_eq!(a.as_ptr(), p.ws_frame().as_ptr(), "shared, not copied");
+    }
+}
