@@ -11,6 +11,11 @@ runs N times; the table gives the median and the range.
     python3 scripts/benchmarks.py                       # every scenario, 3 runs each
     python3 scripts/benchmarks.py --runs 5 broadcast-saturating
     python3 scripts/benchmarks.py --list
+    python3 scripts/benchmarks.py --node-arg=--history-size=0 idle-memory
+
+--node-arg adds a flag to every node a scenario starts (history off, as
+above); --bin runs another build, e.g. an older commit's for a before/after
+comparison in one sitting.
 
 It uses target/release/myriad (build it first: cargo build --release -p
 myriad) and writes every JSON report under target/benchmarks/. Nothing here
@@ -268,8 +273,8 @@ def stop_node(proc):
         proc.wait()
 
 
-def run_once(binary, name, scenario, out_dir, index):
-    nodes = [start_node(binary, flags) for flags in scenario["nodes"]]
+def run_once(binary, name, scenario, out_dir, index, node_args):
+    nodes = [start_node(binary, [*flags, *node_args]) for flags in scenario["nodes"]]
     json_path = os.path.join(out_dir, f"{name}-{index}.json")
     cmd = [binary, "bench", "--progress", "off", "--json", json_path]
     for _, ws, admin in nodes:
@@ -303,6 +308,7 @@ def main():
     parser.add_argument("--bin", default=os.path.join(REPO, "target", "release", "myriad"))
     parser.add_argument("--out", default=os.path.join(REPO, "target", "benchmarks"))
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    parser.add_argument("--node-arg", action="append", default=[], help="extra flag for every node (repeatable)")
     args = parser.parse_args()
     if args.list:
         for name, s in SCENARIOS.items():
@@ -318,11 +324,12 @@ def main():
         reports = []
         for i in range(args.runs):
             started = time.time()
-            report, cmd = run_once(args.bin, name, scenario, args.out, i)
+            report, cmd = run_once(args.bin, name, scenario, args.out, i, args.node_arg)
             reports.append(report)
             print(f"# {name} run {i + 1}/{args.runs}: {time.time() - started:.0f} s", file=sys.stderr)
         nodes = " ".join(
-            "`myriad serve" + ("".join(" " + f for f in flags)) + "`" for flags in scenario["nodes"]
+            "`myriad serve" + ("".join(" " + f for f in [*flags, *args.node_arg])) + "`"
+            for flags in scenario["nodes"]
         )
         print(f"\n### {name}\n\n{scenario['what']}.\n")
         print(f"Nodes: {nodes}; bench: `myriad bench {shlex.join(scenario['bench'])}` "

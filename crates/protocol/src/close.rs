@@ -126,6 +126,8 @@ impl CloseReason {
             CloseReason::UnsupportedData => HttpEnding::Status(415),
             CloseReason::MessageTooBig => HttpEnding::Status(413),
             CloseReason::HandshakeTimeout => HttpEnding::Status(408),
+            // The generic answer; a refused request carries its own status
+            // (404, 426, 431, 503…) from the handshake code.
             CloseReason::HandshakeRejected => HttpEnding::Status(400),
             CloseReason::Normal
             | CloseReason::GoingAway
