@@ -14,8 +14,10 @@ runs N times; the table gives the median and the range.
     python3 scripts/benchmarks.py --node-arg=--history-size=0 idle-memory
 
 --node-arg adds a flag to every node a scenario starts (history off, as
-above); --bin runs another build, e.g. an older commit's for a before/after
-comparison in one sitting.
+above); --bin runs another build. --baseline BIN runs an older build's
+nodes (without --node-arg flags, which it may not know) alternately with
+this one's, run by run, and prints both medians and their ratio: a
+before/after comparison on a shared, noisy box.
 
 It uses target/release/myriad (build it first: cargo build --release -p
 myriad) and writes every JSON report under target/benchmarks/. Nothing here
@@ -309,6 +311,7 @@ def main():
     parser.add_argument("--out", default=os.path.join(REPO, "target", "benchmarks"))
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     parser.add_argument("--node-arg", action="append", default=[], help="extra flag for every node (repeatable)")
+    parser.add_argument("--baseline", help="an older build to alternate with, run by run")
     args = parser.parse_args()
     if args.list:
         for name, s in SCENARIOS.items():
@@ -322,8 +325,13 @@ def main():
     for name in names:
         scenario = SCENARIOS[name]
         reports = []
+        baseline = []
         for i in range(args.runs):
             started = time.time()
+            if args.baseline:
+                base_out = os.path.join(args.out, "baseline")
+                os.makedirs(base_out, exist_ok=True)
+                baseline.append(run_once(args.baseline, name, scenario, base_out, i, [])[0])
             report, cmd = run_once(args.bin, name, scenario, args.out, i, args.node_arg)
             reports.append(report)
             print(f"# {name} run {i + 1}/{args.runs}: {time.time() - started:.0f} s", file=sys.stderr)
@@ -334,11 +342,27 @@ def main():
         print(f"\n### {name}\n\n{scenario['what']}.\n")
         print(f"Nodes: {nodes}; bench: `myriad bench {shlex.join(scenario['bench'])}` "
               f"(plus `--url`/`--admin-url` per node). Runs: {args.runs}.\n")
-        print("| figure | median | range |\n|---|---|---|")
+        if args.baseline:
+            print(f"Baseline: `{args.baseline}`, alternating run by run.\n")
+            print("| figure | this build: median | range | baseline: median | range | ratio |")
+            print("|---|---|---|---|---|---|")
+        else:
+            print("| figure | median | range |\n|---|---|---|")
         for label, source, kind in scenario["figures"]:
-            values = [source(r) if callable(source) else get(r, source) for r in reports]
+            pick = lambda r: source(r) if callable(source) else get(r, source)
+            values = [pick(r) for r in reports]
             mid, spread = median_cell(values, kind)
-            print(f"| {label} | {mid} | {spread} |")
+            if not args.baseline:
+                print(f"| {label} | {mid} | {spread} |")
+                continue
+            base_values = [pick(r) for r in baseline]
+            base_mid, base_spread = median_cell(base_values, kind)
+            ratio = "-"
+            nums = [v for v in values if isinstance(v, (int, float))]
+            base_nums = [v for v in base_values if isinstance(v, (int, float))]
+            if nums and base_nums and statistics.median(base_nums):
+                ratio = f"{statistics.median(nums) / statistics.median(base_nums):.2f}"
+            print(f"| {label} | {mid} | {spread} | {base_mid} | {base_spread} | {ratio} |")
         sys.stdout.flush()
 
 

@@ -59,6 +59,7 @@ fn publish_to_10k(c: &mut Criterion) {
             let to = ConnRequest {
                 worker: 0,
                 conn: id,
+                life: 0,
                 request: None,
             };
             let attach = Attach {
@@ -79,6 +80,7 @@ fn publish_to_10k(c: &mut Criterion) {
         let publisher = ConnRequest {
             worker: 0,
             conn: u32::MAX,
+            life: 0,
             request: None,
         };
         group.bench_function(

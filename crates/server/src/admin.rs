@@ -410,7 +410,7 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
         "max_connections": shared.max_connections,
         "connections_accepted": s.accepted,
         "subscriptions": s.subscriptions,
-        "subjects": shared.hub.subject_count(),
+        "subjects": engine.subjects,
         "messages_in": s.messages_in,
         "messages_out": s.messages_out,
         "bytes_in": s.bytes_in,

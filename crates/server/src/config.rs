@@ -246,6 +246,10 @@ impl Config {
             self.heartbeat_interval == 0 || self.heartbeat_timeout >= 1,
             "heartbeat_timeout must be at least 1 when heartbeats are on",
         )?;
+        check(
+            self.namespace.len() < usize::from(u16::MAX),
+            "at most 65,534 namespaces",
+        )?;
         for ns in &self.namespace {
             check(
                 !ns.prefix.is_empty(),

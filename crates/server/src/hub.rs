@@ -1,36 +1,27 @@
-//! The hub: which workers hold subscribers of which subject on this node,
-//! and the mailboxes that carry events to them.
+//! The hub: the node's worker mailboxes, and the [`Route`] by which a
+//! subject's events reach the workers holding its subscribers.
 //!
-//! The hub is node-local plumbing under the engine: the engine decides
-//! positions and calls [`Hub::deliver`] with each publication, [`Hub::join`]
-//! when a connection attaches and [`Hub::leave`] when one detaches. A
-//! publication is handed to each interested worker as one shared
-//! `Arc<Publication>`; each worker then queues the same encoded bytes on
-//! every local subscriber.
-//!
-//! The subject map is split into [`SHARDS`] independently locked shards, so
-//! one operation only contends with operations on subjects of the same
-//! shard. A shard lock is held for a map lookup and a few lock-free channel
-//! pushes: never across a system call or an `.await`. Pushing under it is
-//! what keeps an attach answer in line with the subject's publications in a
-//! worker's mailbox (engine contract, clause 3); wake-ups happen after, once
-//! per batch ([`Wakeups`]).
-//!
-//! The hub knows subjects with attached subscribers only; a subject's entry
-//! goes with its last subscriber on the node.
+//! The hub is node-local plumbing under the engine. It owns no subject
+//! map: an engine keeps one [`Route`] inside its own per-subject state and
+//! drives it under that state's lock, so a subject costs one map entry and
+//! a publish one lock. [`Route::deliver`] hands a publication to each
+//! interested worker as one shared `Arc<Publication>`; [`Route::join`]
+//! queues an attach answer for the joining worker. Because the engine holds
+//! the subject's lock across both, an attach answer sits in a worker's
+//! mailbox exactly in line with the subject's publications (engine
+//! contract, clause 3). Pushing into a mailbox is a lock-free channel send;
+//! wake-ups happen after, once per batch ([`Wakeups`]).
 
-use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
-use foldhash::fast::RandomState;
-use hashbrown::HashMap;
 
 use crate::engine::{Attached, ConnAnswer};
 use crate::publication::Publication;
 
-/// Number of subject-map shards; a power of two well above the core count.
+/// Number of shards engines split their subject maps into; a power of two
+/// well above the core count.
 pub const SHARDS: usize = 64;
 
 /// What a worker's mailbox carries.
@@ -130,22 +121,65 @@ impl Drop for Wakeups {
     }
 }
 
-/// What the hub knows of one subject.
-#[derive(Debug)]
-struct SubjectState {
+/// Which workers hold subscribers of one subject, kept by the engine in
+/// its per-subject state and used under that state's lock.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
     /// Bit `w` set while worker `w` has at least one subscriber.
     workers: u64,
     /// Attached subscribers on this node, across workers.
     subscribers: u32,
 }
 
-type Shard = HashMap<Arc<str>, SubjectState, RandomState>;
+impl Route {
+    /// Subscribers on this node.
+    pub fn subscribers(&self) -> u32 {
+        self.subscribers
+    }
 
-/// Subject → workers, shared by all workers and the admin API.
+    /// Records one more subscriber on `worker` and queues `answer` for that
+    /// worker, in line with the subject's publications. Returns whether it
+    /// is the subject's first subscriber on the node.
+    pub fn join(&mut self, hub: &Hub, worker: usize, answer: Event, wakeups: &mut Wakeups) -> bool {
+        self.subscribers += 1;
+        self.workers |= 1 << worker;
+        hub.send(worker, answer, wakeups);
+        self.subscribers == 1
+    }
+
+    /// Records one subscriber fewer; `last_local` says the worker has none
+    /// left. Returns whether it was the subject's last on the node.
+    pub fn leave(&mut self, worker: usize, last_local: bool) -> bool {
+        debug_assert!(self.subscribers > 0, "leave without join");
+        self.subscribers = self.subscribers.saturating_sub(1);
+        if last_local {
+            self.workers &= !(1 << worker);
+        }
+        debug_assert!(
+            self.subscribers > 0 || self.workers == 0,
+            "workers left without subscribers"
+        );
+        self.subscribers == 0
+    }
+
+    /// Hands `publication` to every worker with subscribers, noting in
+    /// `wakeups` the workers to wake once the caller's batch is done.
+    /// Returns the subscribers on the node it reached.
+    pub fn deliver(&self, hub: &Hub, publication: &Arc<Publication>, wakeups: &mut Wakeups) -> u32 {
+        let mut workers = self.workers;
+        wakeups.0 |= workers;
+        while workers != 0 {
+            let worker = workers.trailing_zeros() as usize;
+            workers &= workers - 1;
+            hub.mailboxes[worker].push(Event::Publication(Arc::clone(publication)));
+        }
+        self.subscribers
+    }
+}
+
+/// The workers' mailboxes, shared by all workers, the engine and the admin API.
 pub struct Hub {
-    shards: Box<[Mutex<Shard>]>,
     mailboxes: Box<[Mailbox]>,
-    shard_hasher: RandomState,
     /// Deliveries queued for one worker beyond which publishers are paused
     /// (see [`Hub::congested`]): bounded memory when publishers outrun workers.
     mailbox_high_water: usize,
@@ -175,86 +209,15 @@ impl Hub {
             })
             .collect();
         let hub = Hub {
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             mailboxes,
-            shard_hasher: RandomState::default(),
             mailbox_high_water,
         };
         (Arc::new(hub), receivers)
     }
 
-    fn shard(&self, subject: &str) -> MutexGuard<'_, Shard> {
-        let index = self.shard_hasher.hash_one(subject) as usize % SHARDS;
-        // A poisoned shard means a worker panicked mid-update; the map itself
-        // is still consistent (every update is a single insert/remove), so go on.
-        self.shards[index]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
     /// Worker `worker`'s mailbox.
     pub fn mailbox(&self, worker: usize) -> &Mailbox {
         &self.mailboxes[worker]
-    }
-
-    /// Records one more subscriber of `subject` on `worker` and queues
-    /// `answer` for that worker in line with the subject's publications.
-    /// Returns whether it is the subject's first subscriber on the node.
-    pub fn join(
-        &self,
-        subject: &Arc<str>,
-        worker: usize,
-        answer: Event,
-        wakeups: &mut Wakeups,
-    ) -> bool {
-        let mut shard = self.shard(subject);
-        let state = shard.entry(Arc::clone(subject)).or_insert(SubjectState {
-            workers: 0,
-            subscribers: 0,
-        });
-        state.subscribers += 1;
-        state.workers |= 1 << worker;
-        self.mailboxes[worker].push(answer);
-        wakeups.add(worker);
-        state.subscribers == 1
-    }
-
-    /// Records one subscriber fewer; `last_local` says the worker has none
-    /// left. Returns whether it was the subject's last on the node.
-    pub fn leave(&self, subject: &str, worker: usize, last_local: bool) -> bool {
-        let mut shard = self.shard(subject);
-        let Some(state) = shard.get_mut(subject) else {
-            debug_assert!(false, "leave of unknown subject {subject}");
-            return false;
-        };
-        state.subscribers -= 1;
-        if last_local {
-            state.workers &= !(1 << worker);
-        }
-        if state.subscribers == 0 {
-            debug_assert_eq!(state.workers, 0, "workers left without subscribers");
-            shard.remove(subject);
-            return true;
-        }
-        false
-    }
-
-    /// Hands `publication` to every worker with subscribers of its subject,
-    /// noting in `wakeups` the workers to wake once the caller's batch is
-    /// done. Returns the subscribers on the node it reached.
-    pub fn deliver(&self, publication: &Arc<Publication>, wakeups: &mut Wakeups) -> u32 {
-        let shard = self.shard(&publication.subject);
-        let Some(state) = shard.get(&*publication.subject) else {
-            return 0;
-        };
-        let mut workers = state.workers;
-        wakeups.0 |= workers;
-        while workers != 0 {
-            let worker = workers.trailing_zeros() as usize;
-            workers &= workers - 1;
-            self.mailboxes[worker].push(Event::Publication(Arc::clone(publication)));
-        }
-        state.subscribers
     }
 
     /// Queues an event for one worker (an answer to one of its connections).
@@ -270,18 +233,6 @@ impl Hub {
         self.mailboxes
             .iter()
             .any(|m| m.queued.load(Ordering::Relaxed) > self.mailbox_high_water)
-    }
-
-    /// Distinct subjects with subscribers on this node.
-    pub fn subject_count(&self) -> usize {
-        (0..SHARDS)
-            .map(|i| {
-                self.shards[i]
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .len()
-            })
-            .sum()
     }
 
     /// Wakes the workers a batch of publishes handed deliveries to (those
@@ -319,9 +270,9 @@ mod tests {
         (hub, rx, polls)
     }
 
-    fn publication(subject: &str, offset: u64) -> Arc<Publication> {
+    fn publication(offset: u64) -> Arc<Publication> {
         Arc::new(Publication::new(
-            Arc::from(subject),
+            Arc::from("a"),
             Position::new(Epoch(1), offset),
             "1",
             0,
@@ -329,34 +280,38 @@ mod tests {
     }
 
     fn marker() -> Event {
-        Event::Publication(publication("marker", 0))
+        Event::Publication(publication(0))
     }
 
-    fn join(hub: &Hub, subject: &Arc<str>, worker: usize) -> bool {
+    fn join(hub: &Hub, route: &mut Route, worker: usize) -> bool {
         let mut wakeups = Wakeups::default();
-        let first = hub.join(subject, worker, marker(), &mut wakeups);
+        let first = route.join(hub, worker, marker(), &mut wakeups);
         hub.wake(wakeups);
         first
     }
 
-    fn deliver(hub: &Hub, p: &Arc<Publication>) -> u32 {
+    fn deliver(hub: &Hub, route: &Route, offset: u64) -> u32 {
         let mut wakeups = Wakeups::default();
-        let n = hub.deliver(p, &mut wakeups);
+        let n = route.deliver(hub, &publication(offset), &mut wakeups);
         hub.wake(wakeups);
         n
+    }
+
+    fn drain(rx: &[Receiver<Event>]) {
+        rx.iter().for_each(|r| while r.try_recv().is_ok() {});
     }
 
     #[test]
     fn deliver_reaches_exactly_the_workers_with_subscribers() {
         let (hub, rx, _polls) = hub(3);
-        let a: Arc<str> = Arc::from("a");
-        assert!(join(&hub, &a, 0));
-        assert!(!join(&hub, &a, 2));
-        assert!(!join(&hub, &a, 2));
-        rx.iter().for_each(|r| while r.try_recv().is_ok() {});
-        let p = publication("a", 1);
+        let mut route = Route::default();
+        assert!(join(&hub, &mut route, 0));
+        assert!(!join(&hub, &mut route, 2));
+        assert!(!join(&hub, &mut route, 2));
+        drain(&rx);
+        let p = publication(1);
         let mut wakeups = Wakeups::default();
-        assert_eq!(hub.deliver(&p, &mut wakeups), 3);
+        assert_eq!(route.deliver(&hub, &p, &mut wakeups), 3);
         assert_eq!(wakeups.0, 0b101, "workers 0 and 2 are owed a wake-up");
         hub.wake(wakeups);
         assert_eq!((rx[0].len(), rx[1].len(), rx[2].len()), (1, 0, 1));
@@ -371,38 +326,37 @@ mod tests {
     #[test]
     fn an_attach_answer_sits_between_the_publications_around_it() {
         let (hub, rx, _polls) = hub(1);
-        let a: Arc<str> = Arc::from("a");
-        join(&hub, &a, 0);
-        deliver(&hub, &publication("a", 1));
-        join(&hub, &a, 0);
-        deliver(&hub, &publication("a", 2));
-        let kinds: Vec<String> = rx[0]
+        let mut route = Route::default();
+        join(&hub, &mut route, 0);
+        deliver(&hub, &route, 1);
+        join(&hub, &mut route, 0);
+        deliver(&hub, &route, 2);
+        let offsets: Vec<u64> = rx[0]
             .try_iter()
             .map(|e| match e {
-                Event::Publication(p) => format!("{}{}", p.subject, p.position.offset),
-                other => format!("{other:?}"),
+                Event::Publication(p) => p.position.offset,
+                other => panic!("{other:?}"),
             })
             .collect();
-        assert_eq!(kinds, ["marker0", "a1", "marker0", "a2"]);
+        assert_eq!(offsets, [0, 1, 0, 2], "marker, 1, marker, 2");
     }
 
     #[test]
-    fn the_entry_goes_with_the_last_subscriber() {
+    fn a_worker_stops_receiving_with_its_last_subscriber() {
         let (hub, rx, _polls) = hub(2);
-        let a: Arc<str> = Arc::from("a");
-        join(&hub, &a, 1);
-        join(&hub, &a, 1);
-        join(&hub, &a, 0);
-        assert!(!hub.leave("a", 1, false));
-        rx.iter().for_each(|r| while r.try_recv().is_ok() {});
-        deliver(&hub, &publication("a", 1));
+        let mut route = Route::default();
+        join(&hub, &mut route, 1);
+        join(&hub, &mut route, 1);
+        join(&hub, &mut route, 0);
+        assert!(!route.leave(1, false));
+        drain(&rx);
+        deliver(&hub, &route, 1);
         assert_eq!((rx[0].len(), rx[1].len()), (1, 1));
-        assert!(!hub.leave("a", 1, true));
-        deliver(&hub, &publication("a", 2));
+        assert!(!route.leave(1, true));
+        deliver(&hub, &route, 2);
         assert_eq!((rx[0].len(), rx[1].len()), (2, 1));
-        assert_eq!(hub.subject_count(), 1);
-        assert!(hub.leave("a", 0, true), "last on the node");
-        assert_eq!(hub.subject_count(), 0);
-        assert_eq!(deliver(&hub, &publication("a", 3)), 0);
+        assert!(route.leave(0, true), "last on the node");
+        assert_eq!(route, Route::default());
+        assert_eq!(deliver(&hub, &route, 3), 0);
     }
 }

@@ -27,6 +27,10 @@ pub struct Namespace {
     pub history_ttl: Option<Ttl>,
 }
 
+/// A namespace, by its place in [`Namespaces`]; 0 is the default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NamespaceId(u16);
+
 /// Subject → history policy, by longest matching prefix.
 #[derive(Debug, Clone)]
 pub struct Namespaces {
@@ -53,10 +57,26 @@ impl Namespaces {
 
     /// The history policy of `subject`.
     pub fn policy_for(&self, subject: &str) -> HistoryPolicy {
-        self.rules
+        self.policy(self.id_of(subject))
+    }
+
+    /// Which namespace `subject` is in: two bytes a subject's state can
+    /// keep instead of its whole policy.
+    pub fn id_of(&self, subject: &str) -> NamespaceId {
+        let found = self
+            .rules
             .iter()
-            .find(|(prefix, _)| subject.starts_with(prefix.as_str()))
-            .map_or(self.default, |(_, policy)| *policy)
+            .position(|(prefix, _)| subject.starts_with(prefix.as_str()));
+        // Config validation keeps namespaces far below u16::MAX.
+        NamespaceId(found.map_or(0, |i| i as u16 + 1))
+    }
+
+    /// The history policy of a namespace.
+    pub fn policy(&self, id: NamespaceId) -> HistoryPolicy {
+        match id.0 {
+            0 => self.default,
+            n => self.rules[usize::from(n) - 1].1,
+        }
     }
 }
 

@@ -125,6 +125,7 @@ impl Sim {
                 to: ConnRequest {
                     worker,
                     conn,
+                    life: 0,
                     request: None,
                 },
                 token,
@@ -555,6 +556,7 @@ fn shutdown_refuses_everything(make: Make) {
             to: ConnRequest {
                 worker: 0,
                 conn: 1,
+                life: 0,
                 request: None,
             },
             token: 1,

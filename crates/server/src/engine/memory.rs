@@ -1,13 +1,13 @@
 //! The single-node engine: positions and history in this process's memory.
 //!
-//! Streams (a subject's position and history) sit in [`SHARDS`] locked
-//! shards. A publish locks its subject's shard, takes the next offset,
-//! stores the publication in history and hands it to the hub before
-//! unlocking; an attach locks the same shard to read position and history
-//! and to join the hub. Holding the stream's lock across the hub call is
-//! what makes attach the exact switch from history to live (contract
-//! clause 3): no publication can get an offset between the two. Lock order
-//! is always stream shard, then hub shard.
+//! Streams (a subject's position, history and [`Route`] to the workers
+//! holding its subscribers) sit in [`SHARDS`] locked shards: one map entry
+//! per subject, one lock per publish. A publish locks its subject's shard,
+//! takes the next offset, stores the publication in history and delivers it
+//! along the route before unlocking; an attach locks the same shard to read
+//! position and history and to join the route. Doing both under the
+//! stream's lock is what makes attach the exact switch from history to live
+//! (contract clause 3): no publication can get an offset between the two.
 //!
 //! History shares one byte budget across the node. Every stored publication
 //! gets a node-wide store order; each shard keeps an ordered index of its
@@ -33,8 +33,8 @@ use super::{
     HistoryStats, Published, Reply,
 };
 use crate::history::{Freed, HistoryPolicy, Recovery, SubjectHistory};
-use crate::hub::{Event, Hub, Wakeups};
-use crate::namespace::Namespaces;
+use crate::hub::{Event, Hub, Route, Wakeups};
+use crate::namespace::{NamespaceId, Namespaces};
 use crate::publication::Publication;
 
 /// Stream shards; as many as the hub has, for the same reason.
@@ -47,19 +47,21 @@ const EXPIRY_SWEEP: Duration = Duration::from_secs(1);
 /// it has neither subscribers nor publications held.
 const IDLE_POSITION_RETENTION: Duration = Duration::from_secs(3600);
 
-/// One subject's stream on this node.
+/// One subject's stream on this node: 48 bytes, paid per subject (with
+/// one subscriber per subject, per connection), so the policy is a
+/// namespace id and the time is in seconds.
 #[derive(Debug)]
 struct Stream {
     epoch: Epoch,
     /// Offset of the last publication; 0 before the first.
     offset: u64,
-    policy: HistoryPolicy,
-    /// Present while the subject keeps history.
+    /// Present while the subject holds history.
     history: Option<Box<SubjectHistory>>,
-    /// Whether the subject has attached subscribers on this node.
-    interested: bool,
-    /// Last publish or last subscriber leaving, ms on the engine's clock.
-    last_active_ms: u64,
+    /// The workers holding its subscribers.
+    route: Route,
+    /// Last publish or last subscriber leaving, seconds on the engine's clock.
+    last_active_s: u32,
+    namespace: NamespaceId,
 }
 
 impl Stream {
@@ -76,16 +78,18 @@ impl Stream {
     /// without history at once, with history after its age limit (or
     /// [`IDLE_POSITION_RETENTION`]). Until then a subscriber that saw nothing
     /// and comes back still recovers, in the same epoch.
-    fn forgettable(&self, now_ms: u64) -> bool {
-        if self.interested || self.history.as_ref().is_some_and(|h| !h.is_empty()) {
+    fn forgettable(&self, policy: HistoryPolicy, now_ms: u64) -> bool {
+        let interested = self.route.subscribers() > 0;
+        if interested || self.history.as_ref().is_some_and(|h| !h.is_empty()) {
             return false;
         }
-        let retention = match self.policy {
+        let retention = match policy {
             p if !p.is_on() => Duration::ZERO,
             p if p.ttl.is_zero() => IDLE_POSITION_RETENTION,
             p => p.ttl,
         };
-        now_ms.saturating_sub(self.last_active_ms) >= retention.as_millis() as u64
+        let idle_ms = now_ms.saturating_sub(u64::from(self.last_active_s) * 1_000);
+        idle_ms >= retention.as_millis() as u64
     }
 }
 
@@ -111,6 +115,8 @@ struct Inner {
     evictions: AtomicU64,
     publishes: AtomicU64,
     publishes_unrouted: AtomicU64,
+    /// Subjects with subscribers on this node.
+    routed_subjects: AtomicUsize,
     /// Next store order.
     order: AtomicU64,
     /// Epochs of this process start here: random, so a restarted node never
@@ -145,6 +151,7 @@ impl MemoryEngine {
             evictions: AtomicU64::new(0),
             publishes: AtomicU64::new(0),
             publishes_unrouted: AtomicU64::new(0),
+            routed_subjects: AtomicUsize::new(0),
             order: AtomicU64::new(0),
             epoch_base: random_u64(),
             epochs_made: AtomicU64::new(0),
@@ -178,6 +185,12 @@ fn random_u64() -> u64 {
     );
     hasher.write_u32(std::process::id());
     hasher.finish()
+}
+
+/// A millisecond time in whole seconds, as streams store it (136 years
+/// fit), rounded up so that retention ends late rather than early.
+fn seconds(ms: u64) -> u32 {
+    u32::try_from(ms.div_ceil(1_000)).unwrap_or(u32::MAX)
 }
 
 fn spawn_expiry_sweep(inner: Weak<Inner>, stop: Arc<AtomicBool>) {
@@ -222,15 +235,19 @@ impl Inner {
         )
     }
 
-    fn new_stream(&self, policy: HistoryPolicy, now_ms: u64) -> Stream {
+    fn new_stream(&self, namespace: NamespaceId, now_ms: u64) -> Stream {
         Stream {
             epoch: self.new_epoch(),
             offset: 0,
-            policy,
             history: None,
-            interested: false,
-            last_active_ms: now_ms,
+            route: Route::default(),
+            last_active_s: seconds(now_ms),
+            namespace,
         }
+    }
+
+    fn forgettable(&self, stream: &Stream, now_ms: u64) -> bool {
+        stream.forgettable(self.namespaces.policy(stream.namespace), now_ms)
     }
 
     /// Applies a change to one subject's history: runs `change`, then keeps
@@ -273,8 +290,9 @@ impl Inner {
 
     /// Drops expired publications of `subject` (held by the caller).
     fn expire(&self, index: usize, shard: &mut Shard, subject: &Arc<str>, now_ms: u64) {
+        let namespaces = &self.namespaces;
         self.with_history(index, shard, subject, |stream| {
-            let policy = stream.policy;
+            let policy = namespaces.policy(stream.namespace);
             let freed = match stream.history.as_mut() {
                 Some(history) => history.expire(now_ms, &policy),
                 None => Freed::default(),
@@ -284,11 +302,11 @@ impl Inner {
     }
 
     /// Forgets `subject` if nothing about it is worth keeping.
-    fn forget_if_idle(shard: &mut Shard, subject: &str, now_ms: u64) {
+    fn forget_if_idle(&self, shard: &mut Shard, subject: &str, now_ms: u64) {
         if shard
             .streams
             .get(subject)
-            .is_some_and(|s| s.forgettable(now_ms))
+            .is_some_and(|s| self.forgettable(s, now_ms))
         {
             shard.streams.remove(subject);
         }
@@ -324,7 +342,7 @@ impl Inner {
                 ((), freed, 0)
             });
             self.evictions.fetch_add(1, Ordering::Relaxed);
-            Self::forget_if_idle(shard, &subject, self.now_ms());
+            self.forget_if_idle(shard, &subject, self.now_ms());
         }
     }
 
@@ -341,7 +359,9 @@ impl Inner {
             for subject in with_history {
                 self.expire(index, shard, &subject, now);
             }
-            shard.streams.retain(|_, stream| !stream.forgettable(now));
+            shard
+                .streams
+                .retain(|_, stream| !self.forgettable(stream, now));
         }
     }
 }
@@ -361,8 +381,8 @@ impl Engine for MemoryEngine {
         let name = match shard.streams.get_key_value(subject) {
             Some((name, _)) => Arc::clone(name),
             None => {
-                let policy = inner.namespaces.policy_for(subject);
-                if !policy.is_on() {
+                let namespace = inner.namespaces.id_of(subject);
+                if !inner.namespaces.policy(namespace).is_on() {
                     // Nobody listens and nothing is kept: dropped.
                     drop(guard);
                     inner.publishes_unrouted.fetch_add(1, Ordering::Relaxed);
@@ -376,21 +396,21 @@ impl Engine for MemoryEngine {
                 let name: Arc<str> = Arc::from(subject);
                 shard
                     .streams
-                    .insert(Arc::clone(&name), inner.new_stream(policy, now));
+                    .insert(Arc::clone(&name), inner.new_stream(namespace, now));
                 name
             }
         };
         let order = inner.order.fetch_add(1, Ordering::Relaxed);
-        let (publication, interested) = inner.with_history(index, shard, &name, |stream| {
+        let (publication, subscribers) = inner.with_history(index, shard, &name, |stream| {
             stream.offset += 1;
-            stream.last_active_ms = now;
+            stream.last_active_s = seconds(now);
             let publication = Arc::new(Publication::new(
                 Arc::clone(&name),
                 stream.position(),
                 data,
                 now,
             ));
-            let policy = stream.policy;
+            let policy = inner.namespaces.policy(stream.namespace);
             let mut freed = Freed::default();
             let mut added = 0;
             if policy.is_on() {
@@ -399,13 +419,9 @@ impl Engine for MemoryEngine {
                 added = publication.held_bytes();
                 freed += history.append(order, Arc::clone(&publication), &policy);
             }
-            ((publication, stream.interested), freed, added)
+            let subscribers = stream.route.deliver(&inner.hub, &publication, wakeups);
+            ((publication, subscribers), freed, added)
         });
-        let subscribers = if interested {
-            inner.hub.deliver(&publication, wakeups)
-        } else {
-            0
-        };
         drop(guard);
         if subscribers == 0 {
             inner.publishes_unrouted.fetch_add(1, Ordering::Relaxed);
@@ -420,22 +436,7 @@ impl Engine for MemoryEngine {
 
     fn attach(&self, attach: Attach, wakeups: &mut Wakeups) {
         let inner = &*self.inner;
-        if self.closed.load(Ordering::Acquire) {
-            // Joined all the same: the worker detaches every attach.
-            let refused = Attached {
-                subject: Arc::clone(&attach.subject),
-                to: attach.to,
-                token: attach.token,
-                outcome: Err(EngineError::ShuttingDown),
-            };
-            inner.hub.join(
-                &attach.subject,
-                attach.to.worker,
-                Event::Attached(Box::new(refused)),
-                wakeups,
-            );
-            return;
-        }
+        let refused = self.closed.load(Ordering::Acquire);
         let now = inner.now_ms();
         let index = inner.shard_index(&attach.subject);
         let mut guard = inner.lock(index);
@@ -443,15 +444,33 @@ impl Engine for MemoryEngine {
         let name = match shard.streams.get_key_value(&*attach.subject) {
             Some((name, _)) => Arc::clone(name),
             None => {
-                let policy = inner.namespaces.policy_for(&attach.subject);
-                shard
-                    .streams
-                    .insert(Arc::clone(&attach.subject), inner.new_stream(policy, now));
+                let namespace = inner.namespaces.id_of(&attach.subject);
+                shard.streams.insert(
+                    Arc::clone(&attach.subject),
+                    inner.new_stream(namespace, now),
+                );
                 Arc::clone(&attach.subject)
             }
         };
         inner.expire(index, shard, &name, now);
         let stream = shard.streams.get_mut(&name).expect("just ensured");
+        if refused {
+            // Joined all the same: the worker detaches every attach.
+            let refusal = Attached {
+                subject: Arc::clone(&name),
+                to: attach.to,
+                token: attach.token,
+                outcome: Err(EngineError::ShuttingDown),
+            };
+            let event = Event::Attached(Box::new(refusal));
+            if stream
+                .route
+                .join(&inner.hub, attach.to.worker, event, wakeups)
+            {
+                inner.routed_subjects.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
         let position = stream.position();
         let (recovered, replay) = match attach.since {
             None => (None, Vec::new()),
@@ -472,7 +491,6 @@ impl Engine for MemoryEngine {
                 }
             }
         };
-        stream.interested = true;
         let attached = Attached {
             subject: Arc::clone(&name),
             to: attach.to,
@@ -483,12 +501,13 @@ impl Engine for MemoryEngine {
                 replay,
             }),
         };
-        inner.hub.join(
-            &name,
-            attach.to.worker,
-            Event::Attached(Box::new(attached)),
-            wakeups,
-        );
+        let event = Event::Attached(Box::new(attached));
+        if stream
+            .route
+            .join(&inner.hub, attach.to.worker, event, wakeups)
+        {
+            inner.routed_subjects.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     fn detach(&self, subject: &str, worker: usize, last_local: bool) {
@@ -496,12 +515,14 @@ impl Engine for MemoryEngine {
         let now = inner.now_ms();
         let mut guard = inner.lock(inner.shard_index(subject));
         let shard = &mut *guard;
-        if inner.hub.leave(subject, worker, last_local) {
-            if let Some(stream) = shard.streams.get_mut(subject) {
-                stream.interested = false;
-                stream.last_active_ms = now;
-            }
-            Inner::forget_if_idle(shard, subject, now);
+        let Some(stream) = shard.streams.get_mut(subject) else {
+            debug_assert!(false, "detach from {subject}, which no attach created");
+            return;
+        };
+        if stream.route.leave(worker, last_local) {
+            inner.routed_subjects.fetch_sub(1, Ordering::Relaxed);
+            stream.last_active_s = seconds(now);
+            inner.forget_if_idle(shard, subject, now);
         }
     }
 
@@ -568,7 +589,7 @@ impl Engine for MemoryEngine {
                 }
             }
         };
-        Inner::forget_if_idle(shard, &name, now);
+        inner.forget_if_idle(shard, &name, now);
         drop(guard);
         reply.send(&inner.hub, Ok(page), wakeups);
     }
@@ -585,6 +606,7 @@ impl Engine for MemoryEngine {
         let inner = &*self.inner;
         let subjects = (0..SHARDS).map(|i| inner.lock(i).oldest.len() as u64).sum();
         EngineStats {
+            subjects: inner.routed_subjects.load(Ordering::Relaxed) as u64,
             publishes: inner.publishes.load(Ordering::Relaxed),
             publishes_unrouted: inner.publishes_unrouted.load(Ordering::Relaxed),
             history: HistoryStats {
@@ -606,6 +628,12 @@ mod tests {
         Harness::new(workers, |hub| {
             Box::new(MemoryEngine::new(hub, namespaces, max_bytes))
         })
+    }
+
+    #[test]
+    fn a_stream_stays_small() {
+        // Paid per subject: see docs/architecture.md, memory per connection.
+        assert!(std::mem::size_of::<Stream>() <= 48);
     }
 
     #[test]

@@ -25,11 +25,13 @@
 //!    `since`; otherwise the answer says `recovered: false` and replays
 //!    nothing.
 //! 4. **Interest.** Every `attach` is matched by exactly one `detach`, and
-//!    the engine counts them per subject through the hub: a subject gains
+//!    the engine counts them per subject in its route: a subject gains
 //!    interest on the node with its first attach and loses it with its last
 //!    detach. Publications reach a worker only between its first attach and
-//!    its last detach of that subject. A subject with neither interest nor
-//!    history is forgotten, so its next life starts a new epoch.
+//!    its last detach of that subject. A subject without history is
+//!    forgotten with its last subscriber, so its next life starts a new
+//!    epoch; one with history keeps its position while it holds
+//!    publications and for its age limit after.
 //! 5. **History.** Each subject keeps at most its namespace's `history_size`
 //!    publications, none older than its `history_ttl`, and all history on a
 //!    node stays within `history_max_bytes`, evicting the node's oldest
@@ -107,6 +109,9 @@ pub struct HistoryPage {
 pub struct ConnRequest {
     pub worker: usize,
     pub conn: ConnId,
+    /// Which connection of that slab slot: slots are reused, and an answer
+    /// that arrives after its connection closed must not reach the next.
+    pub life: u32,
     /// The client's request id, when it gave one.
     pub request: Option<u64>,
 }
@@ -210,6 +215,8 @@ where
 /// What an engine has done and holds, for `/stats` and `/metrics`.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct EngineStats {
+    /// Subjects with subscribers on this node.
+    pub subjects: u64,
     /// Publishes taken (from this node).
     pub publishes: u64,
     /// Of those, publishes no subscriber on this node received.

@@ -105,6 +105,7 @@ impl Worker {
         ConnRequest {
             worker: self.index,
             conn,
+            life: self.lives[conn as usize],
             request,
         }
     }
@@ -205,10 +206,12 @@ impl Worker {
     /// The engine's answer to a publish or history request.
     pub(super) fn on_answer(&mut self, answer: ConnAnswer) {
         let ConnAnswer { to, answer } = answer;
-        if !self
-            .conns
-            .get(to.conn as usize)
-            .is_some_and(|c| c.phase.is_open())
+        let same_life = self.lives.get(to.conn as usize) == Some(&to.life);
+        if !same_life
+            || !self
+                .conns
+                .get(to.conn as usize)
+                .is_some_and(|c| c.phase.is_open())
         {
             return;
         }

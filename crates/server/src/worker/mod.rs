@@ -121,6 +121,9 @@ pub struct Worker {
     poll: Poll,
     listener: Option<TcpListener>,
     conns: Slab<Conn>,
+    /// Per slab slot, how many connections it has held: tags requests so an
+    /// engine answer cannot reach a later connection in the same slot.
+    lives: Vec<u32>,
     registry: Registry,
     /// Subscriptions waiting for the engine's attach answer.
     attaching: attaching::Attaching,
@@ -167,6 +170,7 @@ impl Worker {
             poll,
             listener: Some(listener),
             conns: Slab::new(),
+            lives: Vec::new(),
             registry: Registry::new(),
             attaching: attaching::Attaching::default(),
             mailbox,
@@ -316,6 +320,10 @@ impl Worker {
             conn.set_flag(flags::OVER_CAPACITY);
         }
         entry.insert(conn);
+        if self.lives.len() <= id {
+            self.lives.resize(id + 1, 0);
+        }
+        self.lives[id] = self.lives[id].wrapping_add(1);
         self.metrics.accepted.inc();
         self.metrics.connections.inc();
     }

@@ -1,0 +1,124 @@
+//! `myriad sub` survives a blip: with a proxy between it and the node that
+//! cuts every connection on command, it reconnects, resumes with `since`,
+//! and prints every publication exactly once, in order, across the cuts.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::Node;
+use serde_json::{json, Value};
+
+/// A TCP proxy to `upstream` whose live connections can all be cut at once.
+struct Proxy {
+    addr: SocketAddr,
+    live: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl Proxy {
+    fn start(upstream: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let live: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let tracked = Arc::clone(&live);
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let Ok(server) = TcpStream::connect(upstream) else {
+                    continue;
+                };
+                let mut list = tracked.lock().unwrap();
+                list.push(client.try_clone().unwrap());
+                list.push(server.try_clone().unwrap());
+                drop(list);
+                pipe(client.try_clone().unwrap(), server.try_clone().unwrap());
+                pipe(server, client);
+            }
+        });
+        Proxy { addr, live }
+    }
+
+    /// Cuts every proxied connection (both ends), as a network blip would.
+    fn cut(&self) {
+        for stream in self.live.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Waits until a client has connected through the proxy again.
+    fn wait_for_a_connection(&self) {
+        for _ in 0..1_000 {
+            if !self.live.lock().unwrap().is_empty() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("nobody reconnected within 10 s");
+    }
+}
+
+fn pipe(mut from: TcpStream, mut to: TcpStream) {
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = to.shutdown(Shutdown::Both);
+    });
+}
+
+#[test]
+fn myriad_sub_resumes_after_cuts_and_loses_nothing() {
+    const MESSAGES: u64 = 300;
+    let node = Node::start(&["--workers", "1"]);
+    let proxy = Proxy::start(node.ws);
+    let mut sub = Command::new(env!("CARGO_BIN_EXE_myriad"))
+        .args(["sub", "blip", "--count", &MESSAGES.to_string()])
+        .args(["--url", &format!("ws://{}/ws", proxy.addr)])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(sub.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    assert!(line.starts_with("subscribed to blip"), "{line}");
+    let notes = std::thread::spawn(move || {
+        let mut rest = String::new();
+        stderr.read_to_string(&mut rest).unwrap();
+        rest
+    });
+    for n in 1..=MESSAGES {
+        node.publish("blip", &json!(n));
+        if n % 60 == 0 && n < MESSAGES {
+            proxy.cut();
+            proxy.wait_for_a_connection();
+        }
+    }
+    let stdout = BufReader::new(sub.stdout.take().unwrap());
+    let offsets: Vec<u64> = stdout
+        .lines()
+        .map(|l| {
+            let msg: Value = serde_json::from_str(&l.unwrap()).unwrap();
+            assert_eq!(msg["data"], msg["offset"], "{msg}");
+            msg["offset"].as_u64().unwrap()
+        })
+        .collect();
+    assert!(sub.wait().unwrap().success());
+    assert_eq!(offsets, (1..=MESSAGES).collect::<Vec<u64>>());
+    let notes = notes.join().unwrap();
+    let resumed = notes.matches("resumed blip: nothing lost").count();
+    assert!(resumed >= 4, "four cuts, each resumed: {notes}");
+    assert!(!notes.contains("could NOT recover"), "{notes}");
+}
