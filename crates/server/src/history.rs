@@ -65,11 +65,23 @@ impl PartialEq for Recovery {
     }
 }
 
-/// A subject's kept publications, oldest first, each with the node-wide
-/// order in which it was stored (the memory budget evicts by that order).
+/// One kept publication with what trimming needs to know of it, kept
+/// beside the pointer: a node holding hundreds of megabytes of history
+/// would otherwise take a cache miss on every publish, reading the age and
+/// size of a cold publication before dropping it.
+#[derive(Debug)]
+struct Slot {
+    /// Node-wide store order (the memory budget evicts by it).
+    order: u64,
+    published_ms: u64,
+    bytes: usize,
+    publication: Arc<Publication>,
+}
+
+/// A subject's kept publications, oldest first.
 #[derive(Debug, Default)]
 pub struct SubjectHistory {
-    items: VecDeque<(u64, Arc<Publication>)>,
+    items: VecDeque<Slot>,
     bytes: usize,
 }
 
@@ -89,7 +101,7 @@ impl SubjectHistory {
 
     /// Node-wide store order of the oldest kept publication.
     pub fn oldest_order(&self) -> Option<u64> {
-        self.items.front().map(|(order, _)| *order)
+        self.items.front().map(|slot| slot.order)
     }
 
     /// Keeps `publication` (stored `order`-th on the node), then trims to
@@ -101,8 +113,14 @@ impl SubjectHistory {
         policy: &HistoryPolicy,
     ) -> Freed {
         debug_assert!(policy.is_on());
-        self.bytes += publication.held_bytes();
-        self.items.push_back((order, publication));
+        let bytes = publication.held_bytes();
+        self.bytes += bytes;
+        self.items.push_back(Slot {
+            order,
+            published_ms: publication.published_ms,
+            bytes,
+            publication,
+        });
         let mut freed = Freed::default();
         while self.items.len() > policy.size {
             freed += self.pop_oldest();
@@ -117,7 +135,7 @@ impl SubjectHistory {
         if ttl == 0 {
             return freed;
         }
-        while let Some((_, oldest)) = self.items.front() {
+        while let Some(oldest) = self.items.front() {
             if now_ms.saturating_sub(oldest.published_ms) < ttl {
                 break;
             }
@@ -129,10 +147,12 @@ impl SubjectHistory {
     /// Drops the oldest publication (memory budget eviction).
     pub fn pop_oldest(&mut self) -> Freed {
         match self.items.pop_front() {
-            Some((_, p)) => {
-                let bytes = p.held_bytes();
-                self.bytes -= bytes;
-                Freed { messages: 1, bytes }
+            Some(slot) => {
+                self.bytes -= slot.bytes;
+                Freed {
+                    messages: 1,
+                    bytes: slot.bytes,
+                }
             }
             None => Freed::default(),
         }
@@ -149,7 +169,7 @@ impl SubjectHistory {
             return Recovery::Complete(Vec::new());
         }
         match self.items.front() {
-            Some((_, oldest)) if oldest.position.offset <= since.offset + 1 => {
+            Some(oldest) if oldest.publication.position.offset <= since.offset + 1 => {
                 Recovery::Complete(self.after(since.offset, usize::MAX))
             }
             _ => Recovery::Incomplete,
@@ -160,11 +180,11 @@ impl SubjectHistory {
     pub fn after(&self, offset: u64, limit: usize) -> Vec<Arc<Publication>> {
         let start = self
             .items
-            .partition_point(|(_, p)| p.position.offset <= offset);
+            .partition_point(|slot| slot.publication.position.offset <= offset);
         self.items
             .range(start..)
             .take(limit)
-            .map(|(_, p)| Arc::clone(p))
+            .map(|slot| Arc::clone(&slot.publication))
             .collect()
     }
 
@@ -173,7 +193,7 @@ impl SubjectHistory {
         let start = self.items.len().saturating_sub(limit);
         self.items
             .range(start..)
-            .map(|(_, p)| Arc::clone(p))
+            .map(|slot| Arc::clone(&slot.publication))
             .collect()
     }
 }
