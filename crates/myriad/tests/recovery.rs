@@ -22,6 +22,16 @@ fn resubscribe(ws: &mut Ws, subject: &str, since: &Value) -> Value {
     reply
 }
 
+/// The offsets of a history reply's publications.
+fn offsets(reply: &Value) -> Vec<u64> {
+    reply["publications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["offset"].as_u64().unwrap())
+        .collect()
+}
+
 fn position(epoch: &Value, offset: u64) -> Value {
     json!({"epoch": epoch, "offset": offset})
 }
@@ -141,13 +151,7 @@ fn history_over_websocket_and_http() {
     assert_eq!(reply["op"], "history");
     assert_eq!(reply["id"], 4);
     assert_eq!(reply["offset"], 5);
-    let offsets: Vec<u64> = reply["publications"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["offset"].as_u64().unwrap())
-        .collect();
-    assert_eq!(offsets, [3, 4, 5]);
+    assert_eq!(offsets(&reply), [3, 4, 5]);
     assert_eq!(reply["publications"][0]["data"], json!({"n": 3}));
     let epoch = reply["epoch"].as_str().unwrap().to_owned();
     send(
@@ -172,13 +176,7 @@ fn history_over_websocket_and_http() {
     assert_eq!(status, 200, "{body}");
     let page: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(page["recovered"], true);
-    let offsets: Vec<u64> = page["publications"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["offset"].as_u64().unwrap())
-        .collect();
-    assert_eq!(offsets, [4, 5]);
+    assert_eq!(offsets(&page), [4, 5]);
     let (status, body) = node.http("GET", "/api/history?subject=h&limit=0", &[], "");
     assert_eq!(status, 200);
     let page: Value = serde_json::from_str(&body).unwrap();

@@ -113,7 +113,7 @@ impl SubjectHistory {
         policy: &HistoryPolicy,
     ) -> Freed {
         debug_assert!(policy.is_on());
-        let bytes = publication.held_bytes();
+        let bytes = publication.held_bytes() + std::mem::size_of::<Slot>();
         self.bytes += bytes;
         self.items.push_back(Slot {
             order,
