@@ -18,12 +18,14 @@ use serde::{Deserialize, Serialize};
 use crate::addr::{PortMode, Sources, Target};
 use crate::clock::Span;
 use crate::conn::Handler;
+use crate::continuity::Reached;
 use crate::counters::Counters;
 use crate::engine::{Engine, NetConfig};
 use crate::error::BenchError;
 use crate::histogram::{self, Micros};
 use crate::profile::Profile;
 use crate::sys;
+use crate::workloads::churn::{ChurnDriver, ChurnTask};
 use crate::workloads::connect_rate::{ConnectRateDriver, ConnectRateTask};
 use crate::workloads::publishers::{PublishDriver, PublishTask};
 use crate::workloads::subscribers::{SubscribeDriver, SubscribeTask};
@@ -76,6 +78,8 @@ pub enum Task {
     ConnectRate(ConnectRateTask),
     /// Long-lived subscribed connections.
     Subscribe(SubscribeTask),
+    /// Subscribed connections that reconnect and resubscribe with `since`.
+    Churn(ChurnTask),
     /// Paced publishing.
     Publish(PublishTask),
 }
@@ -143,6 +147,12 @@ pub struct RoleResult {
     pub received: Option<Span>,
     /// Publishers: when the first and last publish left.
     pub sent: Option<Span>,
+    /// Churn: publications replayed per recovered resubscribe.
+    pub replay: Option<Micros>,
+    /// Churn: from a reconnect's connect() to its subject's `subscribed`.
+    pub resubscribe: Option<Micros>,
+    /// Churn: where each subscription joined and stopped.
+    pub reached: Option<Vec<Reached>>,
 }
 
 /// Per broadcast message: how many subscribers got it, and the latest.
@@ -174,7 +184,7 @@ pub struct Done {
     /// Final counters.
     pub counters: Counters,
     /// Histograms, V2 + base64, keyed by name: latency, connect, handshake,
-    /// lag, ack (only those the workload keeps).
+    /// lag, ack, replay, resubscribe (only those the workload keeps).
     pub histograms: Vec<(String, String)>,
     /// Connect-rate: upgrades per phase.
     pub phase_upgrades: Vec<u64>,
@@ -186,6 +196,8 @@ pub struct Done {
     pub received: Option<Span>,
     /// When the first and last publish left (publishers).
     pub sent: Option<Span>,
+    /// Where each subscription joined and stopped (churn).
+    pub reached: Option<Vec<Reached>>,
     /// RSS before any connection, bytes.
     pub rss_start: u64,
     /// RSS when set-up finished, bytes.
@@ -299,6 +311,7 @@ fn run_spec(spec: Spec) -> Result<(), BenchError> {
     match &spec.task {
         Task::ConnectRate(t) => run_worker(engine, ConnectRateDriver::new(t.clone(), &spec), &rx),
         Task::Subscribe(t) => run_worker(engine, SubscribeDriver::new(t.clone(), &spec)?, &rx),
+        Task::Churn(t) => run_worker(engine, ChurnDriver::new(t.clone(), &spec)?, &rx),
         Task::Publish(t) => run_worker(engine, PublishDriver::new(t.clone(), &spec)?, &rx),
     }
 }
@@ -389,6 +402,8 @@ fn run_worker<D: Driver>(
         ("latency", &role.latency),
         ("lag", &role.lag),
         ("ack", &role.ack),
+        ("replay", &role.replay),
+        ("resubscribe", &role.resubscribe),
     ] {
         if let Some(h) = h {
             histograms.push((name.to_owned(), histogram::encode(h)));
@@ -402,6 +417,7 @@ fn run_worker<D: Driver>(
         published: role.published,
         received: role.received,
         sent: role.sent,
+        reached: role.reached,
         rss_start,
         rss_ready,
         conns_ready,

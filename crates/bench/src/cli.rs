@@ -44,6 +44,10 @@ pub enum Workload {
     Broadcast(BroadcastArgs),
     /// Subscribers and publishers at once: the headline figures in one line.
     Run(RunArgs),
+    /// Subscribers that keep reconnecting and resubscribing with `since`
+    /// while publishers publish: each must get every message of its
+    /// subjects exactly once, in order, across its reconnects.
+    Churn(ChurnArgs),
     /// Internal: a worker process; reads its task from stdin.
     #[command(name = "__worker", hide = true)]
     Worker,
@@ -157,10 +161,11 @@ pub enum CloseMode {
 #[derive(Debug, Clone, Args, Serialize)]
 pub struct SubscribeOpts {
     /// Subscribed connections.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, visible_alias = "subscribers", default_value_t = 1000)]
     pub connections: u64,
-    /// Subject pattern (default /p/s{1..N}, one per connection).
-    #[arg(long)]
+    /// Subject pattern, or a count M for /p/s{1..M} (default: one subject
+    /// per connection).
+    #[arg(long, value_parser = Pattern::parse_set)]
     pub subjects: Option<Pattern>,
     /// Subjects per connection.
     #[arg(long, default_value_t = 1)]
@@ -177,11 +182,9 @@ pub struct SubscribeOpts {
 impl SubscribeOpts {
     /// The subject pattern, defaulting to one subject per connection.
     pub fn pattern(&self) -> Pattern {
-        self.subjects.clone().unwrap_or_else(|| {
-            format!("/p/s{{1..{}}}", self.connections.max(1))
-                .parse()
-                .expect("the default pattern is well-formed")
-        })
+        self.subjects
+            .clone()
+            .unwrap_or_else(|| Pattern::numbered(self.connections))
     }
 
     /// Who subscribes to what, with random draws seeded by `seed`.
@@ -246,8 +249,8 @@ pub struct SubscribersArgs {
 /// `publishers` options.
 #[derive(Debug, Clone, Args, Serialize)]
 pub struct PublishersArgs {
-    /// Subjects to publish to.
-    #[arg(long, default_value = "/p/s{1..1000}")]
+    /// Subjects to publish to: a pattern, or a count M for /p/s{1..M}.
+    #[arg(long, default_value = "/p/s{1..1000}", value_parser = Pattern::parse_set)]
     pub subjects: Pattern,
     /// Publishing options.
     #[command(flatten)]
@@ -281,6 +284,31 @@ pub struct RunArgs {
     #[command(flatten)]
     pub publish: PublishOpts,
     /// How long to publish.
+    #[arg(long, default_value = "10s")]
+    pub duration: Secs,
+}
+
+/// `churn` options.
+#[derive(Debug, Clone, Args, Serialize)]
+pub struct ChurnArgs {
+    /// Who subscribes to what; publishers draw from the same subjects.
+    #[command(flatten)]
+    pub subs: SubscribeOpts,
+    /// Publishing options.
+    #[command(flatten)]
+    pub publish: PublishOpts,
+    /// Reconnects per second, all subscribers together, spread evenly:
+    /// each subscriber reconnects once every N / R seconds.
+    #[arg(long, default_value_t = 100.0)]
+    pub reconnect_rate: f64,
+    /// How long a subscriber stays away between closing its connection and
+    /// opening the next (what it misses meanwhile is the replay).
+    #[arg(long, default_value = "0s")]
+    pub offline: Secs,
+    /// How a subscriber leaves: a close handshake, or a TCP reset.
+    #[arg(long, value_enum, default_value_t = CloseMode::Graceful)]
+    pub close: CloseMode,
+    /// How long to publish and reconnect.
     #[arg(long, default_value = "10s")]
     pub duration: Secs,
 }
@@ -415,5 +443,32 @@ mod tests {
             "127.0.0.1-127.0.0.3",
         ]);
         assert_eq!(b.global.local_addrs.unwrap().0.len(), 3);
+    }
+
+    #[test]
+    fn churn_parses_with_counts_for_subjects() {
+        let b = parse(&[
+            "churn",
+            "--subscribers",
+            "10000",
+            "--subjects",
+            "1000",
+            "--reconnect-rate",
+            "2000",
+            "--rate",
+            "5000",
+            "--duration",
+            "60s",
+            "--offline",
+            "250ms",
+        ]);
+        let Workload::Churn(c) = &b.workload else {
+            panic!()
+        };
+        assert_eq!(c.subs.connections, 10_000);
+        assert_eq!(c.subs.pattern().to_string(), "/p/s{1..1000}");
+        assert_eq!((c.reconnect_rate, c.offline), (2000.0, Secs(0.25)));
+        assert_eq!(c.publish.rate, Some(5000.0));
+        assert_eq!(c.close, CloseMode::Graceful);
     }
 }

@@ -66,18 +66,63 @@ pub enum Outcome {
 /// its event loop; they must not block.
 pub trait Handler {
     /// The connection became usable (upgraded, or TCP-connected for raw
-    /// connections) at monotonic `now_ns`. Write a text message to send
-    /// into `text`, if any.
-    fn on_open(&mut self, key: usize, index: u32, now_ns: u64, text: &mut String);
-    /// A data message arrived on a WebSocket connection; `now_real` is the
-    /// wall clock at the read. Returns true if it was a delivery the
-    /// workload recognised (its timestamp was found).
-    fn on_message(&mut self, index: u32, data: &[u8], now_real: u64) -> bool;
+    /// connections) at monotonic `now_ns`. Write the messages to send, if
+    /// any, into `out`.
+    fn on_open(&mut self, key: usize, index: u32, now_ns: u64, out: &mut Opening);
+    /// A data message arrived on a WebSocket connection: a delivery, or a
+    /// reply such as the subscribe acknowledgement; `now_real` is the wall
+    /// clock at the read. Returns true if it was a delivery the workload
+    /// recognised (its timestamp was found). Nothing arrives here from a
+    /// connection the workload is closing.
+    fn on_message(
+        &mut self,
+        index: u32,
+        data: &[u8],
+        now_real: u64,
+        counters: &mut Counters,
+    ) -> bool;
     /// Bytes arrived on a raw (non-WebSocket) connection; returns how many
     /// it consumed (the rest is kept for the next call).
     fn on_raw(&mut self, index: u32, data: &[u8], now_real: u64, counters: &mut Counters) -> usize;
     /// The connection is gone; `was_open` if it had reached Open.
     fn on_closed(&mut self, key: usize, index: u32, outcome: Outcome, was_open: bool);
+}
+
+/// The messages a workload sends as its connection opens: usually one
+/// subscribe, but a resubscribe with `since` takes one command per subject.
+/// One buffer, reused for every connection of the worker.
+#[derive(Debug, Default)]
+pub struct Opening {
+    buf: String,
+    /// Where each message starts in `buf`.
+    starts: Vec<usize>,
+}
+
+impl Opening {
+    /// Begins the next message: append its text to the buffer returned
+    /// (and nothing else: what is there already belongs to earlier ones).
+    pub fn message(&mut self) -> &mut String {
+        self.starts.push(self.buf.len());
+        &mut self.buf
+    }
+
+    /// The messages, in order.
+    pub fn messages(&self) -> impl Iterator<Item = &str> {
+        let ends = self.starts.iter().skip(1).copied().chain([self.buf.len()]);
+        self.starts
+            .iter()
+            .zip(ends)
+            .map(|(&start, end)| &self.buf[start..end])
+    }
+
+    fn is_empty(&self) -> bool {
+        self.starts.is_empty()
+    }
+
+    fn clear(&mut self) {
+        self.buf.clear();
+        self.starts.clear();
+    }
 }
 
 /// State shared by every connection of a worker, lent to each call.
@@ -99,8 +144,8 @@ pub struct Cx {
     /// Mask generator state (client frames must be masked, RFC 6455 §5.3;
     /// the mask needs to be unpredictable to intermediaries, not secret).
     mask_state: u64,
-    /// Reused for what handlers ask to send.
-    text: String,
+    /// Reused for what handlers send as a connection opens.
+    opening: Opening,
     /// Host header and path of each target, in route order.
     pub targets: Vec<(String, String)>,
 }
@@ -127,7 +172,7 @@ impl Cx {
             error: error.map(finder),
             now_ns: 0,
             mask_state: mix(seed),
-            text: String::new(),
+            opening: Opening::default(),
             targets,
         }
     }
@@ -302,17 +347,19 @@ impl Conn {
         self.flush(cx)
     }
 
-    /// The connection became usable: let the workload send its first text.
+    /// The connection became usable: let the workload send its first texts.
     fn opened<H: Handler>(&mut self, key: usize, cx: &mut Cx, h: &mut H) {
-        let mut text = std::mem::take(&mut cx.text);
-        text.clear();
-        h.on_open(key, self.index, cx.now_ns, &mut text);
+        let mut opening = std::mem::take(&mut cx.opening);
+        opening.clear();
+        h.on_open(key, self.index, cx.now_ns, &mut opening);
         self.state = State::Open;
-        if !text.is_empty() {
-            if self.raw {
-                self.outbuf.extend_from_slice(text.as_bytes());
-            } else {
-                self.send_text(cx, text.as_bytes());
+        if !opening.is_empty() {
+            for text in opening.messages() {
+                if self.raw {
+                    self.outbuf.extend_from_slice(text.as_bytes());
+                } else {
+                    self.send_text(cx, text.as_bytes());
+                }
             }
             if cx.ack.is_some() {
                 self.state = State::Subscribing;
@@ -320,7 +367,7 @@ impl Conn {
                 cx.counters.subscribed += 1;
             }
         }
-        cx.text = text;
+        cx.opening = opening;
     }
 
     /// Reads until the socket is drained, handling everything complete.
@@ -458,7 +505,8 @@ impl Conn {
 }
 
 /// A data message: a delivery for the workload, the subscribe ack, or an
-/// error reply.
+/// error reply. The ack moves the connection to Open and still goes to the
+/// workload, which may read positions from it.
 fn on_data<H: Handler>(
     cx: &mut Cx,
     state: &mut State,
@@ -467,13 +515,18 @@ fn on_data<H: Handler>(
     now_real: u64,
     h: &mut H,
 ) {
-    if *state == State::Subscribing && cx.ack.as_ref().is_some_and(|f| f.find(data).is_some()) {
-        *state = State::Open;
-        cx.counters.subscribed += 1;
+    if *state == State::Closing {
+        // The workload has moved on from this connection (a churning
+        // subscriber already listens on its next one): what is still in
+        // flight here is not its to count.
         cx.counters.other_in += 1;
         return;
     }
-    if h.on_message(index, data, now_real) {
+    if *state == State::Subscribing && cx.ack.as_ref().is_some_and(|f| f.find(data).is_some()) {
+        *state = State::Open;
+        cx.counters.subscribed += 1;
+    }
+    if h.on_message(index, data, now_real, &mut cx.counters) {
         cx.counters.messages_in += 1;
         cx.counters.bytes_in += data.len() as u64;
         return;
@@ -508,6 +561,18 @@ mod tests {
             16,
             "RFC 6455 §4.1: 16 random bytes"
         );
+    }
+
+    #[test]
+    fn an_opening_keeps_its_messages_apart() {
+        let mut o = Opening::default();
+        assert!(o.is_empty());
+        o.message().push_str("{\"a\":1}");
+        o.message();
+        o.message().push_str("bc");
+        assert_eq!(o.messages().collect::<Vec<_>>(), ["{\"a\":1}", "", "bc"]);
+        o.clear();
+        assert!(o.is_empty() && o.messages().next().is_none());
     }
 
     #[test]

@@ -116,6 +116,30 @@ pub struct Counters {
     pub http_delivered: u64,
     /// Bytes written to sockets.
     pub bytes_out: u64,
+    /// Churn: reconnects made (a subscriber's connection closed on purpose,
+    /// and a new one opened to resubscribe with `since`).
+    pub reconnects: u64,
+    /// Churn: reconnects that fell due while their subscriber was still
+    /// away or waiting for its answers, and were not made.
+    pub reconnects_skipped: u64,
+    /// Churn: reconnects whose new connection had every subject answered.
+    pub reconnected: u64,
+    /// Churn: resubscribes answered `recovered: true`.
+    pub recovered: u64,
+    /// Churn: resubscribes answered `recovered: false` (or without it).
+    pub unrecovered: u64,
+    /// Churn: deliveries that were the replay of a recovery.
+    pub replayed: u64,
+    /// Churn: deliveries at or before an offset already received.
+    pub duplicates: u64,
+    /// Churn: deliveries past the next offset.
+    pub gaps: u64,
+    /// Churn: offsets skipped, by gaps and by failed recoveries.
+    pub missed: u64,
+    /// Churn: positions a subscriber cannot continue from, where what it
+    /// missed cannot be counted: another epoch, or a delivery of a subject
+    /// it holds no position in.
+    pub broken: u64,
 }
 
 impl Counters {
@@ -154,6 +178,16 @@ impl Counters {
         self.http_errors += o.http_errors;
         self.http_delivered += o.http_delivered;
         self.bytes_out += o.bytes_out;
+        self.reconnects += o.reconnects;
+        self.reconnects_skipped += o.reconnects_skipped;
+        self.reconnected += o.reconnected;
+        self.recovered += o.recovered;
+        self.unrecovered += o.unrecovered;
+        self.replayed += o.replayed;
+        self.duplicates += o.duplicates;
+        self.gaps += o.gaps;
+        self.missed += o.missed;
+        self.broken += o.broken;
     }
 
     /// Failures as (name, count) pairs, in report order.

@@ -35,4 +35,8 @@ pub enum BenchError {
     /// The options contradict each other or this host's limits.
     #[error("{0}")]
     Config(String),
+    /// The run completed and reported, but what it verifies did not hold
+    /// (churn: messages lost, duplicated or not recovered).
+    #[error("the run failed its checks: {0}")]
+    Checks(String),
 }

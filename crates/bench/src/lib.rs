@@ -3,8 +3,8 @@
 //!
 //! Map of the crate, from the command line down to the sockets:
 //! - [`cli`]: the command line ([`BenchCommand`]), every option and default.
-//! - [`workloads`]: connect-rate, subscribers, publishers, broadcast and run;
-//!   each file holds its worker-side driver and its coordinator.
+//! - [`workloads`]: connect-rate, subscribers, publishers, broadcast, run
+//!   and churn; each file holds its worker-side driver and its coordinator.
 //! - [`monitor`], [`fleet`], [`progress`], [`admin`]: the coordinator — worker
 //!   processes, the per-second timeline, live progress, the server's /stats.
 //! - [`child`]: the worker process: its JSON-lines protocol and main loop.
@@ -12,10 +12,12 @@
 //!   slab, each a compact state machine over the shared protocol crate.
 //! - Pure planning and math, each with its own tests: [`plan`] (processes
 //!   against the open-file cap), [`pacing`] (open-loop schedules),
-//!   [`pattern`] (subjects and who subscribes to what), [`addr`] (targets,
-//!   source addresses and ports), [`histogram`] (HDR ship and merge),
-//!   [`payload`] (timestamps in and out of messages), [`profile`] (other
-//!   servers' dialects), [`counters`], [`clock`], [`sys`].
+//!   [`pattern`] (subjects and who subscribes to what), [`continuity`]
+//!   (one subscriber's offsets of one subject, across reconnects),
+//!   [`addr`] (targets, source addresses and ports), [`histogram`] (HDR
+//!   ship and merge), [`payload`] (timestamps in and out of messages),
+//!   [`profile`] (other servers' dialects), [`counters`], [`clock`],
+//!   [`sys`].
 //! - [`report`]: the terminal summary, `--json` and `--html`.
 
 pub mod addr;
@@ -24,6 +26,7 @@ pub mod child;
 pub mod cli;
 pub mod clock;
 pub mod conn;
+pub mod continuity;
 pub mod counters;
 pub mod engine;
 pub mod error;
@@ -46,7 +49,8 @@ pub use cli::BenchCommand;
 use cli::Workload;
 
 /// Runs `myriad bench …`: a workload (printing its summary and writing its
-/// reports), or, when re-executed as a worker, the worker loop.
+/// reports, then failing if the run failed its checks), or, when
+/// re-executed as a worker, the worker loop.
 pub fn run(cmd: BenchCommand) -> ExitCode {
     let result = match &cmd.workload {
         Workload::Worker => return child::worker_main(),
@@ -55,8 +59,9 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
         Workload::Publishers(a) => workloads::publishers::run(&cmd, a),
         Workload::Broadcast(a) => workloads::broadcast::run(&cmd, a),
         Workload::Run(a) => workloads::run::run(&cmd, a),
+        Workload::Churn(a) => workloads::churn::run(&cmd, a),
     };
-    match result.and_then(|report| report.emit(&cmd)) {
+    match result.and_then(|report| report.emit(&cmd).and_then(|()| report.verdict())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("myriad bench: {e}");

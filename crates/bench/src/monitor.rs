@@ -60,6 +60,9 @@ pub struct Monitor {
     pub admin: Option<StatsPoller>,
     /// How long the subscribers took to connect and subscribe, seconds.
     pub setup_secs: Option<f64>,
+    /// Subscribed connections when set-up ended (the `subscribed` count
+    /// goes on growing when subscribers reconnect).
+    pub subscribed_at_setup: Option<u64>,
     interrupted: Arc<AtomicBool>,
 }
 
@@ -86,6 +89,7 @@ impl Monitor {
             admin: (!global.admin_urls.is_empty())
                 .then(|| StatsPoller::start(global.admin_urls.clone())),
             setup_secs: None,
+            subscribed_at_setup: None,
             interrupted,
         }
     }
@@ -277,12 +281,13 @@ impl Monitor {
             failures: totals.failed(),
             messages_in_per_s: rate(totals.messages_in, pc.messages_in),
             published_per_s: rate(totals.published, pc.published),
+            reconnects_per_s: rate(totals.reconnects, pc.reconnects),
             latency,
             bench_rss_bytes: rss,
             bench_cpu_per_s: ((cpu - pcpu) / dt).max(0.0),
             server: server_point,
         };
-        self.progress.update(&sample, totals.messages_in);
+        self.progress.update(&sample, &totals);
         self.prev = (t, totals, cpu, server.or(*pserver));
         self.samples.push(sample);
     }

@@ -29,6 +29,9 @@ pub enum PatternError {
     /// The braces did not hold `lo..hi` with integers lo <= hi.
     #[error("pattern {0:?}: the range must be {{lo..hi}} with integers lo <= hi")]
     BadRange(String),
+    /// A subject count that is zero or does not fit.
+    #[error("{0:?}: a subject count must be from 1 to 2^64-1")]
+    BadCount(String),
 }
 
 /// A set of subjects: `prefix` + each integer of `range` + `suffix`, or just
@@ -43,6 +46,27 @@ pub struct Pattern {
 }
 
 impl Pattern {
+    /// `/p/s{1..n}` (n at least 1): n subjects with the bench's default names.
+    pub fn numbered(n: u64) -> Pattern {
+        Pattern {
+            prefix: "/p/s".to_owned(),
+            range: Some((1, n.max(1))),
+            suffix: String::new(),
+        }
+    }
+
+    /// A command-line subject set: a count `N` for [`numbered`](Self::numbered)
+    /// subjects, or a pattern.
+    pub fn parse_set(s: &str) -> Result<Pattern, PatternError> {
+        if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+            return match s.parse::<u64>() {
+                Ok(n) if n > 0 => Ok(Pattern::numbered(n)),
+                _ => Err(PatternError::BadCount(s.to_owned())),
+            };
+        }
+        s.parse()
+    }
+
     /// How many subjects the pattern names (at least 1).
     pub fn len(&self) -> u64 {
         match self.range {
@@ -73,6 +97,25 @@ impl Pattern {
         let mut s = String::with_capacity(self.prefix.len() + self.suffix.len() + 20);
         self.write_subject(index, &mut s);
         s
+    }
+
+    /// The index of subject `name`, the inverse of
+    /// [`write_subject`](Self::write_subject): how a reply or delivery that
+    /// names its subject is matched to a subscription without rendering
+    /// every candidate. None for a name the pattern does not produce.
+    pub fn index_of(&self, name: &str) -> Option<u64> {
+        let number = name
+            .strip_prefix(self.prefix.as_str())?
+            .strip_suffix(self.suffix.as_str())?;
+        let Some((lo, hi)) = self.range else {
+            return number.is_empty().then_some(0);
+        };
+        // Only the digits write_subject writes: no sign, no leading zero.
+        let canonical = !number.is_empty()
+            && number.bytes().all(|b| b.is_ascii_digit())
+            && (number == "0" || !number.starts_with('0'));
+        let n: u64 = number.parse().ok().filter(|_| canonical)?;
+        (lo..=hi).contains(&n).then(|| n - lo)
     }
 }
 
@@ -264,6 +307,44 @@ mod tests {
             "/p/s{1..9}".parse::<Pattern>().unwrap().to_string(),
             "/p/s{1..9}"
         );
+    }
+
+    #[test]
+    fn a_set_is_a_count_or_a_pattern() {
+        let p = Pattern::parse_set("1000").unwrap();
+        assert_eq!(p.to_string(), "/p/s{1..1000}");
+        assert_eq!(p, Pattern::numbered(1000));
+        assert_eq!(Pattern::parse_set("/c/{1..3}").unwrap().len(), 3);
+        assert_eq!(Pattern::parse_set("news").unwrap().to_string(), "news");
+        assert!(matches!(
+            Pattern::parse_set("0"),
+            Err(PatternError::BadCount(_))
+        ));
+        assert!(matches!(
+            Pattern::parse_set("99999999999999999999"),
+            Err(PatternError::BadCount(_))
+        ));
+        assert_eq!(Pattern::parse_set(""), Err(PatternError::Empty));
+    }
+
+    #[test]
+    fn names_map_back_to_their_index() {
+        for text in ["/p/s{1..1000}", "a{0..20}5", "{7..9}", "bcast"] {
+            let p: Pattern = text.parse().unwrap();
+            for i in 0..p.len() {
+                assert_eq!(p.index_of(&p.subject(i)), Some(i), "{text} {i}");
+            }
+        }
+        let p: Pattern = "/p/s{1..1000}".parse().unwrap();
+        for foreign in [
+            "/p/s0", "/p/s1001", "/p/s", "/p/s01", "/p/s+1", "/q/s1", "/p/s1/", "",
+        ] {
+            assert_eq!(p.index_of(foreign), None, "{foreign}");
+        }
+        let p: Pattern = "a{0..20}5".parse().unwrap();
+        assert_eq!(p.index_of("a05"), Some(0), "0 is written as 0");
+        assert_eq!(p.index_of("a5"), None);
+        assert_eq!("bcast".parse::<Pattern>().unwrap().index_of("bcas"), None);
     }
 
     #[test]

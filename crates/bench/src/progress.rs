@@ -6,6 +6,7 @@ use std::io::IsTerminal;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::cli::ProgressMode;
+use crate::counters::Counters;
 use crate::histogram::fmt_micros;
 use crate::report::Sample;
 
@@ -37,9 +38,9 @@ impl Progress {
         }
     }
 
-    /// Shows the latest sample.
-    pub fn update(&mut self, s: &Sample, messages_total: u64) {
-        let line = line(s, messages_total);
+    /// Shows the latest sample, with the run's counts so far.
+    pub fn update(&mut self, s: &Sample, totals: &Counters) {
+        let line = line(s, totals);
         if let Some(bar) = &self.bar {
             bar.set_message(line);
             bar.tick();
@@ -67,8 +68,10 @@ impl Progress {
 }
 
 /// `uptime 25s | open 10,000 (0 in setup) | msgs 7,089,699 at 20,905/s | p50 1.20ms p99 3.40ms max 12.00ms | errors 0`:
-/// seed 001's Benchsub fields, each shown once the run has something to say.
-fn line(s: &Sample, messages_total: u64) -> String {
+/// seed 001's Benchsub fields, each shown once the run has something to say,
+/// and churn's reconnects and continuity counts while there are any.
+fn line(s: &Sample, totals: &Counters) -> String {
+    let messages_total = totals.messages_in;
     let mut out = format!(
         "uptime {:>4.0}s | open {} ({} in setup)",
         s.t,
@@ -87,6 +90,17 @@ fn line(s: &Sample, messages_total: u64) -> String {
     }
     if s.published_per_s > 0.0 {
         out += &format!(" | published {}/s", thousands(s.published_per_s as u64));
+    }
+    if totals.reconnects > 0 {
+        out += &format!(
+            " | reconnects {} at {}/s, recovered {} unrecovered {} | missed {} dup {}",
+            thousands(totals.reconnects),
+            thousands(s.reconnects_per_s as u64),
+            thousands(totals.recovered),
+            thousands(totals.unrecovered),
+            thousands(totals.missed),
+            thousands(totals.duplicates)
+        );
     }
     if let Some(l) = &s.latency {
         out += &format!(

@@ -24,6 +24,7 @@ fn done_line(values: &[u64]) -> String {
         published: None,
         received: None,
         sent: None,
+        reached: None,
         rss_start: 0,
         rss_ready: 0,
         conns_ready: 0,

@@ -378,3 +378,125 @@ fn explicit_source_ports_set_every_connection_up() {
     assert_eq!(u(&r["bench"]["processes"]), 2);
     assert_eq!(u(&r["totals"]["subscribed"]), 400);
 }
+
+/// Churn: subscribers keep closing their connection and resubscribing on a
+/// new one with `since` while publishing goes on; each must get every
+/// message of its subjects once, in order. Counts only: that the
+/// reconnects were made, answered and recovered, never how fast.
+#[test]
+fn churning_subscribers_get_every_message_once_across_reconnects() {
+    let node = Node::start(&["--workers", "2"]);
+    let r = bench(
+        &node,
+        "churn",
+        &[],
+        &[
+            "churn",
+            "--subscribers",
+            "200",
+            "--subjects",
+            "20",
+            "--reconnect-rate",
+            "100",
+            "--rate",
+            "500",
+            "--duration",
+            "3s",
+        ],
+    );
+    no_failures(&r);
+    let c = &r["churn"];
+    assert_eq!(u(&c["subscriptions"]), 200, "one subject each");
+    // 100/s for 3 s: 300 turns, each made unless its subscriber (back every
+    // 2 s) was still busy with its previous one.
+    let reconnects = u(&c["reconnects"]);
+    assert_eq!(reconnects + u(&c["reconnects_skipped"]), 300);
+    assert!(reconnects > 0, "reconnects happened");
+    assert_eq!(u(&c["reconnected"]), reconnects, "every one answered");
+    assert_eq!(u(&c["recovered"]), reconnects, "one subject per reconnect");
+    assert_eq!(u(&c["unrecovered"]), 0);
+    assert_eq!(c["recovered_percent"], 100.0);
+    for zero in ["lost", "short_at_end", "duplicates", "gaps", "broken"] {
+        assert_eq!(u(&c[zero]), 0, "{zero}: {c}");
+    }
+    assert_eq!(u(&c["replay"]["count"]), reconnects, "a replay size each");
+    assert_eq!(u(&r["resubscribe"]["count"]), reconnects);
+    // Every delivery arrived once: replays included, none twice.
+    let d = &r["deliveries"];
+    assert_eq!(u(&d["published"]), 1500, "500/s for 3 s, open loop");
+    assert_eq!(u(&d["expected"]), 15_000, "ten subscribers per subject");
+    assert_eq!(u(&d["received"]), 15_000);
+    assert_eq!(d["exact"], true);
+    assert_eq!(
+        u(&r["latency"]["count"]) + u(&c["replayed"]),
+        15_000,
+        "live deliveries are timed, replays counted"
+    );
+    let t = &r["totals"];
+    assert_eq!(
+        u(&t["upgraded"]),
+        201 + reconnects,
+        "one new connection each"
+    );
+    assert_eq!(u(&t["closed"]), reconnects, "each old one closed cleanly");
+    let (before, after) = (&r["server"]["before"][0], &r["server"]["after"][0]);
+    assert_eq!(
+        u(&after["connections_accepted"]) - u(&before["connections_accepted"]),
+        201 + reconnects
+    );
+    node.wait_for_stats("the old connections' close frames", |s| {
+        s["closes"]["normal"] == reconnects
+    });
+}
+
+/// The check can fail: with one publication of history, subscribers away
+/// for 300 ms while each subject gets one every 25 ms cannot be recovered.
+/// The run reports what was lost, agreeing with the delivery count, and
+/// exits non-zero.
+#[test]
+fn churn_reports_what_a_short_history_cannot_recover() {
+    let node = Node::start(&["--workers", "2", "--history-size", "1"]);
+    let json = temp_path("churn-short-history.json");
+    let output = bench_command(
+        &node,
+        &json,
+        &[],
+        &[
+            "churn",
+            "--subscribers",
+            "100",
+            "--subjects",
+            "10",
+            "--reconnect-rate",
+            "50",
+            "--offline",
+            "300ms",
+            "--rate",
+            "400",
+            "--order",
+            "sequential",
+            "--duration",
+            "2s",
+            "--drain",
+            "1s",
+        ],
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "must fail: {stderr}");
+    assert!(stderr.contains("failed its checks"), "{stderr}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    let c = &r["churn"];
+    assert!(u(&c["reconnects"]) > 0);
+    assert!(u(&c["unrecovered"]) > 0, "{c}");
+    assert!(u(&c["lost"]) > 0, "{c}");
+    assert_eq!(u(&c["duplicates"]), 0);
+    let d = &r["deliveries"];
+    assert_eq!(
+        u(&c["lost"]),
+        u(&d["expected"]) - u(&d["received"]),
+        "two accountings, one answer"
+    );
+}

@@ -103,6 +103,11 @@ pub fn render(r: &Report) -> String {
                 points: pts(&|s| Some(s.published_per_s)),
             },
             Series {
+                name: "reconnects",
+                color: "#0891b2",
+                points: pts(&|s| Some(s.reconnects_per_s)),
+            },
+            Series {
                 name: "server messages out",
                 color: "#f97316",
                 points: pts(&|s| s.server.map(|p| p.messages_out_per_s)),
@@ -208,6 +213,18 @@ fn headline(r: &Report) -> String {
         };
         cards.push((text, "deliveries received / expected".into()));
     }
+    if let Some(c) = &r.churn {
+        cards.push((thousands(c.reconnects), "reconnects".into()));
+        cards.push((
+            c.recovered_percent
+                .map_or("-".into(), |p| format!("{p:.2} %")),
+            "resubscribes recovered".into(),
+        ));
+        cards.push((
+            format!("{} / {}", thousands(c.lost), thousands(c.duplicates)),
+            "lost / duplicated".into(),
+        ));
+    }
     if let Some(per) = r.bench.rss_per_conn_bytes {
         cards.push((bytes(per), "bench RSS per connection".into()));
     }
@@ -256,21 +273,45 @@ fn tables(r: &Report) -> String {
         }
         o += "</table>";
     }
+    if let Some(c) = &r.churn {
+        o += "<h2>Churn</h2><table>";
+        count_rows(
+            &mut o,
+            &[
+                ("subscriptions followed", c.subscriptions),
+                ("reconnects", c.reconnects),
+                ("reconnects skipped", c.reconnects_skipped),
+                ("reconnects answered", c.reconnected),
+                ("recovered", c.recovered),
+                ("not recovered", c.unrecovered),
+                ("replayed", c.replayed),
+                ("replay p50", c.replay.p50),
+                ("replay p99", c.replay.p99),
+                ("replay max", c.replay.max),
+                ("lost", c.lost),
+                ("short at the end", c.short_at_end),
+                ("duplicates", c.duplicates),
+                ("gaps", c.gaps),
+                ("broken", c.broken),
+            ],
+        );
+        o += "</table>";
+    }
     let t = &r.totals;
     o += "<h2>Counts</h2><table>";
-    let counts = [
-        ("connect attempts", t.attempts),
-        ("connected", t.connected),
-        ("upgraded", t.upgraded),
-        ("subscribed", t.subscribed),
-        ("closed cleanly", t.closed),
-        ("published", t.published),
-        ("received", t.messages_in),
-        ("server errors", t.server_errors),
-    ];
-    for (name, v) in counts {
-        let _ = write!(o, "<tr><td>{name}</td><td>{}</td></tr>", thousands(v));
-    }
+    count_rows(
+        &mut o,
+        &[
+            ("connect attempts", t.attempts),
+            ("connected", t.connected),
+            ("upgraded", t.upgraded),
+            ("subscribed", t.subscribed),
+            ("closed cleanly", t.closed),
+            ("published", t.published),
+            ("received", t.messages_in),
+            ("server errors", t.server_errors),
+        ],
+    );
     for (name, v) in &r.failures {
         let _ = write!(
             o,
@@ -311,6 +352,13 @@ fn tables(r: &Report) -> String {
         );
     }
     o + "</table>"
+}
+
+/// Table rows of named counts.
+fn count_rows(o: &mut String, rows: &[(&str, u64)]) {
+    for (name, v) in rows {
+        let _ = write!(o, "<tr><td>{name}</td><td>{}</td></tr>", thousands(*v));
+    }
 }
 
 /// One line chart as inline SVG; empty series are left out, and a chart

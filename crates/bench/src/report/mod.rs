@@ -86,6 +86,8 @@ pub struct Sample {
     pub messages_in_per_s: f64,
     /// Publishes sent per second.
     pub published_per_s: f64,
+    /// Churn: reconnects made per second.
+    pub reconnects_per_s: f64,
     /// Delivery latency of the interval.
     pub latency: Option<LatencyPoint>,
     /// The bench's RSS (all workers), bytes.
@@ -137,6 +139,100 @@ pub struct BroadcastReport {
     pub until_last: Summary,
     /// Deliveries per second while messages were arriving.
     pub deliveries_per_s: f64,
+}
+
+/// How many of something per event (publications per replay), from a
+/// histogram of counts.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Sizes {
+    /// Events recorded.
+    pub count: u64,
+    /// Arithmetic mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// Largest.
+    pub max: u64,
+}
+
+impl Sizes {
+    /// The figures of `h`; all zero when it is empty.
+    pub fn of(h: &Micros) -> Sizes {
+        if h.is_empty() {
+            return Sizes::default();
+        }
+        Sizes {
+            count: h.len(),
+            mean: h.mean(),
+            p50: h.value_at_quantile(0.5),
+            p99: h.value_at_quantile(0.99),
+            max: h.max(),
+        }
+    }
+}
+
+/// Churn figures: reconnects, recoveries, and whether every subscriber got
+/// every message of its subjects once, in order.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChurnReport {
+    /// Reconnects per second asked for, all subscribers together.
+    pub reconnect_rate: f64,
+    /// Subscriptions (subscriber × subject) followed to the end.
+    pub subscriptions: u64,
+    /// Reconnects made.
+    pub reconnects: u64,
+    /// Reconnects due while their subscriber was still away or waiting for
+    /// answers, not made.
+    pub reconnects_skipped: u64,
+    /// Reconnects whose new connection had every subject answered.
+    pub reconnected: u64,
+    /// Resubscribes with `since` answered `recovered: true`.
+    pub recovered: u64,
+    /// Resubscribes with `since` answered `recovered: false`.
+    pub unrecovered: u64,
+    /// recovered / (recovered + unrecovered), percent.
+    pub recovered_percent: Option<f64>,
+    /// Deliveries that were replays of recoveries.
+    pub replayed: u64,
+    /// Publications replayed per recovered resubscribe.
+    pub replay: Sizes,
+    /// Deliveries of an offset already received.
+    pub duplicates: u64,
+    /// Deliveries past the next offset.
+    pub gaps: u64,
+    /// Publications some subscriber never received: skipped by gaps and
+    /// failed recoveries, plus `short_at_end`.
+    pub lost: u64,
+    /// Of `lost`, those a subscription had not reached when the run ended:
+    /// its subject's last offset (where it joined plus what the publishers
+    /// published to it) less the last offset it received.
+    pub short_at_end: u64,
+    /// Positions a subscriber could not continue from (another epoch, a
+    /// delivery of a subject it held no position in), where what it missed
+    /// cannot be counted.
+    pub broken: u64,
+}
+
+impl ChurnReport {
+    /// What went wrong, one phrase each; empty when every subscriber got
+    /// every message of its subjects exactly once, in order.
+    pub fn problems(&self) -> Vec<String> {
+        let unanswered = self.reconnects.saturating_sub(self.reconnected);
+        [
+            (self.lost, "messages lost"),
+            (self.duplicates, "duplicates"),
+            (self.gaps, "gaps"),
+            (self.unrecovered, "resubscribes not recovered"),
+            (self.broken, "positions that could not be followed"),
+            (unanswered, "reconnects never answered"),
+        ]
+        .into_iter()
+        .filter(|&(n, _)| n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect()
+    }
 }
 
 /// What the bench itself cost.
@@ -223,6 +319,8 @@ pub struct Report {
     pub publish_lag: Option<Summary>,
     /// HTTP publish response time (from the due time).
     pub http_response: Option<Summary>,
+    /// Churn: from a reconnect's connect() to each subject's `subscribed`.
+    pub resubscribe: Option<Summary>,
     /// Upgrades per second over the measured part.
     pub handshakes_per_s: f64,
     /// Deliveries per second from the first delivery to the last, across
@@ -238,6 +336,8 @@ pub struct Report {
     pub deliveries: Option<Deliveries>,
     /// broadcast figures.
     pub broadcast: Option<BroadcastReport>,
+    /// churn figures.
+    pub churn: Option<ChurnReport>,
     /// The bench's own cost.
     pub bench: SelfCost,
     /// The server's figures (with --admin-url).
@@ -256,7 +356,7 @@ impl Report {
         m: &Monitor,
         measured_secs: f64,
     ) -> Result<Report, BenchError> {
-        let mut hists: BTreeMap<String, Micros> = BTreeMap::new();
+        let hists = merged_histograms(m)?;
         let mut totals = Counters::default();
         let (mut rss_peak, mut cpu, mut cpu_user) = (0, 0.0, 0.0);
         let (mut sub_rss, mut sub_conns, mut sub_cpu) = (0i64, 0u64, 0.0);
@@ -273,10 +373,6 @@ impl Report {
                 sub_rss += d.rss_ready as i64 - d.rss_start as i64;
                 sub_conns += d.conns_ready;
                 sub_cpu += d.cpu_end - d.cpu_ready;
-            }
-            for (name, text) in &d.histograms {
-                let h = hists.entry(name.clone()).or_insert_with(histogram::new);
-                histogram::merge_encoded(h, text)?;
             }
         }
         let summary = |name: &str| {
@@ -322,6 +418,7 @@ impl Report {
             handshake: summary("handshake"),
             publish_lag: summary("lag"),
             http_response: summary("ack"),
+            resubscribe: summary("resubscribe"),
             handshakes_per_s: per_s(totals.upgraded),
             messages_in_per_s: received
                 .and_then(|r| r.rate(totals.messages_in))
@@ -334,6 +431,7 @@ impl Report {
             listen_queue: None,
             deliveries: None,
             broadcast: None,
+            churn: None,
             bench,
             server,
             timeline: m.samples.clone(),
@@ -348,6 +446,7 @@ impl Report {
             ("handshake", &self.handshake),
             ("publish lag", &self.publish_lag),
             ("http response", &self.http_response),
+            ("resubscribe", &self.resubscribe),
         ]
         .into_iter()
         .filter_map(|(name, s)| Some((name, s.as_ref()?)))
@@ -365,6 +464,29 @@ impl Report {
         }
         Ok(())
     }
+
+    /// Whether the run passed what it verifies: an error naming every
+    /// problem otherwise, so the command exits non-zero after reporting.
+    pub fn verdict(&self) -> Result<(), BenchError> {
+        let problems = self.churn.as_ref().map(ChurnReport::problems);
+        match problems {
+            Some(p) if !p.is_empty() => Err(BenchError::Checks(p.join(", "))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Every histogram the workers shipped in their final reports, merged by
+/// name (latency, connect, handshake, lag, ack, replay, resubscribe).
+pub fn merged_histograms(m: &Monitor) -> Result<BTreeMap<String, Micros>, BenchError> {
+    let mut hists: BTreeMap<String, Micros> = BTreeMap::new();
+    for d in m.workers.iter().filter_map(|w| w.done.as_ref()) {
+        for (name, text) in &d.histograms {
+            let h = hists.entry(name.clone()).or_insert_with(histogram::new);
+            histogram::merge_encoded(h, text)?;
+        }
+    }
+    Ok(hists)
 }
 
 /// The workload's subcommand name.

@@ -96,6 +96,41 @@ pub fn render(r: &Report) -> String {
             b.deliveries_per_s
         );
     }
+    if let Some(c) = &r.churn {
+        let _ = writeln!(
+            o,
+            "churn        reconnects {} ({:.0}/s asked, {} skipped)  answered {}  recovered {} ({})  unrecovered {}",
+            thousands(c.reconnects),
+            c.reconnect_rate,
+            thousands(c.reconnects_skipped),
+            thousands(c.reconnected),
+            thousands(c.recovered),
+            c.recovered_percent
+                .map_or("-".to_owned(), |p| format!("{p:.2} %")),
+            thousands(c.unrecovered)
+        );
+        let _ = writeln!(
+            o,
+            "continuity   {} subscriptions: lost {} ({} short at the end)  duplicates {}  gaps {}  broken {}  replayed {} (per recovery p50 {} p99 {} max {})",
+            thousands(c.subscriptions),
+            thousands(c.lost),
+            thousands(c.short_at_end),
+            thousands(c.duplicates),
+            thousands(c.gaps),
+            thousands(c.broken),
+            thousands(c.replayed),
+            c.replay.p50,
+            c.replay.p99,
+            c.replay.max
+        );
+        let problems = c.problems();
+        let verdict = if problems.is_empty() {
+            "every subscriber got every message of its subjects once, in order".to_owned()
+        } else {
+            format!("FAILED: {}", problems.join(", "))
+        };
+        let _ = writeln!(o, "verdict      {verdict}");
+    }
     for p in &r.phases {
         let _ = writeln!(
             o,

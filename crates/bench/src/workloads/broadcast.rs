@@ -42,6 +42,7 @@ pub fn run(cmd: &BenchCommand, args: &BroadcastArgs) -> Result<Report, BenchErro
         assignment: Some(assignment.clone()),
         broadcast_messages: Some(messages),
         connect_rate: 0.0,
+        churn: None,
     };
     // K events at `rate`: the schedule is exactly K/rate seconds long.
     let schedule = publish_schedule(&publish, DEFAULT_RATE, messages as f64 / rate);

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::child::{Driver, RoleResult, Spec, MAX_BATCH};
 use crate::cli::CloseMode;
-use crate::conn::{Handler, Outcome};
+use crate::conn::{Handler, Opening, Outcome};
 use crate::counters::Counters;
 use crate::engine::Engine;
 use crate::histogram::Micros;
@@ -89,7 +89,7 @@ impl ConnectRateDriver {
 }
 
 impl Handler for ConnectRateDriver {
-    fn on_open(&mut self, key: usize, index: u32, now_ns: u64, text: &mut String) {
+    fn on_open(&mut self, key: usize, index: u32, now_ns: u64, out: &mut Opening) {
         let start = self.started_ns.unwrap_or(now_ns);
         let phase = self.task.schedule.phase_at((now_ns - start) as f64 / 1e9);
         if let Some(p) = self.phase_upgrades.get_mut(phase) {
@@ -109,12 +109,12 @@ impl Handler for ConnectRateDriver {
                     data: "",
                     id: 1,
                 },
-                text,
+                out.message(),
             );
         }
     }
 
-    fn on_message(&mut self, _: u32, _: &[u8], _: u64) -> bool {
+    fn on_message(&mut self, _: u32, _: &[u8], _: u64, _: &mut Counters) -> bool {
         false
     }
 

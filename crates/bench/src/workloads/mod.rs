@@ -1,10 +1,12 @@
-//! The five workloads. Each file holds one workload's worker-side driver
+//! The six workloads. Each file holds one workload's worker-side driver
 //! and its coordinator; this module holds what their coordinators share:
 //! planning processes against the open-file cap, building worker specs,
-//! spawning subscriber and publisher groups, waiting for deliveries to
-//! drain, and computing how many deliveries a run must see.
+//! spawning subscriber (or churning subscriber) and publisher groups,
+//! waiting for deliveries to drain, and replaying what the publishers
+//! published to compute what a run must see.
 
 pub mod broadcast;
+pub mod churn;
 pub mod connect_rate;
 pub mod publishers;
 pub mod run;
@@ -25,14 +27,18 @@ use crate::plan;
 use crate::profile::Profile;
 use crate::report::Deliveries;
 
+use self::churn::ChurnPlan;
 use self::publishers::PublishTask;
 use self::subscribers::SubscribeTask;
+
+/// Publishes per second when `--rate` is not given (broadcast has its own).
+pub const DEFAULT_RATE: f64 = 1000.0;
 
 /// How long stopped workers have to send their final reports.
 const STOP_SECS: f64 = 30.0;
 
 /// Largest subject count for which the coordinator replays deliveries
-/// (one u32 per subject).
+/// (a u32 and a u64 per subject).
 const MAX_REPLAY_SUBJECTS: u64 = 50_000_000;
 
 /// What every coordinator works out first.
@@ -131,6 +137,8 @@ pub struct SubscriberGroup {
     pub broadcast_messages: Option<u64>,
     /// Overall connect-rate cap (0: none).
     pub connect_rate: f64,
+    /// Churn: how the subscribers reconnect once started; None: they stay.
+    pub churn: Option<ChurnPlan>,
 }
 
 /// How many subscriber processes `conns` need.
@@ -142,6 +150,7 @@ pub fn subscriber_processes(cmd: &BenchCommand, setup: &Setup, conns: u64) -> u6
 }
 
 /// Spawns subscriber workers `first_worker..` out of `workers` in all.
+/// Returns the reconnects their schedules hold (0 without churn).
 pub fn spawn_subscribers(
     m: &mut Monitor,
     cmd: &BenchCommand,
@@ -151,6 +160,7 @@ pub fn spawn_subscribers(
     workers: u64,
 ) -> Result<u64, BenchError> {
     let procs = subscriber_processes(cmd, setup, g.conns);
+    let mut reconnects = 0;
     for (i, range) in plan::split(g.conns, procs).into_iter().enumerate() {
         let task = SubscribeTask {
             first: range.start,
@@ -160,12 +170,20 @@ pub fn spawn_subscribers(
             connect_rate: g.connect_rate / procs as f64,
             broadcast_messages: g.broadcast_messages,
         };
+        let task = match &g.churn {
+            None => Task::Subscribe(task),
+            Some(churn) => {
+                let task = churn.task(task, g.conns);
+                reconnects += task.reconnects.total_events();
+                Task::Churn(task)
+            }
+        };
         m.spawn(
-            &setup.spec(cmd, first_worker + i as u64, workers, Task::Subscribe(task)),
+            &setup.spec(cmd, first_worker + i as u64, workers, task),
             Role::Subscribers,
         )?;
     }
-    Ok(procs)
+    Ok(reconnects)
 }
 
 /// One publisher worker to start.
@@ -239,10 +257,11 @@ pub fn publishers_bound(publish_secs: f64, opts: &PublishOpts) -> f64 {
     publish_secs * 2.0 + opts.drain.0 + 15.0
 }
 
-/// The shape `run` and `broadcast` share: set up every subscriber of
-/// `group`, then publish to its subjects on `schedule` and wait until every
-/// delivery is in (or the drain bound passes). Returns the measured seconds,
-/// from the start signal until drained.
+/// The shape `run`, `broadcast` and `churn` share: set up every subscriber
+/// of `group`, then publish to its subjects on `schedule` (while the group
+/// churns, if it does) and wait until every delivery is in and every
+/// reconnect answered (or the drain bound passes). Returns the measured
+/// seconds, from the start signal until drained.
 pub fn publish_to_subscribers(
     m: &mut Monitor,
     cmd: &BenchCommand,
@@ -258,7 +277,7 @@ pub fn publish_to_subscribers(
     setup.plan_sources(cmd, m, group.conns);
     let sub_procs = subscriber_processes(cmd, setup, group.conns);
     let workers = sub_procs + 1;
-    spawn_subscribers(m, cmd, setup, group, 0, workers)?;
+    let reconnects = spawn_subscribers(m, cmd, setup, group, 0, workers)?;
     subscribers::await_subscribers(m, cmd, group.conns)?;
     let publish_secs = schedule.secs();
     spawn_publisher(
@@ -285,7 +304,7 @@ pub fn publish_to_subscribers(
         stop(m, Role::Publishers)?;
     }
     let expected = expected_deliveries(m, assignment, group.conns, opts, cmd.global.seed).expected;
-    drain(m, expected, opts.drain.0)?;
+    drain(m, expected, reconnects, opts.drain.0)?;
     let measured = m.elapsed() - t0;
     stop(m, Role::Subscribers)?;
     m.finish_progress();
@@ -301,14 +320,27 @@ pub fn stop(m: &mut Monitor, role: Role) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// Waits until subscribers have received `expected` deliveries, or, when
-/// that is unknown, until no delivery arrived for two seconds; at most
-/// `max_secs` either way.
-pub fn drain(m: &mut Monitor, expected: Option<u64>, max_secs: f64) -> Result<(), BenchError> {
+/// Waits until subscribers have received `expected` deliveries (or, when
+/// that is unknown, until no delivery arrived for two seconds) and every
+/// one of `reconnects` scheduled reconnects was made and answered (or
+/// skipped); at most `max_secs` either way.
+pub fn drain(
+    m: &mut Monitor,
+    expected: Option<u64>,
+    reconnects: u64,
+    max_secs: f64,
+) -> Result<(), BenchError> {
     let received = |m: &Monitor| m.totals(Some(Role::Subscribers)).messages_in;
+    // Counters are cumulative and each worker's come from one snapshot, so
+    // once every scheduled reconnect shows as made or skipped, `reconnected`
+    // catching up with `reconnects` means none is still on its way.
+    let settled = |m: &Monitor| {
+        let t = m.totals(Some(Role::Subscribers));
+        t.reconnects + t.reconnects_skipped >= reconnects && t.reconnected >= t.reconnects
+    };
     match expected {
         Some(e) => {
-            m.wait_for(Some(max_secs), |m| received(m) >= e)?;
+            m.wait_for(Some(max_secs), |m| received(m) >= e && settled(m))?;
         }
         None => {
             let deadline = m.elapsed() + max_secs;
@@ -318,11 +350,58 @@ pub fn drain(m: &mut Monitor, expected: Option<u64>, max_secs: f64) -> Result<()
                 if now.0 != last.0 {
                     last = now;
                 }
-                now.1 - last.1 >= 2.0 || now.1 >= deadline
+                (now.1 - last.1 >= 2.0 && settled(m)) || now.1 >= deadline
             })?;
         }
     }
     Ok(())
+}
+
+/// What the publishers published, replayed from their subject choices.
+pub struct PublishedCounts {
+    /// Publishes made, to every subject together.
+    pub total: u64,
+    /// Per subject index, publishes made to it; None when there are too
+    /// many subjects to replay.
+    pub per_subject: Option<Vec<u64>>,
+    /// False when a publisher did not report or lost a connection: what it
+    /// sent is then uncertain.
+    pub exact: bool,
+}
+
+/// Replays every publisher's events (fired and not dropped) against
+/// `subjects` subjects drawn in `opts.order` with `seed`.
+pub fn published_counts(
+    m: &Monitor,
+    opts: &PublishOpts,
+    seed: u64,
+    subjects: u64,
+) -> PublishedCounts {
+    let mut per_subject = (subjects <= MAX_REPLAY_SUBJECTS).then(|| vec![0u64; subjects as usize]);
+    let (mut total, mut exact) = (0, true);
+    for w in m.workers.iter().filter(|w| w.role == Role::Publishers) {
+        let Some(p) = w.done.as_ref().and_then(|d| d.published.as_ref()) else {
+            exact = false;
+            continue;
+        };
+        exact &= p.conns_lost == 0;
+        let dropped: HashSet<u64> = p.dropped.iter().copied().collect();
+        for k in 0..p.fired {
+            let n = p.share.event(k);
+            if dropped.contains(&n) {
+                continue;
+            }
+            total += 1;
+            if let Some(counts) = &mut per_subject {
+                counts[publish_subject(opts.order, seed, n, subjects) as usize] += 1;
+            }
+        }
+    }
+    PublishedCounts {
+        total,
+        per_subject,
+        exact,
+    }
 }
 
 /// How many deliveries the publishes must produce, replaying every
@@ -336,37 +415,22 @@ pub fn expected_deliveries(
     opts: &PublishOpts,
     seed: u64,
 ) -> Deliveries {
-    let received = m.totals(Some(Role::Subscribers)).messages_in;
-    let mut published = 0;
-    // Replay assumes every subscriber connection got subscribed.
-    let mut exact = m.totals(Some(Role::Subscribers)).subscribed == subscribers;
-    let subjects = assignment.pattern.len();
-    let counts =
-        (subjects <= MAX_REPLAY_SUBJECTS).then(|| assignment.subscriber_counts(subscribers));
-    let mut expected = 0u64;
-    for w in m.workers.iter().filter(|w| w.role == Role::Publishers) {
-        let Some(p) = w.done.as_ref().and_then(|d| d.published.as_ref()) else {
-            exact = false;
-            continue;
-        };
-        exact &= p.conns_lost == 0;
-        let dropped: HashSet<u64> = p.dropped.iter().copied().collect();
-        for k in 0..p.fired {
-            let n = p.share.event(k);
-            if dropped.contains(&n) {
-                continue;
-            }
-            published += 1;
-            if let Some(c) = &counts {
-                expected += u64::from(c[publish_subject(opts.order, seed, n, subjects) as usize]);
-            }
-        }
-    }
+    let published = published_counts(m, opts, seed, assignment.pattern.len());
+    let expected = published.per_subject.map(|per_subject| {
+        let counts = assignment.subscriber_counts(subscribers);
+        per_subject
+            .iter()
+            .zip(counts)
+            .map(|(&p, c)| p * u64::from(c))
+            .sum()
+    });
     Deliveries {
-        published,
-        expected: counts.map(|_| expected),
-        received,
-        exact,
+        published: published.total,
+        expected,
+        received: m.totals(Some(Role::Subscribers)).messages_in,
+        // Replay assumes every subscriber connection was subscribed before
+        // publishing began.
+        exact: published.exact && m.subscribed_at_setup == Some(subscribers),
     }
 }
 

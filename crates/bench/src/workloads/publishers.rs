@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::child::{Driver, Published, RoleResult, Spec, MAX_BATCH};
 use crate::cli::Transport;
 use crate::clock::Span;
-use crate::conn::{Handler, Outcome};
+use crate::conn::{Handler, Opening, Outcome};
 use crate::counters::Counters;
 use crate::engine::Engine;
 use crate::error::BenchError;
@@ -242,13 +242,13 @@ impl PublishDriver {
 }
 
 impl Handler for PublishDriver {
-    fn on_open(&mut self, _key: usize, index: u32, _now_ns: u64, _text: &mut String) {
+    fn on_open(&mut self, _key: usize, index: u32, _now_ns: u64, _out: &mut Opening) {
         if let Some(c) = self.conns.iter_mut().find(|c| c.index == index) {
             c.open = true;
         }
     }
 
-    fn on_message(&mut self, _: u32, _: &[u8], _: u64) -> bool {
+    fn on_message(&mut self, _: u32, _: &[u8], _: u64, _: &mut Counters) -> bool {
         false
     }
 
@@ -451,7 +451,7 @@ pub fn run(
     use crate::monitor::{Monitor, Role};
     let setup = super::Setup::new(cmd)?;
     let mut m = Monitor::new(&cmd.global);
-    let schedule = super::publish_schedule(&args.publish, 1000.0, args.duration.0);
+    let schedule = super::publish_schedule(&args.publish, super::DEFAULT_RATE, args.duration.0);
     super::spawn_publisher(
         &mut m,
         cmd,

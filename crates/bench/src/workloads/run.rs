@@ -11,6 +11,7 @@ use crate::report::Report;
 
 use super::{
     expected_deliveries, publish_schedule, publish_to_subscribers, Setup, SubscriberGroup,
+    DEFAULT_RATE,
 };
 
 /// Runs the combined scenario.
@@ -23,8 +24,9 @@ pub fn run(cmd: &BenchCommand, args: &RunArgs) -> Result<Report, BenchError> {
         assignment: Some(assignment.clone()),
         broadcast_messages: None,
         connect_rate: args.subs.connect_rate,
+        churn: None,
     };
-    let schedule = publish_schedule(&args.publish, 1000.0, args.duration.0);
+    let schedule = publish_schedule(&args.publish, DEFAULT_RATE, args.duration.0);
     let measured =
         publish_to_subscribers(&mut m, cmd, &mut setup, &group, &args.publish, schedule)?;
     let mut report = Report::collect(cmd, &setup, &m, measured)?;

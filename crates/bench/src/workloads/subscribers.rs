@@ -7,7 +7,8 @@
 //! every delivery in an HDR histogram (and, for broadcast, which message
 //! reached how many subscribers and how late the last one was). The
 //! coordinator side ([`run`]) plans the processes, holds for the duration
-//! and reports. `run` and `broadcast` reuse both halves.
+//! and reports. `run` and `broadcast` reuse both halves; `churn` wraps the
+//! worker side, which sets its connections up again after each reconnect.
 
 use std::collections::HashMap;
 
@@ -15,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::child::{BroadcastTally, Driver, RoleResult, Spec};
 use crate::clock::Span;
-use crate::conn::{Handler, Outcome};
+use crate::conn::{Handler, Opening, Outcome};
 use crate::counters::Counters;
 use crate::engine::Engine;
 use crate::error::BenchError;
@@ -109,6 +110,20 @@ impl SubscribeDriver {
         }
     }
 
+    /// Connection `index` ended before it was set up, or was lost: set it
+    /// up again later, unless the worker is stopping.
+    pub(super) fn retry_later(&mut self, index: u32) {
+        if !self.stopped {
+            self.setup_failed(index);
+        }
+    }
+
+    /// Connection `index` is set up again: the next failure starts a fresh
+    /// count of attempts (a churning subscriber sets up many times).
+    pub(super) fn set_up(&mut self, index: u32) {
+        self.attempts.remove(&index);
+    }
+
     /// Whether --connect-rate allows another connect() now.
     fn rate_allows(&mut self, now: u64) -> bool {
         if self.task.connect_rate <= 0.0 {
@@ -121,7 +136,7 @@ impl SubscribeDriver {
 }
 
 impl Handler for SubscribeDriver {
-    fn on_open(&mut self, _key: usize, index: u32, _now_ns: u64, text: &mut String) {
+    fn on_open(&mut self, _key: usize, index: u32, _now_ns: u64, out: &mut Opening) {
         let (Some(tpl), Some(a)) = (&self.subscribe, &self.task.assignment) else {
             return;
         };
@@ -135,11 +150,11 @@ impl Handler for SubscribeDriver {
                 data: "",
                 id: 1,
             },
-            text,
+            out.message(),
         );
     }
 
-    fn on_message(&mut self, _index: u32, data: &[u8], now_real: u64) -> bool {
+    fn on_message(&mut self, _index: u32, data: &[u8], now_real: u64, _: &mut Counters) -> bool {
         let Some(stamp) = self.stamps.find(data) else {
             return false;
         };
@@ -162,8 +177,8 @@ impl Handler for SubscribeDriver {
     }
 
     fn on_closed(&mut self, _key: usize, index: u32, _outcome: Outcome, was_open: bool) {
-        if !was_open && !self.stopped {
-            self.setup_failed(index);
+        if !was_open {
+            self.retry_later(index);
         }
     }
 }
@@ -240,6 +255,7 @@ pub fn await_subscribers(
     let c = m.totals(Some(Role::Subscribers));
     let secs = m.elapsed() - t0;
     m.setup_secs = Some(secs);
+    m.subscribed_at_setup = Some(c.subscribed);
     m.note(&format!(
         "{} of {} subscribers set up in {secs:.1}s ({} failed){}",
         c.subscribed,
@@ -270,6 +286,7 @@ pub fn run(
         assignment: Some(args.subs.assignment(cmd.global.seed)),
         broadcast_messages: None,
         connect_rate: args.subs.connect_rate,
+        churn: None,
     };
     setup.plan_sources(cmd, &m, group.conns);
     let procs = super::subscriber_processes(cmd, &setup, group.conns);

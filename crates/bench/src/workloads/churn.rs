@@ -1,0 +1,810 @@
+//! `myriad bench churn`: subscribers on subjects with history disconnect
+//! and reconnect at a steady rate, resubscribing with `since` set to the
+//! last position they received, while publishers keep publishing; every
+//! subscriber must get every message of its subjects exactly once, in
+//! offset order, across its reconnects.
+//!
+//! The worker side ([`ChurnDriver`]) is a subscriber worker plus churn: a
+//! [`SubscribeDriver`] sets connections up (and up again after failures)
+//! and times live deliveries, while this file keeps, per subscriber, its
+//! current connection and one [`Continuity`] per subject, and fires the
+//! reconnect schedule. The schedule is open-loop, each worker firing its
+//! share of the global rate round-robin over its own subscribers, so every
+//! subscriber in the run reconnects once per N / R seconds. A reconnect
+//! closes the socket (close handshake or reset), stays away `--offline`,
+//! opens a new connection and resubscribes each subject with `since`; the
+//! answers and deliveries are read with the protocol crate's parser and
+//! checked. The coordinator side ([`run`]) is `run`'s shape (set up,
+//! publish, drain), then compares where every subscription stopped with
+//! where its subject's stream ended: where it joined plus what the
+//! publishers published to it.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use myriad_protocol::message::{
+    encode_subscribe, encode_subscribe_since, parse_server_message, ServerMessage,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::child::{Driver, RoleResult, Spec, MAX_BATCH};
+use crate::cli::{BenchCommand, ChurnArgs, CloseMode, Secs};
+use crate::conn::{Handler, Opening, Outcome};
+use crate::continuity::{Continuity, Delivery, Resumed};
+use crate::counters::Counters;
+use crate::engine::Engine;
+use crate::error::BenchError;
+use crate::histogram::{self, Micros};
+use crate::monitor::{Monitor, Role};
+use crate::pacing::Schedule;
+use crate::pattern::Pattern;
+use crate::report::{merged_histograms, ChurnReport, Report, Sizes};
+
+use super::subscribers::{SubscribeDriver, SubscribeTask};
+use super::{
+    expected_deliveries, publish_schedule, publish_to_subscribers, published_counts, Setup,
+    SubscriberGroup, DEFAULT_RATE, MAX_REPLAY_SUBJECTS,
+};
+
+/// The id every subscribe carries: without one the server sends no
+/// `subscribed`, whose position the check needs. Answers are matched to
+/// subjects by name, so one id serves all.
+const REQUEST_ID: u64 = 1;
+
+/// How a subscriber group churns: the coordinator's plan.
+#[derive(Debug, Clone, Copy)]
+pub struct ChurnPlan {
+    /// Reconnects per second, the whole group together.
+    pub rate: f64,
+    /// How long reconnects go on after the start, seconds.
+    pub secs: f64,
+    /// How long a subscriber stays away between closing and reconnecting.
+    pub offline: f64,
+    /// How the old connection ends.
+    pub close: CloseMode,
+}
+
+impl ChurnPlan {
+    /// The task of a worker holding `subscribe.count` of the group's
+    /// `conns` subscribers: its share of the rate, so that every subscriber
+    /// of the group reconnects at the same interval.
+    pub fn task(&self, subscribe: SubscribeTask, conns: u64) -> ChurnTask {
+        let share = subscribe.count as f64 / conns.max(1) as f64;
+        ChurnTask {
+            reconnects: Schedule::constant(self.rate * share, self.secs),
+            offline: self.offline,
+            close: self.close,
+            subscribe,
+        }
+    }
+}
+
+/// One churning subscriber worker's job.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ChurnTask {
+    /// Its subscribers, set up as the `subscribers` workload sets them up.
+    pub subscribe: SubscribeTask,
+    /// When its reconnects are due after the start: reconnect n is that of
+    /// its subscriber n mod count.
+    pub reconnects: Schedule,
+    /// Seconds a subscriber stays away between its close and its reconnect.
+    pub offline: f64,
+    /// How the old connection ends.
+    pub close: CloseMode,
+}
+
+/// One subject of a subscriber.
+#[derive(Debug)]
+struct Stream {
+    /// Its index in the run's pattern.
+    subject: u64,
+    /// Present from its first `subscribed` answer on.
+    continuity: Option<Continuity>,
+}
+
+/// One churning subscriber.
+#[derive(Debug, Default)]
+struct Subscriber {
+    /// Its current connection from the upgrade on; None while it is away,
+    /// connecting, or given up.
+    key: Option<usize>,
+    /// `subscribed` answers its current connection is still owed.
+    awaiting: u32,
+    /// Wall clock at the connect() of its reconnect in progress; 0 when
+    /// none is.
+    reconnect_real: u64,
+    /// Its subjects, in assignment order.
+    streams: Vec<Stream>,
+}
+
+/// What one server message was to a subscriber.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Heard {
+    /// The first `subscribed` of one of its subjects: it joined the stream.
+    Joined,
+    /// The answer to a resubscribe with `since`, and whether it said
+    /// `recovered: true`.
+    Resumed { resumed: Resumed, recovered: bool },
+    /// A delivery of one of its subjects.
+    Delivery(Delivery),
+    /// A delivery of a subject it holds no position in.
+    Stray,
+    /// Anything else: ok, pong, an error reply, a `subscribed` it did not
+    /// ask for, or text that does not parse.
+    Other,
+}
+
+impl Subscriber {
+    /// Writes the subscribe commands of a new connection into `out`: one
+    /// `subscribe` for the subjects it has not joined yet, one resubscribe
+    /// with `since` per subject it has. Returns the answers they are owed.
+    fn open(&self, pattern: &Pattern, out: &mut Opening) -> u32 {
+        let fresh: Vec<String> = self
+            .streams
+            .iter()
+            .filter(|s| s.continuity.is_none())
+            .map(|s| pattern.subject(s.subject))
+            .collect();
+        if !fresh.is_empty() {
+            let names: Vec<&str> = fresh.iter().map(String::as_str).collect();
+            out.message()
+                .push_str(&encode_subscribe(&names, Some(REQUEST_ID)));
+        }
+        for s in &self.streams {
+            if let Some(c) = &s.continuity {
+                out.message().push_str(&encode_subscribe_since(
+                    &pattern.subject(s.subject),
+                    c.last(),
+                    Some(REQUEST_ID),
+                ));
+            }
+        }
+        self.streams.len() as u32
+    }
+
+    /// Reads one message from the server and checks it against the
+    /// subject's continuity.
+    fn hear(&mut self, pattern: &Pattern, data: &[u8]) -> Heard {
+        let parsed = std::str::from_utf8(data)
+            .ok()
+            .and_then(|text| parse_server_message(text).ok());
+        match parsed {
+            Some(ServerMessage::Delivery {
+                subject, position, ..
+            }) => match self
+                .stream(pattern, &subject)
+                .and_then(|s| s.continuity.as_mut())
+            {
+                Some(c) => Heard::Delivery(c.deliver(position)),
+                None => Heard::Stray,
+            },
+            Some(ServerMessage::Subscribed {
+                subject,
+                position,
+                recovered,
+                ..
+            }) => {
+                let Some(stream) = self.stream(pattern, &subject) else {
+                    return Heard::Other;
+                };
+                match &mut stream.continuity {
+                    None => {
+                        stream.continuity = Some(Continuity::joined(position));
+                        Heard::Joined
+                    }
+                    Some(c) => {
+                        let recovered = recovered == Some(true);
+                        Heard::Resumed {
+                            resumed: c.resume(position, recovered),
+                            recovered,
+                        }
+                    }
+                }
+            }
+            _ => Heard::Other,
+        }
+    }
+
+    /// Its stream of subject `name`.
+    fn stream(&mut self, pattern: &Pattern, name: &str) -> Option<&mut Stream> {
+        let subject = pattern.index_of(name)?;
+        self.streams.iter_mut().find(|s| s.subject == subject)
+    }
+}
+
+/// The worker side of churn.
+pub struct ChurnDriver {
+    /// Sets connections up and up again, and times live deliveries.
+    inner: SubscribeDriver,
+    /// The run's subjects.
+    pattern: Pattern,
+    /// Global index of its first subscriber.
+    first: u64,
+    subs: Vec<Subscriber>,
+    /// Subscribers whose current connection is still owed answers. The
+    /// worker is ready only at zero: every subscription has joined its
+    /// stream before publishing starts, which the end check relies on.
+    unsettled: usize,
+    reconnects: Schedule,
+    /// Events in `reconnects`.
+    events: u64,
+    /// Next reconnect event.
+    k: u64,
+    started_ns: Option<u64>,
+    stopped: bool,
+    offline_ns: u64,
+    /// Close with a reset instead of a close handshake.
+    reset: bool,
+    /// (back at, subscriber) of those away between close and reconnect.
+    away: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Publications replayed per recovered resubscribe.
+    replay: Micros,
+    /// From a reconnect's connect() to each `subscribed` answer, µs.
+    resubscribe: Micros,
+}
+
+impl ChurnDriver {
+    /// A driver for `task` under `spec`'s profile.
+    pub fn new(task: ChurnTask, spec: &Spec) -> Result<ChurnDriver, BenchError> {
+        let assignment =
+            task.subscribe.assignment.clone().ok_or_else(|| {
+                BenchError::Config("churn needs subscribers with subjects".into())
+            })?;
+        let mut ids = Vec::new();
+        let subs = (0..task.subscribe.count)
+            .map(|i| {
+                assignment.subjects_for(task.subscribe.first + i, &mut ids);
+                Subscriber {
+                    streams: ids
+                        .iter()
+                        .map(|&subject| Stream {
+                            subject,
+                            continuity: None,
+                        })
+                        .collect(),
+                    ..Subscriber::default()
+                }
+            })
+            .collect();
+        Ok(ChurnDriver {
+            inner: SubscribeDriver::new(task.subscribe.clone(), spec)?,
+            pattern: assignment.pattern,
+            first: task.subscribe.first,
+            subs,
+            unsettled: 0,
+            events: task.reconnects.total_events(),
+            reconnects: task.reconnects,
+            k: 0,
+            started_ns: None,
+            stopped: false,
+            offline_ns: (task.offline * 1e9) as u64,
+            reset: task.close == CloseMode::Reset,
+            away: BinaryHeap::new(),
+            replay: histogram::new(),
+            resubscribe: histogram::new(),
+        })
+    }
+
+    /// Position in `subs` of global connection `index`, if it is ours.
+    fn local(&self, index: u32) -> Option<usize> {
+        let i = u64::from(index).checked_sub(self.first)?;
+        (i < self.subs.len() as u64).then_some(i as usize)
+    }
+
+    /// Global connection index of subscriber `i`.
+    fn index(&self, i: usize) -> u32 {
+        (self.first + i as u64) as u32
+    }
+
+    /// Subscriber `i`'s current connection is owed `answers`.
+    fn owe(&mut self, i: usize, answers: u32) {
+        let sub = &mut self.subs[i];
+        match (sub.awaiting > 0, answers > 0) {
+            (false, true) => self.unsettled += 1,
+            (true, false) => self.unsettled -= 1,
+            _ => {}
+        }
+        sub.awaiting = answers;
+    }
+
+    /// One of subscriber `i`'s answers came; with the last, its connection
+    /// is set up, and a reconnect in progress is done.
+    fn answered(&mut self, i: usize, counters: &mut Counters) {
+        let sub = &mut self.subs[i];
+        if sub.awaiting == 0 {
+            return;
+        }
+        sub.awaiting -= 1;
+        if sub.awaiting > 0 {
+            return;
+        }
+        self.unsettled -= 1;
+        if sub.reconnect_real > 0 {
+            sub.reconnect_real = 0;
+            counters.reconnected += 1;
+        }
+        let index = self.index(i);
+        self.inner.set_up(index);
+    }
+
+    /// Makes the reconnects that are due, a batch at most: each closes its
+    /// subscriber's connection and sends it away until it is due back. A
+    /// subscriber still away or owed answers skips its turn. Returns when
+    /// the next is due.
+    fn reconnect_due(&mut self, engine: &mut Engine, start: u64, now: u64) -> Option<u64> {
+        let count = self.subs.len() as u64;
+        for _ in 0..MAX_BATCH {
+            if self.k >= self.events || count == 0 {
+                return None;
+            }
+            let due = start
+                + self
+                    .reconnects
+                    .due(self.k)
+                    .map_or(0, |d| d.as_nanos() as u64);
+            if due > now {
+                return Some(due);
+            }
+            let i = (self.k % count) as usize;
+            self.k += 1;
+            let sub = &mut self.subs[i];
+            let Some(key) = sub.key.filter(|_| sub.awaiting == 0) else {
+                engine.cx.counters.reconnects_skipped += 1;
+                continue;
+            };
+            // No longer its connection: whatever that one still brings
+            // (the conn ignores it while closing) and its end are not ours.
+            sub.key = None;
+            engine.cx.counters.reconnects += 1;
+            let index = self.index(i);
+            engine.close(key, index, self.reset, self);
+            self.away.push(Reverse((now + self.offline_ns, i as u32)));
+        }
+        Some(now) // more are due: back after a look at the sockets
+    }
+
+    /// Opens a new connection for each subscriber whose time away is over,
+    /// a batch at most. Returns when the next is due back.
+    fn bring_back(&mut self, engine: &mut Engine, now: u64) -> Option<u64> {
+        for _ in 0..MAX_BATCH {
+            let &Reverse((at, i)) = self.away.peek()?;
+            if at > now {
+                return Some(at);
+            }
+            self.away.pop();
+            let i = i as usize;
+            self.subs[i].reconnect_real = engine.epoch().real_at(now);
+            let index = self.index(i);
+            // A failed open is counted by the engine and retried like a
+            // failed set-up.
+            if engine.open(index, false).is_err() {
+                self.inner.retry_later(index);
+            }
+        }
+        Some(now)
+    }
+}
+
+/// The earlier of two due times.
+fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl Handler for ChurnDriver {
+    fn on_open(&mut self, key: usize, index: u32, _now_ns: u64, out: &mut Opening) {
+        let Some(i) = self.local(index) else {
+            return;
+        };
+        self.subs[i].key = Some(key);
+        let answers = self.subs[i].open(&self.pattern, out);
+        self.owe(i, answers);
+    }
+
+    fn on_message(
+        &mut self,
+        index: u32,
+        data: &[u8],
+        now_real: u64,
+        counters: &mut Counters,
+    ) -> bool {
+        let Some(i) = self.local(index) else {
+            return false;
+        };
+        match self.subs[i].hear(&self.pattern, data) {
+            Heard::Joined => {
+                self.answered(i, counters);
+                false
+            }
+            Heard::Resumed { resumed, recovered } => {
+                if recovered {
+                    counters.recovered += 1;
+                } else {
+                    counters.unrecovered += 1;
+                }
+                match resumed {
+                    Resumed::Recovered { replay } => histogram::record(&mut self.replay, replay),
+                    Resumed::Unrecovered { missed } => counters.missed += missed,
+                    Resumed::NewEpoch => counters.broken += 1,
+                }
+                let began = self.subs[i].reconnect_real;
+                if began > 0 {
+                    histogram::record(&mut self.resubscribe, now_real.saturating_sub(began) / 1000);
+                }
+                self.answered(i, counters);
+                false
+            }
+            Heard::Delivery(delivery) => {
+                match delivery {
+                    // Timed as in `subscribers`; a replay's timestamp says
+                    // how long the subscriber was away, not how fast the
+                    // server delivers, so it is counted instead.
+                    Delivery::Next { replayed: false } => {
+                        self.inner.on_message(index, data, now_real, counters);
+                    }
+                    Delivery::Next { replayed: true } => counters.replayed += 1,
+                    Delivery::Duplicate => counters.duplicates += 1,
+                    Delivery::Gap { missed } => {
+                        counters.gaps += 1;
+                        counters.missed += missed;
+                    }
+                    Delivery::NewEpoch => counters.broken += 1,
+                }
+                true
+            }
+            Heard::Stray => {
+                counters.broken += 1;
+                true
+            }
+            Heard::Other => false,
+        }
+    }
+
+    fn on_raw(&mut self, _: u32, _: &[u8], _: u64, _: &mut Counters) -> usize {
+        0
+    }
+
+    fn on_closed(&mut self, key: usize, index: u32, outcome: Outcome, was_open: bool) {
+        let Some(i) = self.local(index) else {
+            return;
+        };
+        // Only settled connections are closed on purpose, and they stop
+        // being the subscriber's when they are: an end in set-up, or of the
+        // connection it holds, is its current connection failing.
+        if was_open && self.subs[i].key != Some(key) {
+            return;
+        }
+        self.subs[i].key = None;
+        self.owe(i, 0);
+        self.inner.on_closed(key, index, outcome, false);
+    }
+}
+
+impl Driver for ChurnDriver {
+    fn tick(&mut self, engine: &mut Engine) -> Option<u64> {
+        let setup = self.inner.tick(engine);
+        let Some(start) = self.started_ns.filter(|_| !self.stopped) else {
+            return setup;
+        };
+        let now = engine.refresh_now();
+        let reconnect = self.reconnect_due(engine, start, now);
+        let back = self.bring_back(engine, now);
+        earliest(setup, earliest(reconnect, back))
+    }
+
+    fn start(&mut self, engine: &mut Engine) {
+        self.started_ns = Some(engine.refresh_now());
+        self.inner.start(engine);
+    }
+
+    fn stop(&mut self, engine: &mut Engine) {
+        self.stopped = true;
+        self.inner.stop(engine);
+    }
+
+    fn is_ready(&self, engine: &Engine) -> bool {
+        self.inner.is_ready(engine) && self.unsettled == 0
+    }
+
+    fn is_done(&self, engine: &Engine) -> bool {
+        self.inner.is_done(engine)
+    }
+
+    fn take_interval(&mut self) -> Option<Micros> {
+        self.inner.take_interval()
+    }
+
+    fn finish(self) -> RoleResult {
+        let reached = self
+            .subs
+            .iter()
+            .flat_map(|s| &s.streams)
+            .filter_map(|s| Some(s.continuity?.reached(s.subject)))
+            .collect();
+        RoleResult {
+            replay: Some(self.replay),
+            resubscribe: Some(self.resubscribe),
+            reached: Some(reached),
+            ..self.inner.finish()
+        }
+    }
+}
+
+/// `myriad bench churn`: sets every subscriber up, then publishes for the
+/// duration while they reconnect, waits for the deliveries and the last
+/// reconnects, and checks every subscription.
+pub fn run(cmd: &BenchCommand, args: &ChurnArgs) -> Result<Report, BenchError> {
+    let mut setup = Setup::new(cmd)?;
+    if setup.profile.name != "myriad" {
+        return Err(BenchError::Config(
+            "churn resubscribes with `since` and checks positions, which only myriad's protocol has (--profile myriad)".into(),
+        ));
+    }
+    let seed = cmd.global.seed;
+    let assignment = args.subs.assignment(seed);
+    let subjects = assignment.pattern.len();
+    if subjects > MAX_REPLAY_SUBJECTS {
+        return Err(BenchError::Config(format!(
+            "churn checks where every subject's stream ends: at most {MAX_REPLAY_SUBJECTS} subjects"
+        )));
+    }
+    let mut m = Monitor::new(&cmd.global);
+    // The last subscribers back from their time away still have their
+    // replay to take after the last publish.
+    let mut publish = args.publish.clone();
+    publish.drain = Secs(publish.drain.0 + args.offline.0);
+    let conns = args.subs.connections;
+    let group = SubscriberGroup {
+        conns,
+        assignment: Some(assignment.clone()),
+        broadcast_messages: None,
+        connect_rate: args.subs.connect_rate,
+        churn: Some(ChurnPlan {
+            rate: args.reconnect_rate,
+            secs: args.duration.0,
+            offline: args.offline.0,
+            close: args.close,
+        }),
+    };
+    let rate = publish.rate.unwrap_or(DEFAULT_RATE);
+    let schedule = publish_schedule(&publish, DEFAULT_RATE, args.duration.0);
+    let every = match args.reconnect_rate {
+        r if r > 0.0 => format!("each subscriber every {:.1}s", conns as f64 / r),
+        _ => "none".to_owned(),
+    };
+    m.note(&format!(
+        "{conns} subscribers over {subjects} subjects; {:.0} reconnects/s ({every}) and {rate:.0} publishes/s for {:.0}s",
+        args.reconnect_rate, args.duration.0
+    ));
+    let measured = publish_to_subscribers(&mut m, cmd, &mut setup, &group, &publish, schedule)?;
+    let mut report = Report::collect(cmd, &setup, &m, measured)?;
+    report.deliveries = Some(expected_deliveries(&m, &assignment, conns, &publish, seed));
+    let published = published_counts(&m, &publish, seed, subjects)
+        .per_subject
+        .unwrap_or_default();
+    report.churn = Some(churn_report(&m, args.reconnect_rate, &published)?);
+    Ok(report)
+}
+
+/// The churn figures: the workers' counts, and every subscription's end
+/// against its subject's (`published` per subject index).
+fn churn_report(m: &Monitor, rate: f64, published: &[u64]) -> Result<ChurnReport, BenchError> {
+    let t = m.totals(Some(Role::Subscribers));
+    let (mut subscriptions, mut short) = (0, 0);
+    for r in m
+        .workers
+        .iter()
+        .filter_map(|w| w.done.as_ref()?.reached.as_ref())
+        .flatten()
+    {
+        subscriptions += 1;
+        let published = published.get(r.subject as usize).copied().unwrap_or(0);
+        // None: its epoch changed, which `broken` has counted already.
+        short += r.shortfall(published).unwrap_or(0);
+    }
+    let replay = merged_histograms(m)?
+        .get("replay")
+        .map_or_else(Sizes::default, Sizes::of);
+    let resubscribes = t.recovered + t.unrecovered;
+    Ok(ChurnReport {
+        reconnect_rate: rate,
+        subscriptions,
+        reconnects: t.reconnects,
+        reconnects_skipped: t.reconnects_skipped,
+        reconnected: t.reconnected,
+        recovered: t.recovered,
+        unrecovered: t.unrecovered,
+        recovered_percent: (resubscribes > 0)
+            .then(|| t.recovered as f64 * 100.0 / resubscribes as f64),
+        replayed: t.replayed,
+        replay,
+        duplicates: t.duplicates,
+        gaps: t.gaps,
+        lost: t.missed + short,
+        short_at_end: short,
+        broken: t.broken,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::addr::{PortMode, Sources};
+    use crate::child::Task;
+    use crate::pattern::{AssignMode, Assignment};
+    use crate::profile::Profile;
+
+    /// A worker of two subscribers (global 10 and 11), two subjects each
+    /// out of /p/s{1..3}.
+    fn driver() -> ChurnDriver {
+        let subscribe = SubscribeTask {
+            first: 10,
+            count: 2,
+            assignment: Some(Assignment {
+                pattern: "/p/s{1..3}".parse().unwrap(),
+                per_conn: 2,
+                mode: AssignMode::OneToOne,
+                seed: 1,
+            }),
+            in_flight: 10,
+            connect_rate: 0.0,
+            broadcast_messages: None,
+        };
+        let plan = ChurnPlan {
+            rate: 10.0,
+            secs: 1.0,
+            offline: 0.0,
+            close: CloseMode::Reset,
+        };
+        let task = plan.task(subscribe, 4);
+        assert_eq!(task.reconnects.total_events(), 5, "half of 10/s for 1 s");
+        let spec = Spec {
+            worker: 0,
+            workers: 1,
+            targets: Vec::new(),
+            sources: Sources::default(),
+            port_mode: PortMode::Auto,
+            max_conns: 10,
+            setup_timeout: 1.0,
+            profile: Profile::load("myriad").unwrap(),
+            seed: 1,
+            task: Task::Churn(task.clone()),
+        };
+        ChurnDriver::new(task, &spec).unwrap()
+    }
+
+    /// Feeds one server text to subscriber 10; returns whether it counted
+    /// as a delivery.
+    fn hear(d: &mut ChurnDriver, counters: &mut Counters, text: &str) -> bool {
+        d.on_message(10, text.as_bytes(), 2_000_000, counters)
+    }
+
+    fn opening(d: &mut ChurnDriver, key: usize) -> Vec<String> {
+        let mut out = Opening::default();
+        d.on_open(key, 10, 0, &mut out);
+        out.messages().map(str::to_owned).collect()
+    }
+
+    const EPOCH: &str = "00000000000000ab";
+
+    fn subscribed(subject: &str, offset: u64, recovered: Option<bool>) -> String {
+        let recovered = recovered.map_or(String::new(), |r| format!(",\"recovered\":{r}"));
+        format!(
+            r#"{{"op":"subscribed","id":1,"subject":"{subject}","epoch":"{EPOCH}","offset":{offset}{recovered}}}"#
+        )
+    }
+
+    fn msg(subject: &str, offset: u64) -> String {
+        format!(
+            r#"{{"op":"msg","subject":"{subject}","epoch":"{EPOCH}","offset":{offset},"data":{{"ts":1000,"n":{offset},"pad":"x"}}}}"#
+        )
+    }
+
+    #[test]
+    fn a_subscriber_joins_then_resumes_each_subject_with_since() {
+        let mut d = driver();
+        let mut c = Counters::default();
+        // Subscriber 10 holds subjects 20 and 21 mod 3: /p/s3 and /p/s1.
+        assert_eq!(
+            opening(&mut d, 7),
+            [r#"{"op":"subscribe","subjects":["/p/s3","/p/s1"],"id":1}"#]
+        );
+        assert_eq!(d.unsettled, 1);
+        assert!(!hear(&mut d, &mut c, &subscribed("/p/s3", 5, None)));
+        assert_eq!(d.unsettled, 1, "one answer still owed");
+        assert!(!hear(&mut d, &mut c, &subscribed("/p/s1", 0, None)));
+        assert_eq!(d.unsettled, 0, "ready to start");
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 6)));
+        assert!(hear(&mut d, &mut c, &msg("/p/s1", 1)));
+        // The connection is closed on purpose and a new one opens.
+        d.subs[0].key = None;
+        d.subs[0].reconnect_real = 1_000_000;
+        assert_eq!(
+            opening(&mut d, 8),
+            [
+                format!(
+                    r#"{{"op":"subscribe","subject":"/p/s3","since":{{"epoch":"{EPOCH}","offset":6}},"id":1}}"#
+                ),
+                format!(
+                    r#"{{"op":"subscribe","subject":"/p/s1","since":{{"epoch":"{EPOCH}","offset":1}},"id":1}}"#
+                ),
+            ]
+        );
+        assert!(!hear(&mut d, &mut c, &subscribed("/p/s3", 8, Some(true))));
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 7)), "replayed");
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 8)), "replayed");
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 9)), "live");
+        assert_eq!(c.reconnected, 0, "one subject still unanswered");
+        assert!(!hear(&mut d, &mut c, &subscribed("/p/s1", 1, Some(true))));
+        assert_eq!(
+            (c.recovered, c.unrecovered, c.replayed, c.reconnected),
+            (2, 0, 2, 1)
+        );
+        assert_eq!((c.duplicates, c.gaps, c.missed, c.broken), (0, 0, 0, 0));
+        assert_eq!(d.replay.len(), 2);
+        assert_eq!((d.replay.min(), d.replay.max()), (0, 2));
+        assert_eq!(d.resubscribe.len(), 2);
+        assert_eq!(d.resubscribe.max(), 1_000, "1 ms from connect to answer");
+        let reached = d.finish().reached.unwrap();
+        let ends: Vec<(u64, u64, u64)> = reached
+            .iter()
+            .map(|r| (r.subject, r.first_offset, r.last_offset))
+            .collect();
+        assert_eq!(ends, [(2, 5, 9), (0, 0, 1)], "subscriber 11 never joined");
+    }
+
+    #[test]
+    fn losses_duplicates_and_strays_are_counted() {
+        let mut d = driver();
+        let mut c = Counters::default();
+        opening(&mut d, 7);
+        hear(&mut d, &mut c, &subscribed("/p/s3", 0, None));
+        hear(&mut d, &mut c, &subscribed("/p/s1", 0, None));
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 1)));
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 1)));
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 4)));
+        assert!(hear(&mut d, &mut c, &msg("/p/s2", 1)), "not its subject");
+        assert_eq!((c.duplicates, c.gaps, c.missed, c.broken), (1, 1, 2, 1));
+        d.subs[0].key = None;
+        opening(&mut d, 8);
+        hear(&mut d, &mut c, &subscribed("/p/s3", 10, Some(false)));
+        hear(
+            &mut d,
+            &mut c,
+            &subscribed("/p/s1", 3, Some(false)).replace(EPOCH, "00000000000000cd"),
+        );
+        assert_eq!((c.unrecovered, c.missed, c.broken), (2, 2 + 6, 2));
+        assert_eq!(c.reconnected, 0, "not a timed reconnect");
+        let unasked = subscribed("/p/s2", 1, None);
+        for other in [
+            r#"{"op":"ok","id":1}"#,
+            r#"{"op":"pong","id":2}"#,
+            r#"{"op":"error","id":1,"code":"invalid_position","message":"x"}"#,
+            "not json",
+            unasked.as_str(),
+        ] {
+            assert!(!hear(&mut d, &mut c, other), "{other}");
+        }
+        assert_eq!(c.recovered + c.unrecovered, 2, "nothing else counted");
+    }
+
+    #[test]
+    fn a_connection_failing_in_set_up_owes_nothing_more() {
+        let mut d = driver();
+        opening(&mut d, 7);
+        assert_eq!(d.unsettled, 1);
+        d.on_closed(
+            7,
+            10,
+            Outcome::Failed(crate::counters::Failure::Timeout),
+            false,
+        );
+        assert_eq!((d.unsettled, d.subs[0].key), (0, None));
+        // An old connection's end, after it was replaced, changes nothing.
+        opening(&mut d, 9);
+        d.on_closed(7, 10, Outcome::Clean, true);
+        assert_eq!((d.unsettled, d.subs[0].key), (1, Some(9)));
+    }
+}
