@@ -126,14 +126,18 @@ fn sessions_registries_and_hub_agree_under_random_churn() {
         assert_eq!(reply["delivered"], want, "{subject}");
     }
     for (ws, held) in &mut conns {
-        let got: BTreeSet<String> = settle(ws, 0)
-            .into_iter()
-            .map(|msg| {
+        // Exactly one publication per held subject, and nothing after them.
+        // (A ping cannot fence deliveries: its pong may be written first.)
+        let got: BTreeSet<String> = (0..held.len())
+            .map(|_| {
+                let msg = recv(ws);
                 assert_eq!(msg["op"], "msg", "{msg}");
                 msg["subject"].as_str().unwrap().to_owned()
             })
             .collect();
         let want: BTreeSet<String> = held.iter().map(|s| (*s).to_owned()).collect();
         assert_eq!(got, want);
+        let extra = settle(ws, 0);
+        assert!(extra.is_empty(), "{extra:?}");
     }
 }

@@ -6,6 +6,8 @@ mod common;
 
 use std::io::Read;
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{recv, recv_close, set_timeout, subscribe, Node, Ws};
@@ -45,17 +47,30 @@ fn a_slow_consumer_is_cut_and_the_fast_one_gets_everything() {
     let mut fast = node.connect();
     subscribe(&mut fast, &["firehose"]);
 
+    let received = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&received);
     let reader = std::thread::spawn(move || {
         let mut seqs = Vec::new();
         while seqs.len() < 800 {
             seqs.push(recv(&mut fast)["offset"].as_u64().unwrap());
+            counted.fetch_add(1, Ordering::Release);
         }
         seqs
     });
     // 6.4 MB in 80 KB requests: far past what the stalled client's buffers
-    // and its 256 KiB queue hold, while each request fits a reader that keeps up.
+    // and its 256 KiB queue hold. The fast reader is never more than one
+    // request behind (the publisher waits for it), so only a reader that
+    // stops reading can pass the limit, however busy the machine is.
     let chunk = "x".repeat(8 * 1024);
-    for batch in 0..80 {
+    for batch in 0..80u64 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while received.load(Ordering::Acquire) + 10 < batch * 10 {
+            assert!(
+                Instant::now() < deadline,
+                "the fast reader stopped at batch {batch}"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let messages: Vec<_> = (0..10)
             .map(|i| json!({"subject": "firehose", "data": format!("{batch}-{i}-{chunk}")}))
             .collect();
