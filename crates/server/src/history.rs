@@ -78,6 +78,11 @@ struct Slot {
     publication: Arc<Publication>,
 }
 
+/// What keeping `publication` in history costs: the publication and its slot.
+pub fn kept_bytes(publication: &Publication) -> usize {
+    publication.held_bytes() + std::mem::size_of::<Slot>()
+}
+
 /// A subject's kept publications, oldest first.
 #[derive(Debug, Default)]
 pub struct SubjectHistory {
@@ -113,7 +118,7 @@ impl SubjectHistory {
         policy: &HistoryPolicy,
     ) -> Freed {
         debug_assert!(policy.is_on());
-        let bytes = publication.held_bytes() + std::mem::size_of::<Slot>();
+        let bytes = kept_bytes(&publication);
         self.bytes += bytes;
         self.items.push_back(Slot {
             order,
@@ -302,7 +307,7 @@ mod tests {
                         let offset = published.len() as u64 + 1;
                         published.push(now);
                         let p = publication(offset, now);
-                        bytes += p.held_bytes();
+                        bytes += kept_bytes(&p);
                         let freed = h.append(offset, p, &policy);
                         bytes -= freed.bytes;
                         floor = floor.max((offset + 1).saturating_sub(size as u64));

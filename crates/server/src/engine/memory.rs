@@ -416,7 +416,7 @@ impl Engine for MemoryEngine {
             if policy.is_on() {
                 let history = stream.history.get_or_insert_with(Box::default);
                 freed += history.expire(now, &policy);
-                added = publication.held_bytes();
+                added = crate::history::kept_bytes(&publication);
                 freed += history.append(order, Arc::clone(&publication), &policy);
             }
             let subscribers = stream.route.deliver(&inner.hub, &publication, wakeups);
@@ -634,6 +634,29 @@ mod tests {
     fn a_stream_stays_small() {
         // Paid per subject: see docs/architecture.md, memory per connection.
         assert!(std::mem::size_of::<Stream>() <= 48);
+    }
+
+    #[test]
+    fn the_byte_count_is_exactly_what_history_holds() {
+        let policy = HistoryPolicy {
+            size: 3,
+            ttl: Duration::ZERO,
+        };
+        let h = memory(1, Namespaces::new(policy, &[]), 5_000);
+        for n in 0..40 {
+            h.publish(&format!("s{}", n % 4), &"7".repeat(n * 10));
+        }
+        let stats = h.engine.stats().history;
+        let mut held = 0;
+        let mut messages = 0;
+        for s in ["s0", "s1", "s2", "s3"] {
+            for p in h.history(s, None, 100).publications {
+                held += crate::history::kept_bytes(&p);
+                messages += 1;
+            }
+        }
+        assert_eq!((stats.bytes as usize, stats.messages), (held, messages));
+        assert!(held <= 5_000 && stats.evictions > 0, "{stats:?}");
     }
 
     #[test]
