@@ -316,7 +316,7 @@ pub fn write_publication(out: &mut Vec<u8>, subject: &str, position: Position, d
     out.extend_from_slice(PUBLICATION_HEAD);
     out.extend_from_slice(subject.as_bytes());
     out.extend_from_slice(PUBLICATION_EPOCH);
-    write!(out, "{}", position.epoch).expect("writing to a Vec cannot fail");
+    position.epoch.write_hex(out);
     out.extend_from_slice(PUBLICATION_OFFSET);
     write!(out, "{}", position.offset).expect("writing to a Vec cannot fail");
     out.extend_from_slice(PUBLICATION_DATA);

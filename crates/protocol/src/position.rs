@@ -31,6 +31,20 @@ pub struct Epoch(pub u64);
 #[error("epoch must be {EPOCH_LEN} lowercase hex digits, got {0:?}")]
 pub struct EpochError(pub String);
 
+impl Epoch {
+    /// Appends the 16 hex digits, without going through `fmt` (this runs
+    /// once per publication, on the publish path).
+    pub fn write_hex(self, out: &mut Vec<u8>) {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut digits = [0u8; EPOCH_LEN];
+        for (i, digit) in digits.iter_mut().enumerate() {
+            let shift = 4 * (EPOCH_LEN - 1 - i);
+            *digit = DIGITS[((self.0 >> shift) & 0xf) as usize];
+        }
+        out.extend_from_slice(&digits);
+    }
+}
+
 impl fmt::Display for Epoch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:016x}", self.0)
@@ -115,6 +129,9 @@ mod tests {
         #[test]
         fn every_epoch_round_trips(e in any::<u64>()) {
             prop_assert_eq!(Epoch(e).to_string().parse::<Epoch>().unwrap(), Epoch(e));
+            let mut hex = Vec::new();
+            Epoch(e).write_hex(&mut hex);
+            prop_assert_eq!(hex, Epoch(e).to_string().into_bytes());
         }
     }
 }
