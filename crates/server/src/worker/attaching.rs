@@ -17,6 +17,9 @@ use smallvec::SmallVec;
 
 use crate::registry::ConnId;
 
+/// Capacity kept after a burst drains; beyond it the table is freed.
+const SHRINK_ABOVE: usize = 64;
+
 /// The connections attaching to one subject, each with its answer's token.
 type Waiting = SmallVec<[(ConnId, u64); 2]>;
 
@@ -59,6 +62,11 @@ impl Attaching {
         list.swap_remove(i);
         if list.is_empty() {
             self.waiting.remove(subject);
+            // A burst of subscribes grew the table; give the memory back
+            // once the burst is over (an idle worker holds no entries).
+            if self.waiting.is_empty() && self.waiting.capacity() > SHRINK_ABOVE {
+                self.waiting.shrink_to(0);
+            }
         }
         true
     }
@@ -92,5 +100,17 @@ mod tests {
         assert!(a.remove("s", 1, second));
         assert!(!a.contains("s"));
         assert!(a.interned("s").is_none());
+    }
+
+    #[test]
+    fn the_table_is_freed_after_a_burst() {
+        let mut a = Attaching::default();
+        let subjects: Vec<Arc<str>> = (0..1_000).map(|i| Arc::from(format!("s{i}"))).collect();
+        let tokens: Vec<u64> = subjects.iter().map(|s| a.insert(s, 7)).collect();
+        assert!(a.waiting.capacity() >= 1_000);
+        for (s, t) in subjects.iter().zip(tokens) {
+            assert!(a.remove(s, 7, t));
+        }
+        assert!(a.waiting.capacity() <= SHRINK_ABOVE);
     }
 }
