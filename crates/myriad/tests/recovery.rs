@@ -184,6 +184,11 @@ fn history_over_websocket_and_http() {
         (&page["offset"], &page["publications"]),
         (&json!(5), &json!([]))
     );
+    // Percent-encoded, as URL libraries send it; '&' and '/' are subject bytes.
+    node.publish("a/b&c=d", &json!(1));
+    let (status, body) = node.http("GET", "/api/history?subject=a%2Fb%26c%3Dd", &[], "");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(offsets(&serde_json::from_str(&body).unwrap()), [1]);
     assert_eq!(node.http("GET", "/api/history?limit=1", &[], "").0, 400);
     assert_eq!(
         node.http("GET", "/api/history?subject=h&epoch=x&offset=1", &[], "")
@@ -196,8 +201,8 @@ fn history_over_websocket_and_http() {
         400
     );
     let stats = node.stats();
-    assert_eq!(stats["history"]["subjects"], 1);
-    assert_eq!(stats["history"]["messages"], 5);
+    assert_eq!(stats["history"]["subjects"], 2);
+    assert_eq!(stats["history"]["messages"], 6);
 }
 
 #[test]

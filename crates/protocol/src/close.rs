@@ -215,7 +215,7 @@ mod tests {
     }
 
     #[test]
-    fn http_statuses_are_errors_and_only_before_a_stream() {
+    fn http_statuses_are_client_errors_and_refusals_say_do_not_retry() {
         for r in CloseReason::ALL {
             match r.http() {
                 HttpEnding::Status(status) => {

@@ -247,18 +247,13 @@ async fn history(req: Request<Incoming>, shared: &Shared) -> HttpReply {
     shared.hub.wake(wakeups);
     match answer.await {
         Ok(Ok(page)) => {
-            let budget = shared.config.max_http_body;
-            let mut used = 0;
-            let fitting = page.publications.iter().take_while(|p| {
-                used += p.envelope().len() + 1;
-                used <= budget
-            });
+            let page_of = page.page(shared.config.max_http_body);
             let body = encode_history(
                 None,
                 &page.subject,
                 page.position,
                 page.recovered,
-                fitting.map(|p| p.envelope()),
+                page_of.iter().map(|p| p.envelope()),
             );
             let mut reply = Response::new(Full::new(Bytes::from(body)));
             reply
@@ -280,11 +275,11 @@ fn history_query(query: &str, shared: &Shared) -> Result<HistoryQuery, (&'static
     let mut subject = None;
     let mut limit = usize::MAX;
     let (mut epoch, mut offset) = (None, None);
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+    // Percent-decoded: subjects may hold '/', '&', '+' or '='.
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
         let bad = |what: &str| ("invalid_query", format!("{key}: {what}"));
-        match key {
-            "subject" => subject = Some(value.to_owned()),
+        match key.as_ref() {
+            "subject" => subject = Some(value.into_owned()),
             "limit" => limit = value.parse().map_err(|_| bad("not a number"))?,
             "epoch" => epoch = Some(value.parse::<Epoch>().map_err(|e| bad(&e.to_string()))?),
             "offset" => offset = Some(value.parse::<u64>().map_err(|_| bad("not a number"))?),

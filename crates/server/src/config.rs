@@ -246,6 +246,15 @@ impl Config {
             self.heartbeat_interval == 0 || self.heartbeat_timeout >= 1,
             "heartbeat_timeout must be at least 1 when heartbeats are on",
         )?;
+        let ttl_ok = |ttl: Duration| ttl.is_zero() || ttl >= Duration::from_millis(1);
+        check(
+            ttl_ok(self.history_ttl.0)
+                && self
+                    .namespace
+                    .iter()
+                    .all(|ns| ns.history_ttl.is_none_or(|t| ttl_ok(t.0))),
+            "a history_ttl must be 0s or at least 1ms",
+        )?;
         check(
             self.namespace.len() < usize::from(u16::MAX),
             "at most 65,534 namespaces",

@@ -28,11 +28,6 @@ pub struct HistoryPolicy {
 }
 
 impl HistoryPolicy {
-    pub const OFF: HistoryPolicy = HistoryPolicy {
-        size: 0,
-        ttl: Duration::ZERO,
-    };
-
     pub fn is_on(&self) -> bool {
         self.size > 0
     }

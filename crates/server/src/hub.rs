@@ -324,7 +324,7 @@ mod tests {
     }
 
     #[test]
-    fn an_attach_answer_sits_between_the_publications_around_it() {
+    fn a_worker_takes_answers_and_publications_in_the_order_pushed() {
         let (hub, rx, _polls) = hub(1);
         let mut route = Route::default();
         join(&hub, &mut route, 0);

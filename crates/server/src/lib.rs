@@ -13,8 +13,8 @@
 //!   under one written contract and one conformance suite.
 //! - [`publication`]: the unit that flows, encoded once; [`history`]: one
 //!   subject's kept publications and the recovery rules.
-//! - [`hub`]: subject → workers on this node, sharded; hands each
-//!   publication to every interested worker's mailbox.
+//! - [`hub`]: the workers' mailboxes, and the `Route` an engine keeps per
+//!   subject to hand each publication to every interested worker.
 //! - [`admin`]: the HTTP publish API, `/stats`, `/metrics`, `/healthz`.
 //! - [`metrics`] and [`process`]: what the node counts and how big it is.
 //!

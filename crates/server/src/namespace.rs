@@ -2,8 +2,10 @@
 //!
 //! The config file lists namespaces as `[[namespace]]` tables with a
 //! `prefix`; a subject takes the settings of the longest prefix it starts
-//! with, and the node-wide defaults otherwise. Resolved once when a
-//! subject's stream is created, never per publish.
+//! with, and the node-wide defaults otherwise. Resolved when a subject's
+//! stream is created (a scan of the prefixes); a subject that keeps no
+//! history and has no subscriber has no stream, so each publish to it
+//! resolves it again.
 
 use std::time::Duration;
 

@@ -31,4 +31,18 @@ impl Session {
     pub fn holds(&self, subject: &str) -> bool {
         self.subscriptions.iter().any(|s| &**s == subject)
     }
+
+    /// Drops `subject`; returns the name it held, if it held it.
+    pub fn remove(&mut self, subject: &str) -> Option<Arc<str>> {
+        let i = self.subscriptions.iter().position(|s| &**s == subject)?;
+        Some(self.subscriptions.swap_remove(i))
+    }
+
+    /// Replaces the held name equal to `name` with `name` itself, so that
+    /// one allocation of a subject serves every holder.
+    pub fn adopt_name(&mut self, name: &Arc<str>) {
+        if let Some(held) = self.subscriptions.iter_mut().find(|s| ***s == **name) {
+            *held = Arc::clone(name);
+        }
+    }
 }

@@ -22,6 +22,10 @@ use crate::hub::{Event, Hub, Wakeups};
 use crate::namespace::{Namespace, Namespaces};
 use crate::registry::ConnId;
 
+/// Events waiting for one worker past which the harness's hub counts as
+/// congested.
+const CONGESTED_PAST: usize = 64;
+
 /// Builds the engine under test for a harness of `workers` workers.
 pub type Make = fn(usize, Namespaces, usize) -> Harness;
 
@@ -40,7 +44,7 @@ impl Harness {
             .iter()
             .map(|p| mio::Waker::new(p.registry(), mio::Token(0)).unwrap())
             .collect();
-        let (hub, mailboxes) = Hub::new(wakers, 1 << 30);
+        let (hub, mailboxes) = Hub::new(wakers, CONGESTED_PAST);
         Harness {
             engine: Arc::from(make(Arc::clone(&hub))),
             hub,
@@ -109,6 +113,19 @@ impl Sim {
         subject: &str,
         since: Option<Position>,
     ) {
+        self.attach_limited(h, worker, conn, subject, since, usize::MAX);
+    }
+
+    /// An attach whose replay may not pass `max_replay_bytes`.
+    fn attach_limited(
+        &mut self,
+        h: &Harness,
+        worker: usize,
+        conn: ConnId,
+        subject: &str,
+        since: Option<Position>,
+        max_replay_bytes: usize,
+    ) {
         let subject: Arc<str> = Arc::from(subject);
         let token = self.next_token;
         self.next_token += 1;
@@ -121,7 +138,7 @@ impl Sim {
             Attach {
                 subject,
                 since,
-                max_replay_bytes: usize::MAX,
+                max_replay_bytes,
                 to: ConnRequest {
                     worker,
                     conn,
@@ -272,19 +289,30 @@ fn positions_and_order(make: Make) {
 
 fn attach_is_an_exact_switch_under_concurrent_publishing(make: Make) {
     let h = make(2, namespaces(), usize::MAX);
+    // The publisher starts with the first attach and runs until the
+    // attaching stops (or 50,000 publishes, within history), so the two
+    // overlap by construction.
+    let (go, started) = std::sync::mpsc::channel::<()>();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let publisher = {
         let engine = Arc::clone(&h.engine);
         let hub = Arc::clone(&h.hub);
+        let stop = Arc::clone(&stop);
         std::thread::spawn(move || {
-            let mut wakeups = Wakeups::default();
-            for _ in 0..20_000 {
+            started.recv().unwrap();
+            let mut published = 0u64;
+            while published < 50_000 && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut wakeups = Wakeups::default();
                 let (tx, _rx) = oneshot::channel();
                 engine.publish("race", "0", Reply::Task(tx), &mut wakeups);
+                hub.wake(wakeups);
+                published += 1;
             }
-            hub.wake(wakeups);
+            published
         })
     };
     let mut sim = Sim::new();
+    let mut while_publishing = 0;
     // Connection c, over and over: attach recovering from where its last
     // life ended, take a little, detach; each life must continue exactly.
     let mut last: Option<Position> = None;
@@ -294,6 +322,11 @@ fn attach_is_an_exact_switch_under_concurrent_publishing(make: Make) {
         let conn = 10 + round % 3;
         let worker = (round % 2) as usize;
         sim.attach(&h, worker, conn, "race", last);
+        if round == 0 {
+            go.send(()).unwrap();
+        } else if !publisher.is_finished() {
+            while_publishing += 1;
+        }
         sim.drain(&h);
         let seen = sim.seen(conn, "race");
         let Some((at, recovered)) = seen.attached_at else {
@@ -314,19 +347,21 @@ fn attach_is_an_exact_switch_under_concurrent_publishing(make: Make) {
             last = Some(at);
         }
         lives += 1;
-        if publisher.is_finished() && round > 20 {
-            break;
-        }
     }
-    publisher.join().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let published = publisher.join().unwrap();
     assert!(lives > 1);
+    assert!(
+        while_publishing > 0,
+        "some attach met the publisher at work"
+    );
     // One last life after the publisher is done catches up to the end.
     sim.attach(&h, 0, 99, "race", last);
     sim.drain(&h);
     let seen = sim.seen(99, "race");
     assert_eq!(seen.attached_at.unwrap().1, Some(true));
     received.extend(&seen.offsets);
-    assert_eq!(received.last(), Some(&20_000));
+    assert_eq!(received.last(), Some(&published));
     let first = received.first().copied().unwrap_or(1);
     let want: Vec<u64> = (first..first + received.len() as u64).collect();
     assert_eq!(
@@ -497,16 +532,16 @@ fn history_limits(make: Make) {
 fn the_memory_budget_evicts_the_oldest_first(make: Make) {
     // Room for about ten of these publications.
     let data = format!("\"{}\"", "x".repeat(500));
+    // Measured on a subject of the same length as those below.
     let one = {
         let probe = make(1, namespaces(), usize::MAX);
-        probe.publish("probe", &data);
+        probe.publish("b0", &data);
         probe.engine.stats().history.bytes as usize
     };
     let h = make(1, namespaces(), one * 10);
-    for round in 0..6 {
+    for _round in 0..6 {
         for subject in ["b1", "b2", "b3", "b4"] {
             h.publish(subject, &data);
-            let _ = round;
         }
     }
     let stats = h.engine.stats().history;

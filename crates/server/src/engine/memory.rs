@@ -37,7 +37,7 @@ use crate::hub::{Event, Hub, Route, Wakeups};
 use crate::namespace::{NamespaceId, Namespaces};
 use crate::publication::Publication;
 
-/// Stream shards; as many as the hub has, for the same reason.
+/// Stream shards: a power of two well above the core count.
 const SHARDS: usize = crate::hub::SHARDS;
 
 /// How often idle subjects are checked for expired history.
@@ -59,7 +59,8 @@ struct Stream {
     history: Option<Box<SubjectHistory>>,
     /// The workers holding its subscribers.
     route: Route,
-    /// Last publish or last subscriber leaving, seconds on the engine's clock.
+    /// Last publish, last subscriber leaving, or history running empty:
+    /// seconds on the engine's clock.
     last_active_s: u32,
     namespace: NamespaceId,
 }
@@ -67,6 +68,16 @@ struct Stream {
 impl Stream {
     fn position(&self) -> Position {
         Position::new(self.epoch, self.offset)
+    }
+
+    /// What a recovery from `since` finds now.
+    fn recover(&self, since: Position) -> Recovery {
+        let position = self.position();
+        match self.history.as_deref() {
+            Some(history) => history.recover(since, position),
+            None if since == position => Recovery::Complete(Vec::new()),
+            None => Recovery::Incomplete,
+        }
     }
 
     fn oldest_order(&self) -> Option<u64> {
@@ -257,6 +268,7 @@ impl Inner {
         index: usize,
         shard: &mut Shard,
         subject: &Arc<str>,
+        now_ms: u64,
         change: impl FnOnce(&mut Stream) -> (R, Freed, usize),
     ) -> R {
         let stream = shard
@@ -266,6 +278,11 @@ impl Inner {
         let before = stream.oldest_order();
         let (result, freed, added) = change(stream);
         let after = stream.oldest_order();
+        if before.is_some() && after.is_none() {
+            // Retention of an idle position counts from when it last held
+            // anything (see `Stream::forgettable`).
+            stream.last_active_s = seconds(now_ms);
+        }
         if before != after {
             if let Some(order) = before {
                 shard.oldest.remove(&(order, Arc::clone(subject)));
@@ -291,7 +308,7 @@ impl Inner {
     /// Drops expired publications of `subject` (held by the caller).
     fn expire(&self, index: usize, shard: &mut Shard, subject: &Arc<str>, now_ms: u64) {
         let namespaces = &self.namespaces;
-        self.with_history(index, shard, subject, |stream| {
+        self.with_history(index, shard, subject, now_ms, |stream| {
             let policy = namespaces.policy(stream.namespace);
             let freed = match stream.history.as_mut() {
                 Some(history) => history.expire(now_ms, &policy),
@@ -334,7 +351,8 @@ impl Inner {
             let Some((_, subject)) = shard.oldest.first().cloned() else {
                 continue;
             };
-            self.with_history(index, shard, &subject, |stream| {
+            let now = self.now_ms();
+            self.with_history(index, shard, &subject, now, |stream| {
                 let freed = stream
                     .history
                     .as_mut()
@@ -342,7 +360,7 @@ impl Inner {
                 ((), freed, 0)
             });
             self.evictions.fetch_add(1, Ordering::Relaxed);
-            self.forget_if_idle(shard, &subject, self.now_ms());
+            self.forget_if_idle(shard, &subject, now);
         }
     }
 
@@ -401,7 +419,7 @@ impl Engine for MemoryEngine {
             }
         };
         let order = inner.order.fetch_add(1, Ordering::Relaxed);
-        let (publication, subscribers) = inner.with_history(index, shard, &name, |stream| {
+        let (publication, subscribers) = inner.with_history(index, shard, &name, now, |stream| {
             stream.offset += 1;
             stream.last_active_s = seconds(now);
             let publication = Arc::new(Publication::new(
@@ -474,22 +492,15 @@ impl Engine for MemoryEngine {
         let position = stream.position();
         let (recovered, replay) = match attach.since {
             None => (None, Vec::new()),
-            Some(since) => {
-                let recovery = match stream.history.as_deref() {
-                    Some(history) => history.recover(since, position),
-                    None if since == position => Recovery::Complete(Vec::new()),
-                    None => Recovery::Incomplete,
-                };
-                match recovery {
-                    Recovery::Complete(replay)
-                        if replay.iter().map(|p| p.held_bytes()).sum::<usize>()
-                            <= attach.max_replay_bytes =>
-                    {
-                        (Some(true), replay)
-                    }
-                    _ => (Some(false), Vec::new()),
+            Some(since) => match stream.recover(since) {
+                Recovery::Complete(replay)
+                    if replay.iter().map(|p| p.held_bytes()).sum::<usize>()
+                        <= attach.max_replay_bytes =>
+                {
+                    (Some(true), replay)
                 }
-            }
+                _ => (Some(false), Vec::new()),
+            },
         };
         let attached = Attached {
             subject: Arc::clone(&name),
@@ -564,30 +575,23 @@ impl Engine for MemoryEngine {
                 recovered: None,
                 publications: history.map_or_else(Vec::new, |h| h.last(query.limit)),
             },
-            Some(since) => {
-                let recovery = match history {
-                    Some(history) => history.recover(since, position),
-                    None if since == position => Recovery::Complete(Vec::new()),
-                    None => Recovery::Incomplete,
-                };
-                match recovery {
-                    Recovery::Complete(mut list) => {
-                        list.truncate(query.limit);
-                        HistoryPage {
-                            subject: Arc::clone(&name),
-                            position,
-                            recovered: Some(true),
-                            publications: list,
-                        }
-                    }
-                    Recovery::Incomplete => HistoryPage {
+            Some(since) => match stream.recover(since) {
+                Recovery::Complete(mut list) => {
+                    list.truncate(query.limit);
+                    HistoryPage {
                         subject: Arc::clone(&name),
                         position,
-                        recovered: Some(false),
-                        publications: Vec::new(),
-                    },
+                        recovered: Some(true),
+                        publications: list,
+                    }
                 }
-            }
+                Recovery::Incomplete => HistoryPage {
+                    subject: Arc::clone(&name),
+                    position,
+                    recovered: Some(false),
+                    publications: Vec::new(),
+                },
+            },
         };
         inner.forget_if_idle(shard, &name, now);
         drop(guard);

@@ -104,6 +104,24 @@ pub struct HistoryPage {
     pub publications: Vec<Arc<Publication>>,
 }
 
+impl HistoryPage {
+    /// The oldest publications whose envelopes fit `budget` bytes, and at
+    /// least the first, so that one large publication cannot hide the rest
+    /// from a reader paging on with `since`.
+    pub fn page(&self, budget: usize) -> &[Arc<Publication>] {
+        let mut used = 0;
+        let fit = self
+            .publications
+            .iter()
+            .take_while(|p| {
+                used += p.envelope().len() + 1;
+                used <= budget
+            })
+            .count();
+        &self.publications[..fit.max(self.publications.len().min(1))]
+    }
+}
+
 /// A request made on behalf of one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnRequest {

@@ -43,10 +43,11 @@ impl Worker {
             Command::Subscribe {
                 subjects, since, ..
             } => {
-                let held = &self.conns[id as usize].session.subscriptions;
+                let session = &self.conns[id as usize].session;
+                let held = &session.subscriptions;
                 let mut new: Vec<&Cow<'_, str>> = Vec::new();
                 for s in &subjects {
-                    if !held.iter().any(|h| **h == **s) && !new.contains(&s) {
+                    if !session.holds(s) && !new.contains(&s) {
                         new.push(s);
                     }
                 }
@@ -170,17 +171,32 @@ impl Worker {
         };
         let change = self.registry.subscribe(&attached.subject, id);
         debug_assert_ne!(change, Change::Unchanged, "live twice");
-        if let Some(request) = attached.to.request {
+        let conn = &mut self.conns[id as usize];
+        // Hold the engine's copy of the name, so that session, registry and
+        // stream share one allocation however the subject was first met.
+        conn.session.adopt_name(&attached.subject);
+        // The engine bounded the replay alone; what the connection already
+        // has queued counts too. A replay that would not fit goes unsent and
+        // the client is told to resync, rather than cut as a slow consumer.
+        let queued = conn.outbound.as_ref().map_or(0, |out| out.pending_bytes());
+        let replay_bytes: usize = attachment.replay.iter().map(|p| p.ws_frame().len()).sum();
+        let room = (self.shared.config.max_outbound_bytes / 2).saturating_sub(queued);
+        let (recovered, replay) = match attachment.recovered {
+            Some(true) if replay_bytes > room => (Some(false), &[][..]),
+            recovered => (recovered, &attachment.replay[..]),
+        };
+        // A recovery is always answered: the client must learn its outcome.
+        if attached.to.request.is_some() || recovered.is_some() {
             let reply = encode_subscribed(
-                Some(request),
+                attached.to.request,
                 &attached.subject,
                 attachment.position,
-                attachment.recovered,
+                recovered,
             );
             self.send_reply(id, reply.as_bytes());
         }
         let transport = self.conns[id as usize].transport.get();
-        for publication in &attachment.replay {
+        for publication in replay {
             self.send_message(id, transport.publication(publication));
         }
     }
@@ -194,9 +210,7 @@ impl Worker {
         request: Option<u64>,
         error: &EngineError,
     ) {
-        let held = &mut self.conns[id as usize].session.subscriptions;
-        if let Some(i) = held.iter().position(|h| &**h == subject) {
-            held.swap_remove(i);
+        if self.conns[id as usize].session.remove(subject).is_some() {
             self.metrics.subscriptions.dec();
         }
         self.detach(subject);
@@ -237,29 +251,27 @@ impl Worker {
     }
 
     /// A history reply, cut to the oldest publications that fit half the
-    /// outbound limit so that it never makes its reader a slow consumer; the
-    /// client pages on with `since` set to the last one it got.
+    /// outbound limit less what is already queued, so that it does not make
+    /// its reader a slow consumer; the client pages on with `since` set to
+    /// the last one it got.
     fn send_history(&mut self, to: ConnRequest, page: HistoryPage) {
-        let budget = self.shared.config.max_outbound_bytes / 2;
-        let mut used = 0;
-        let fitting = page.publications.iter().take_while(|p| {
-            used += p.envelope().len() + 1;
-            used <= budget
-        });
+        let queued = self.conns[to.conn as usize]
+            .outbound
+            .as_ref()
+            .map_or(0, |out| out.pending_bytes());
+        let budget = (self.shared.config.max_outbound_bytes / 2).saturating_sub(queued);
         let body = encode_history(
             to.request,
             &page.subject,
             page.position,
             page.recovered,
-            fitting.map(|p| p.envelope()),
+            page.page(budget).iter().map(|p| p.envelope()),
         );
         self.send_reply(to.conn, &body);
     }
 
     fn remove_subscription(&mut self, id: ConnId, subject: &str) {
-        let held = &mut self.conns[id as usize].session.subscriptions;
-        if let Some(i) = held.iter().position(|h| &**h == subject) {
-            let name = held.swap_remove(i);
+        if let Some(name) = self.conns[id as usize].session.remove(subject) {
             self.forget(id, &name);
         }
     }

@@ -372,7 +372,9 @@ impl Worker {
             let publication = match event {
                 Event::Publication(publication) => publication,
                 Event::Attached(attached) => {
+                    // A replay may have filled a queue: write before more.
                     self.on_attached(*attached);
+                    self.relieve_over_limit();
                     continue;
                 }
                 Event::Answer(answer) => {
