@@ -5,12 +5,14 @@
 //! exponential back-off (to the next URL, when several are given) and
 //! resubscribes each subject with `since` set to that position, so the
 //! node replays what was missed; it says on stderr whether each recovery
-//! was complete. A close code in the 45xx range ("do not reconnect
-//! unchanged") ends it instead.
+//! was complete. A close whose reason says "do not reconnect unchanged"
+//! (the registry in `myriad_protocol::close`, or any code in the 45xx
+//! range) ends it instead.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
+use myriad_protocol::close::{CloseReason, Reconnect};
 use myriad_protocol::message::{
     encode_subscribe, encode_subscribe_since, parse_server_message, ServerMessage,
 };
@@ -22,6 +24,12 @@ use crate::client::{Client, ClientError};
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 /// Longest pause between attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Whether a close with `code` says not to reconnect unchanged.
+fn gives_up(code: u16) -> bool {
+    let advice = CloseReason::from_ws_code(code).map(CloseReason::reconnect);
+    code >= 4500 || advice == Some(Reconnect::NotUnchanged)
+}
 
 pub struct Subscriber {
     urls: Vec<String>,
@@ -68,7 +76,7 @@ impl Subscriber {
             };
             match ended {
                 Ended::Done => return Ok(()),
-                Ended::Lost(ClientError::Closed { code, reason }) if code >= 4500 => {
+                Ended::Lost(ClientError::Closed { code, reason }) if gives_up(code) => {
                     return Err(ClientError::Closed { code, reason });
                 }
                 Ended::Lost(e) if self.positions.is_empty() && attempt >= self.urls.len() * 3 => {
@@ -157,5 +165,23 @@ impl Subscriber {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gives_up;
+
+    #[test]
+    fn closes_that_say_do_not_retry_end_it() {
+        assert!(
+            gives_up(1002),
+            "protocol error: the same frames would fail again"
+        );
+        assert!(gives_up(1009));
+        assert!(gives_up(4500));
+        assert!(!gives_up(1001), "going away: another node or a restart");
+        assert!(!gives_up(4001), "slow consumer: back off and resume");
+        assert!(!gives_up(4002));
     }
 }

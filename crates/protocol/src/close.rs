@@ -118,6 +118,14 @@ impl CloseReason {
         }
     }
 
+    /// The reason a received WebSocket close code stands for, when it is one
+    /// of ours (1006 is never sent, so it names none).
+    pub fn from_ws_code(code: u16) -> Option<CloseReason> {
+        (code != 1006)
+            .then(|| CloseReason::ALL.into_iter().find(|r| r.ws_code() == code))
+            .flatten()
+    }
+
     /// What an HTTP transport (Server-Sent Events, streaming, long-poll)
     /// does for this reason.
     pub const fn http(self) -> HttpEnding {
@@ -195,6 +203,19 @@ mod tests {
         for r in CloseReason::ALL {
             assert!(r.text().len() + 2 <= 125, "{r:?}");
         }
+    }
+
+    #[test]
+    fn a_sent_code_names_its_reason() {
+        for r in CloseReason::ALL {
+            let back = CloseReason::from_ws_code(r.ws_code());
+            if r.ws_code() == 1006 {
+                assert_eq!(back, None);
+            } else {
+                assert_eq!(back, Some(r));
+            }
+        }
+        assert_eq!(CloseReason::from_ws_code(4999), None);
     }
 
     #[test]
