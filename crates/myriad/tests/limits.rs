@@ -34,6 +34,18 @@ fn stalled_subscriber(node: &Node, subject: &str) -> Ws {
 
 #[test]
 fn a_slow_consumer_is_cut_and_the_fast_one_gets_everything() {
+    a_stalled_reader_is_cut_while_a_fast_one_keeps_up("262144");
+}
+
+#[test]
+fn a_stalled_reader_cannot_hold_a_worker_past_its_queue_high_water() {
+    // The stalled reader alone holds more frames than the worker's high
+    // water: once the fast reader has drained, the worker reads on and the
+    // stalled one is cut as before.
+    a_stalled_reader_is_cut_while_a_fast_one_keeps_up("16");
+}
+
+fn a_stalled_reader_is_cut_while_a_fast_one_keeps_up(worker_queue_high_water: &str) {
     // A long close timeout: the stalled client reads its close frame only at the end.
     let node = Node::start(&[
         "--workers",
@@ -42,6 +54,8 @@ fn a_slow_consumer_is_cut_and_the_fast_one_gets_everything() {
         "262144",
         "--close-timeout",
         "120",
+        "--worker-queue-high-water",
+        worker_queue_high_water,
     ]);
     let mut slow = stalled_subscriber(&node, "firehose");
     let mut fast = node.connect();
@@ -193,4 +207,65 @@ fn publishers_outrunning_the_workers_are_paused_and_nothing_is_lost() {
     publisher.flush().unwrap();
     let seqs = reader.join().unwrap();
     assert_eq!(seqs, (1..=MESSAGES).collect::<Vec<u64>>());
+}
+
+/// Readers that keep up, slowly, with a publisher that offers far more.
+fn slow_steady_readers_against_a_fast_publisher(
+    worker_queue_high_water: &str,
+) -> (Vec<Vec<u64>>, u64) {
+    const MESSAGES: u64 = 600;
+    let node = Node::start(&[
+        "--workers",
+        "1",
+        "--max-outbound-bytes",
+        "131072",
+        "--mailbox-high-water",
+        "8",
+        "--worker-queue-high-water",
+        worker_queue_high_water,
+    ]);
+    let readers: Vec<_> = (0..8)
+        .map(|_| {
+            let mut ws = node.connect();
+            subscribe(&mut ws, &["steady"]);
+            std::thread::spawn(move || {
+                let mut offsets = Vec::new();
+                while (offsets.len() as u64) < MESSAGES {
+                    match ws.read() {
+                        Ok(Message::Text(text)) => {
+                            let msg: serde_json::Value =
+                                serde_json::from_str(text.as_str()).unwrap();
+                            offsets.push(msg["offset"].as_u64().unwrap());
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                        Ok(_) => {}
+                        Err(_) => break, // cut: what it got is the answer
+                    }
+                }
+                offsets
+            })
+        })
+        .collect();
+    // 1.2 MB per reader: far past its socket buffers and its 128 KiB queue.
+    let chunk = "y".repeat(2 * 1024);
+    for batch in 0..(MESSAGES / 20) {
+        let messages: Vec<_> = (0..20)
+            .map(|i| json!({"subject": "steady", "data": format!("{batch}-{i}-{chunk}")}))
+            .collect();
+        let body = json!({ "messages": messages }).to_string();
+        let (status, reply) = node.http("POST", "/api/publish", &[], &body);
+        assert_eq!(status, 200, "{reply}");
+    }
+    let got: Vec<Vec<u64>> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+    let cut = node.stats()["slow_consumer_disconnects"].as_u64().unwrap();
+    (got, cut)
+}
+
+#[test]
+fn readers_that_keep_up_slowly_pause_the_publisher_instead_of_being_cut() {
+    let (got, cut) = slow_steady_readers_against_a_fast_publisher("64");
+    assert_eq!(cut, 0, "nobody cut");
+    for offsets in got {
+        assert_eq!(offsets, (1..=600).collect::<Vec<u64>>());
+    }
 }

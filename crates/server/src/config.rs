@@ -79,6 +79,17 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_MAILBOX_HIGH_WATER", default_value_t = 65_536)]
     pub mailbox_high_water: usize,
 
+    /// Frames queued on one worker's connections beyond which it stops
+    /// taking publications from its mailbox while its sockets are still
+    /// draining, so that publishers wait (at mailbox_high_water) instead of
+    /// readers that are slow but keeping up being cut as slow consumers.
+    #[arg(
+        long,
+        env = "MYRIAD_WORKER_QUEUE_HIGH_WATER",
+        default_value_t = 262_144
+    )]
+    pub worker_queue_high_water: usize,
+
     /// Listen backlog per worker listener (the kernel caps it at net.core.somaxconn).
     #[arg(long, env = "MYRIAD_BACKLOG", default_value_t = 4_096)]
     pub backlog: u32,
@@ -229,6 +240,10 @@ impl Config {
         check(
             self.mailbox_high_water >= 1,
             "mailbox_high_water must be at least 1",
+        )?;
+        check(
+            self.worker_queue_high_water >= 1,
+            "worker_queue_high_water must be at least 1",
         )?;
         check(
             self.max_subject_len >= 1,

@@ -65,6 +65,11 @@ impl Outbound {
         self.frames.is_empty()
     }
 
+    /// Frames queued (each a shared handle).
+    pub fn len(&self) -> usize {
+        self.frames.len()
+    }
+
     /// Drops every frame not yet started (a connection being cut as a slow
     /// consumer). A frame already partly written stays: cutting it would
     /// corrupt the framing of whatever is sent next, such as the close frame.

@@ -64,6 +64,9 @@ const MAILBOX_BATCH: usize = 1024;
 /// `outbound.rs`) and leave the backlog in the mailbox, where it costs one
 /// entry per publish and pauses publishers past `mailbox_high_water`.
 const QUEUE_BUDGET: u64 = 256 * 1024;
+/// How long a worker over `worker_queue_high_water` waits for its queues to
+/// drain before it takes from its mailbox anyway.
+const INTAKE_STALL: Duration = Duration::from_millis(100);
 /// Pause after `accept` fails for lack of resources (EMFILE and friends).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Events taken from one `epoll_wait`.
@@ -143,6 +146,17 @@ pub struct Worker {
     /// Workers this turn's publishes handed deliveries to, woken once the
     /// turn's reading is done.
     wakeups: Wakeups,
+    /// Frames queued on this worker's connections, across all of them.
+    queued_frames: usize,
+    /// A socket took bytes since `last_drained` was last brought up to date.
+    drained: bool,
+    /// When a socket last took bytes. While the queues drain, a worker over
+    /// `worker_queue_high_water` leaves its mailbox alone; once nothing has
+    /// drained for [`INTAKE_STALL`], it reads on (and cuts the readers that
+    /// stalled), so stalled readers cannot hold up a worker.
+    last_drained: Instant,
+    /// The mailbox is being left alone this turn.
+    intake_paused: bool,
     accept_more: bool,
     accept_paused_until: Option<Instant>,
     last_sweep: u32,
@@ -183,6 +197,10 @@ impl Worker {
             deferred_reads: Vec::new(),
             slow: Vec::new(),
             wakeups: Wakeups::default(),
+            queued_frames: 0,
+            drained: false,
+            last_drained: Instant::now(),
+            intake_paused: false,
             accept_more: false,
             accept_paused_until: None,
             last_sweep: 1,
@@ -197,7 +215,11 @@ impl Worker {
             let timeout = self.poll_timeout();
             let mailbox = self.shared.hub.mailbox(self.index);
             let may_block = timeout != Some(Duration::ZERO);
-            let timeout = if may_block && !mailbox.prepare_to_sleep(&self.mailbox) {
+            let timeout = if self.intake_paused {
+                // Waiting in the mailbox is the point: sleep for sockets, and
+                // look again once the queues could have stalled.
+                timeout.map_or(Some(INTAKE_STALL), |t| Some(t.min(INTAKE_STALL)))
+            } else if may_block && !mailbox.prepare_to_sleep(&self.mailbox) {
                 Some(Duration::ZERO)
             } else {
                 timeout
@@ -343,6 +365,7 @@ impl Worker {
     fn send(&mut self, id: ConnId, frame: Bytes) {
         let conn = &mut self.conns[id as usize];
         let pending = conn.queue(frame);
+        self.queued_frames += 1;
         if conn.set_flag(flags::DIRTY) {
             self.dirty.push(id);
         }
@@ -364,6 +387,11 @@ impl Worker {
         let mut taken = 0;
         let mut queued = 0u64;
         let limit = self.shared.config.max_outbound_bytes;
+        // Publications wait in the mailbox (pausing publishers past
+        // mailbox_high_water) while queues this deep are still draining.
+        if self.pause_intake() {
+            return;
+        }
         while taken < MAILBOX_BATCH && queued < QUEUE_BUDGET {
             let Ok(event) = self.mailbox.try_recv() else {
                 break;
@@ -394,6 +422,7 @@ impl Worker {
                     forms[kind.index()].get_or_insert_with(|| kind.get().publication(&publication));
                 let pending = conn.queue(form.clone());
                 queued += 1;
+                self.queued_frames += 1;
                 if conn.set_flag(flags::DIRTY) {
                     self.dirty.push(id);
                 }
@@ -409,6 +438,18 @@ impl Worker {
             self.shared.hub.mailbox(self.index).taken(taken);
             self.metrics.messages_out.inc_by(queued);
         }
+    }
+
+    /// Whether to leave the mailbox alone this turn: the queues are past the
+    /// high water and a socket took bytes within [`INTAKE_STALL`].
+    fn pause_intake(&mut self) -> bool {
+        let now = Instant::now();
+        if std::mem::take(&mut self.drained) {
+            self.last_drained = now;
+        }
+        self.intake_paused = self.queued_frames > self.shared.config.worker_queue_high_water
+            && now.duration_since(self.last_drained) < INTAKE_STALL;
+        self.intake_paused
     }
 
     /// Flushes connections found over their outbound limit and cuts those
@@ -456,13 +497,17 @@ impl Worker {
         let Some(out) = conn.outbound.as_mut() else {
             return;
         };
-        let report = match out.flush_to(&mut conn.socket) {
+        let before = out.len();
+        let result = out.flush_to(&mut conn.socket);
+        self.queued_frames -= before - out.len();
+        let report = match result {
             Ok(report) => report,
             Err(e) => {
                 self.on_io_error(id, &e);
                 return;
             }
         };
+        self.drained |= report.bytes > 0;
         self.metrics.bytes_out.inc_by(report.bytes as u64);
         self.metrics.writes.inc_by(report.calls as u64);
         if report.flushed == Flushed::Blocked {
@@ -513,7 +558,9 @@ impl Worker {
             return;
         }
         if let Some(out) = conn.outbound.as_mut() {
+            let before = out.len();
             out.discard_unstarted();
+            self.queued_frames -= before - out.len();
         }
         debug!(worker = self.index, conn = id, "closing slow consumer");
         self.close(id, CloseReason::SlowConsumer);
@@ -541,6 +588,7 @@ impl Worker {
         // No epoll_ctl(DEL): the descriptor is never duplicated, so closing it
         // (dropping the Conn) removes it from epoll, one syscall cheaper.
         let conn = self.conns.remove(id as usize);
+        self.queued_frames -= conn.outbound.as_ref().map_or(0, |out| out.len());
         self.shared.connections.fetch_sub(1, Ordering::Relaxed);
         self.metrics.connections.dec();
         if conn.close_reason.is_none() {
@@ -562,6 +610,14 @@ impl Worker {
     /// The once-a-second pass over every connection: handshake, heartbeat,
     /// idle and close timeouts.
     fn sweep(&mut self, now: u32) {
+        debug_assert_eq!(
+            self.queued_frames,
+            self.conns
+                .iter()
+                .map(|(_, c)| c.outbound.as_ref().map_or(0, |out| out.len()))
+                .sum::<usize>(),
+            "queued frames drifted from the queues"
+        );
         let config = &self.shared.config;
         let (handshake, idle) = (config.handshake_timeout, config.idle_timeout);
         let (interval, answer) = (config.heartbeat_interval, config.heartbeat_timeout);
