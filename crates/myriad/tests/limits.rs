@@ -218,7 +218,7 @@ fn slow_steady_readers_against_a_fast_publisher(
         "--workers",
         "1",
         "--max-outbound-bytes",
-        "131072",
+        "262144",
         "--mailbox-high-water",
         "8",
         "--worker-queue-high-water",
@@ -246,7 +246,7 @@ fn slow_steady_readers_against_a_fast_publisher(
             })
         })
         .collect();
-    // 1.2 MB per reader: far past its socket buffers and its 128 KiB queue.
+    // 1.2 MB per reader: far past its socket buffers and its 256 KiB queue.
     let chunk = "y".repeat(2 * 1024);
     for batch in 0..(MESSAGES / 20) {
         let messages: Vec<_> = (0..20)
