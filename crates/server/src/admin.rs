@@ -255,11 +255,7 @@ async fn history(req: Request<Incoming>, shared: &Shared) -> HttpReply {
                 page.recovered,
                 page_of.iter().map(|p| p.envelope()),
             );
-            let mut reply = Response::new(Full::new(Bytes::from(body)));
-            reply
-                .headers_mut()
-                .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            reply
+            json_bytes_reply(StatusCode::OK, Bytes::from(body))
         }
         Ok(Err(e)) => error_reply(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -428,7 +424,12 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
 }
 
 fn json_reply(status: StatusCode, body: &serde_json::Value) -> HttpReply {
-    let mut reply = Response::new(Full::new(Bytes::from(body.to_string())));
+    json_bytes_reply(status, Bytes::from(body.to_string()))
+}
+
+/// A reply whose body is JSON already encoded.
+fn json_bytes_reply(status: StatusCode, body: Bytes) -> HttpReply {
+    let mut reply = Response::new(Full::new(body));
     *reply.status_mut() = status;
     reply
         .headers_mut()

@@ -399,12 +399,12 @@ mod tests {
         .unwrap();
         let config = Config::assemble(&matches(&["myriad"]), Some(&file.0)).unwrap();
         let namespaces = config.namespaces();
-        assert_eq!(namespaces.policy_for("chat.a").size, 100);
+        assert_eq!(namespaces.policy(namespaces.id_of("chat.a")).size, 100);
         assert_eq!(
-            namespaces.policy_for("chat.a").ttl,
+            namespaces.policy(namespaces.id_of("chat.a")).ttl,
             Duration::from_secs(300)
         );
-        assert_eq!(namespaces.policy_for("news").size, 5);
+        assert_eq!(namespaces.policy(namespaces.id_of("news")).size, 5);
         std::fs::remove_file(&file.0).unwrap();
         let ttl: Ttl = "1h 30m".parse().unwrap();
         assert_eq!(ttl.to_string().parse::<Ttl>().unwrap(), ttl);

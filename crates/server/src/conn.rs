@@ -106,6 +106,11 @@ impl Conn {
         out.pending_bytes()
     }
 
+    /// Bytes queued and not yet written.
+    pub fn pending_bytes(&self) -> usize {
+        self.outbound.as_ref().map_or(0, |out| out.pending_bytes())
+    }
+
     /// Sets a flag; returns whether it was newly set.
     pub fn set_flag(&mut self, flag: u8) -> bool {
         let was_clear = self.flags & flag == 0;

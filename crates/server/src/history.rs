@@ -86,17 +86,8 @@ pub struct SubjectHistory {
 }
 
 impl SubjectHistory {
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
-    }
-
-    /// Bytes held by the kept publications.
-    pub fn bytes(&self) -> usize {
-        self.bytes
     }
 
     /// Node-wide store order of the oldest kept publication.
@@ -158,10 +149,10 @@ impl SubjectHistory {
         }
     }
 
-    /// The publications after `since`, given the subject's `current`
-    /// position: complete only when the epoch matches and every offset from
-    /// `since.offset + 1` to `current.offset` is still kept.
-    pub fn recover(&self, since: Position, current: Position) -> Recovery {
+    /// The publications after `since` (at most `limit`), given the
+    /// subject's `current` position: complete only when the epoch matches and
+    /// every offset from `since.offset + 1` to `current.offset` is still kept.
+    pub fn recover(&self, since: Position, current: Position, limit: usize) -> Recovery {
         if since.epoch != current.epoch || since.offset > current.offset {
             return Recovery::Incomplete;
         }
@@ -170,7 +161,7 @@ impl SubjectHistory {
         }
         match self.items.front() {
             Some(oldest) if oldest.publication.position.offset <= since.offset + 1 => {
-                Recovery::Complete(self.after(since.offset, usize::MAX))
+                Recovery::Complete(self.after(since.offset, limit))
             }
             _ => Recovery::Incomplete,
         }
@@ -246,19 +237,30 @@ mod tests {
         let current = Position::new(EPOCH, 5);
         let at = |offset| Position::new(EPOCH, offset);
         assert_eq!(offsets(&h.last(10)), [3, 4, 5]);
-        match h.recover(at(2), current) {
+        match h.recover(at(2), current, usize::MAX) {
             Recovery::Complete(list) => assert_eq!(offsets(&list), [3, 4, 5]),
             other => panic!("{other:?}"),
         }
-        assert_eq!(h.recover(at(5), current), Recovery::Complete(vec![]));
         assert_eq!(
-            h.recover(at(1), current),
+            h.recover(at(5), current, usize::MAX),
+            Recovery::Complete(vec![])
+        );
+        assert_eq!(
+            h.recover(at(1), current, usize::MAX),
             Recovery::Incomplete,
             "4 of 5 kept"
         );
-        assert_eq!(h.recover(at(6), current), Recovery::Incomplete, "ahead");
+        assert_eq!(
+            h.recover(at(6), current, usize::MAX),
+            Recovery::Incomplete,
+            "ahead"
+        );
         let other = Position::new(Epoch(8), 4);
-        assert_eq!(h.recover(other, current), Recovery::Incomplete, "epoch");
+        assert_eq!(
+            h.recover(other, current, usize::MAX),
+            Recovery::Incomplete,
+            "epoch"
+        );
     }
 
     #[derive(Debug, Clone)]
@@ -331,7 +333,7 @@ mod tests {
                     Op::Recover { back } => {
                         let last = published.len() as u64;
                         let since = last.saturating_sub(back);
-                        let got = h.recover(Position::new(EPOCH, since), Position::new(EPOCH, last));
+                        let got = h.recover(Position::new(EPOCH, since), Position::new(EPOCH, last), usize::MAX);
                         if since == last || floor <= since + 1 {
                             let want: Vec<u64> = (since + 1..=last).collect();
                             match got {
@@ -345,8 +347,8 @@ mod tests {
                 }
                 let kept: Vec<u64> = (floor..=published.len() as u64).collect();
                 prop_assert_eq!(offsets(&h.last(usize::MAX)), kept.clone());
-                prop_assert_eq!(h.len(), kept.len());
-                prop_assert_eq!(h.bytes(), bytes);
+                prop_assert_eq!(h.items.len(), kept.len());
+                prop_assert_eq!(h.bytes, bytes);
                 prop_assert_eq!(h.oldest_order(), kept.first().copied());
             }
         }

@@ -279,8 +279,19 @@ mod tests {
         ))
     }
 
+    /// An answer for a connection, standing for an attach answer.
     fn marker() -> Event {
-        Event::Publication(publication(0))
+        let to = crate::engine::ConnRequest {
+            worker: 0,
+            conn: 7,
+            life: 0,
+            request: None,
+        };
+        let answer = crate::engine::Answer::Published(Ok(crate::engine::Published {
+            position: None,
+            subscribers: 0,
+        }));
+        Event::Answer(Box::new(ConnAnswer { to, answer }))
     }
 
     fn join(hub: &Hub, route: &mut Route, worker: usize) -> bool {
@@ -324,21 +335,22 @@ mod tests {
     }
 
     #[test]
-    fn a_worker_takes_answers_and_publications_in_the_order_pushed() {
+    fn a_join_queues_its_answer_in_line_with_the_publications() {
         let (hub, rx, _polls) = hub(1);
         let mut route = Route::default();
         join(&hub, &mut route, 0);
         deliver(&hub, &route, 1);
         join(&hub, &mut route, 0);
         deliver(&hub, &route, 2);
-        let offsets: Vec<u64> = rx[0]
+        let order: Vec<String> = rx[0]
             .try_iter()
             .map(|e| match e {
-                Event::Publication(p) => p.position.offset,
+                Event::Publication(p) => p.position.offset.to_string(),
+                Event::Answer(_) => "answer".to_owned(),
                 other => panic!("{other:?}"),
             })
             .collect();
-        assert_eq!(offsets, [0, 1, 0, 2], "marker, 1, marker, 2");
+        assert_eq!(order, ["answer", "1", "answer", "2"]);
     }
 
     #[test]

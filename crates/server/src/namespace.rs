@@ -57,11 +57,6 @@ impl Namespaces {
         Namespaces { rules, default }
     }
 
-    /// The history policy of `subject`.
-    pub fn policy_for(&self, subject: &str) -> HistoryPolicy {
-        self.policy(self.id_of(subject))
-    }
-
     /// Which namespace `subject` is in: two bytes a subject's state can
     /// keep instead of its whole policy.
     pub fn id_of(&self, subject: &str) -> NamespaceId {
@@ -85,6 +80,12 @@ impl Namespaces {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Namespaces {
+        fn policy_for(&self, subject: &str) -> HistoryPolicy {
+            self.policy(self.id_of(subject))
+        }
+    }
 
     #[test]
     fn the_longest_prefix_wins_and_unset_fields_inherit() {

@@ -292,23 +292,23 @@ fn attach_is_an_exact_switch_under_concurrent_publishing(make: Make) {
     // The publisher starts with the first attach and runs until the
     // attaching stops (or 50,000 publishes, within history), so the two
     // overlap by construction.
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let (go, started) = std::sync::mpsc::channel::<()>();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let published = Arc::new(AtomicU64::new(0));
     let publisher = {
         let engine = Arc::clone(&h.engine);
         let hub = Arc::clone(&h.hub);
-        let stop = Arc::clone(&stop);
+        let (stop, published) = (Arc::clone(&stop), Arc::clone(&published));
         std::thread::spawn(move || {
             started.recv().unwrap();
-            let mut published = 0u64;
-            while published < 50_000 && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            while published.load(Ordering::Relaxed) < 50_000 && !stop.load(Ordering::Relaxed) {
                 let mut wakeups = Wakeups::default();
                 let (tx, _rx) = oneshot::channel();
                 engine.publish("race", "0", Reply::Task(tx), &mut wakeups);
                 hub.wake(wakeups);
-                published += 1;
+                published.fetch_add(1, Ordering::Relaxed);
             }
-            published
         })
     };
     let mut sim = Sim::new();
@@ -318,7 +318,14 @@ fn attach_is_an_exact_switch_under_concurrent_publishing(make: Make) {
     let mut last: Option<Position> = None;
     let mut lives = 0;
     let mut received: Vec<u64> = Vec::new();
-    for round in 0..200u32 {
+    // At least 200 lives, and on until the publisher is well under way.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut round = 0u32;
+    while round < 200 || published.load(Ordering::Relaxed) < 2_000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the publisher never got going"
+        );
         let conn = 10 + round % 3;
         let worker = (round % 2) as usize;
         sim.attach(&h, worker, conn, "race", last);
@@ -347,9 +354,11 @@ fn attach_is_an_exact_switch_under_concurrent_publishing(make: Make) {
             last = Some(at);
         }
         lives += 1;
+        round += 1;
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let published = publisher.join().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    publisher.join().unwrap();
+    let published = published.load(Ordering::Relaxed);
     assert!(lives > 1);
     assert!(
         while_publishing > 0,

@@ -18,7 +18,7 @@
 //! applied whenever a subject is touched and by a once-a-second sweep on
 //! its own thread, so idle subjects free their memory too.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -70,11 +70,11 @@ impl Stream {
         Position::new(self.epoch, self.offset)
     }
 
-    /// What a recovery from `since` finds now.
-    fn recover(&self, since: Position) -> Recovery {
+    /// What a recovery from `since` finds now, at most `limit` publications.
+    fn recover(&self, since: Position, limit: usize) -> Recovery {
         let position = self.position();
         match self.history.as_deref() {
-            Some(history) => history.recover(since, position),
+            Some(history) => history.recover(since, position, limit),
             None if since == position => Recovery::Complete(Vec::new()),
             None => Recovery::Incomplete,
         }
@@ -108,8 +108,9 @@ impl Stream {
 struct Shard {
     streams: HashMap<Arc<str>, Stream, RandomState>,
     /// Subjects holding history, by the store order of their oldest
-    /// publication: the first entry is this shard's oldest publication.
-    oldest: BTreeSet<(u64, Arc<str>)>,
+    /// publication (unique per publication): the first entry is this
+    /// shard's oldest publication.
+    oldest: BTreeMap<u64, Arc<str>>,
 }
 
 struct Inner {
@@ -285,12 +286,15 @@ impl Inner {
         }
         if before != after {
             if let Some(order) = before {
-                shard.oldest.remove(&(order, Arc::clone(subject)));
+                shard.oldest.remove(&order);
             }
             if let Some(order) = after {
-                shard.oldest.insert((order, Arc::clone(subject)));
+                shard.oldest.insert(order, Arc::clone(subject));
             }
-            let first = shard.oldest.first().map_or(u64::MAX, |(order, _)| *order);
+            let first = shard
+                .oldest
+                .first_key_value()
+                .map_or(u64::MAX, |(order, _)| *order);
             self.shard_oldest[index].store(first, Ordering::Relaxed);
         }
         if added > 0 {
@@ -348,7 +352,7 @@ impl Inner {
             if self.held_bytes.load(Ordering::Relaxed) <= self.max_bytes {
                 return;
             }
-            let Some((_, subject)) = shard.oldest.first().cloned() else {
+            let Some(subject) = shard.oldest.first_key_value().map(|(_, s)| Arc::clone(s)) else {
                 continue;
             };
             let now = self.now_ms();
@@ -372,8 +376,7 @@ impl Inner {
         for index in 0..SHARDS {
             let mut guard = self.lock(index);
             let shard = &mut *guard;
-            let with_history: Vec<Arc<str>> =
-                shard.oldest.iter().map(|(_, s)| Arc::clone(s)).collect();
+            let with_history: Vec<Arc<str>> = shard.oldest.values().cloned().collect();
             for subject in with_history {
                 self.expire(index, shard, &subject, now);
             }
@@ -418,7 +421,6 @@ impl Engine for MemoryEngine {
                 name
             }
         };
-        let order = inner.order.fetch_add(1, Ordering::Relaxed);
         let (publication, subscribers) = inner.with_history(index, shard, &name, now, |stream| {
             stream.offset += 1;
             stream.last_active_s = seconds(now);
@@ -432,6 +434,8 @@ impl Engine for MemoryEngine {
             let mut freed = Freed::default();
             let mut added = 0;
             if policy.is_on() {
+                // A node-wide counter, so only subjects that keep history pay for it.
+                let order = inner.order.fetch_add(1, Ordering::Relaxed);
                 let history = stream.history.get_or_insert_with(Box::default);
                 freed += history.expire(now, &policy);
                 added = crate::history::kept_bytes(&publication);
@@ -492,7 +496,7 @@ impl Engine for MemoryEngine {
         let position = stream.position();
         let (recovered, replay) = match attach.since {
             None => (None, Vec::new()),
-            Some(since) => match stream.recover(since) {
+            Some(since) => match stream.recover(since, usize::MAX) {
                 Recovery::Complete(replay)
                     if replay.iter().map(|p| p.held_bytes()).sum::<usize>()
                         <= attach.max_replay_bytes =>
@@ -567,31 +571,24 @@ impl Engine for MemoryEngine {
         inner.expire(index, shard, &name, now);
         let stream = &shard.streams[&name];
         let position = stream.position();
-        let history = stream.history.as_deref();
-        let page = match query.since {
-            None => HistoryPage {
-                subject: Arc::clone(&name),
-                position,
-                recovered: None,
-                publications: history.map_or_else(Vec::new, |h| h.last(query.limit)),
+        let (recovered, publications) = match query.since {
+            None => (
+                None,
+                stream
+                    .history
+                    .as_deref()
+                    .map_or_else(Vec::new, |h| h.last(query.limit)),
+            ),
+            Some(since) => match stream.recover(since, query.limit) {
+                Recovery::Complete(list) => (Some(true), list),
+                Recovery::Incomplete => (Some(false), Vec::new()),
             },
-            Some(since) => match stream.recover(since) {
-                Recovery::Complete(mut list) => {
-                    list.truncate(query.limit);
-                    HistoryPage {
-                        subject: Arc::clone(&name),
-                        position,
-                        recovered: Some(true),
-                        publications: list,
-                    }
-                }
-                Recovery::Incomplete => HistoryPage {
-                    subject: Arc::clone(&name),
-                    position,
-                    recovered: Some(false),
-                    publications: Vec::new(),
-                },
-            },
+        };
+        let page = HistoryPage {
+            subject: Arc::clone(&name),
+            position,
+            recovered,
+            publications,
         };
         inner.forget_if_idle(shard, &name, now);
         drop(guard);

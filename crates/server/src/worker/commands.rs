@@ -5,15 +5,16 @@
 //! connection's session (to clean up when it closes), the worker's
 //! `attaching` list while the engine's answer is on its way, the worker's
 //! registry once it is live (for local fan-out), and, through the engine,
-//! the hub (which workers to send to). Every change goes through
+//! the subject's route (which workers to send to). Every change goes through
 //! [`Worker::add_subscription`], [`Worker::on_attached`] and
 //! [`Worker::remove_subscription`] / [`Worker::unsubscribe_all`], so they
-//! cannot drift apart; `tests/agreement.rs` checks them against each other
-//! through the node's own counters.
+//! cannot drift apart; `tests/agreement.rs` checks them against a model
+//! through the node's counters, `delivered` counts and what arrives.
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use myriad_protocol::message::{
     encode_error, encode_history, encode_ok, encode_pong, encode_subscribed, parse_command,
     Command, ErrorCode,
@@ -145,9 +146,7 @@ impl Worker {
         let attach = Attach {
             subject: name,
             since,
-            // Half the outbound limit: the replay must leave room for live
-            // traffic arriving behind it.
-            max_replay_bytes: self.shared.config.max_outbound_bytes / 2,
+            max_replay_bytes: self.reply_room(id),
             to: self.request_of(id, request),
             token,
         };
@@ -175,16 +174,20 @@ impl Worker {
         // Hold the engine's copy of the name, so that session, registry and
         // stream share one allocation however the subject was first met.
         conn.session.adopt_name(&attached.subject);
-        // The engine bounded the replay alone; what the connection already
-        // has queued counts too. A replay that would not fit goes unsent and
-        // the client is told to resync, rather than cut as a slow consumer.
-        let queued = conn.outbound.as_ref().map_or(0, |out| out.pending_bytes());
-        let replay_bytes: usize = attachment.replay.iter().map(|p| p.ws_frame().len()).sum();
-        let room = (self.shared.config.max_outbound_bytes / 2).saturating_sub(queued);
-        let (recovered, replay) = match attachment.recovered {
-            Some(true) if replay_bytes > room => (Some(false), &[][..]),
-            recovered => (recovered, &attachment.replay[..]),
-        };
+        // The room may have shrunk since the attach was asked for: a replay
+        // that no longer fits goes unsent and the client is told to resync,
+        // rather than cut as a slow consumer.
+        let transport = conn.transport.get();
+        let mut replay: Vec<Bytes> = attachment
+            .replay
+            .iter()
+            .map(|p| transport.publication(p))
+            .collect();
+        let mut recovered = attachment.recovered;
+        if replay.iter().map(Bytes::len).sum::<usize>() > self.reply_room(id) {
+            replay.clear();
+            recovered = recovered.map(|_| false);
+        }
         // A recovery is always answered: the client must learn its outcome.
         if attached.to.request.is_some() || recovered.is_some() {
             let reply = encode_subscribed(
@@ -195,10 +198,16 @@ impl Worker {
             );
             self.send_reply(id, reply.as_bytes());
         }
-        let transport = self.conns[id as usize].transport.get();
-        for publication in replay {
-            self.send_message(id, transport.publication(publication));
+        for frame in replay {
+            self.send_message(id, frame);
         }
+    }
+
+    /// What a replay or history reply sent to `id` may take: half the
+    /// outbound limit (live traffic comes behind it) less what is queued.
+    fn reply_room(&self, id: ConnId) -> usize {
+        let queued = self.conns[id as usize].pending_bytes();
+        (self.shared.config.max_outbound_bytes / 2).saturating_sub(queued)
     }
 
     /// An attach the engine could not make: the subscription is dropped
@@ -255,11 +264,7 @@ impl Worker {
     /// its reader a slow consumer; the client pages on with `since` set to
     /// the last one it got.
     fn send_history(&mut self, to: ConnRequest, page: HistoryPage) {
-        let queued = self.conns[to.conn as usize]
-            .outbound
-            .as_ref()
-            .map_or(0, |out| out.pending_bytes());
-        let budget = (self.shared.config.max_outbound_bytes / 2).saturating_sub(queued);
+        let budget = self.reply_room(to.conn);
         let body = encode_history(
             to.request,
             &page.subject,

@@ -4,18 +4,20 @@
 //! Everything a connection touches on its hot path is owned by the worker
 //! that accepted it: its slab entry, the local subject registry and the
 //! per-worker scratch buffer all reads land in. Other threads reach a worker
-//! only through its hub mailbox (deliveries) and the shutdown flag, both of
-//! which come with a wake-up.
+//! only through its hub mailbox (publications and the engine's answers) and
+//! the shutdown flag, both of which come with a wake-up.
 //!
 //! One turn of the loop: poll; accept; read what is readable; take a batch of
-//! deliveries from the mailbox and queue them; then flush every connection
+//! events from the mailbox (unless its queues are past their high water and
+//! still draining) and queue what they carry; then flush every connection
 //! that got output this turn, each with one `writev` of all it has queued.
 //! Queueing first and writing once per turn is what coalesces a burst of
 //! publishes into few system calls. Once a second the worker sweeps the slab
 //! for timeouts and heartbeats: no connection has a timer of its own.
 //!
-//! Submodules: `read` (bytes → handshake, frames, messages) and `commands`
-//! (protocol v1 commands and subscription bookkeeping).
+//! Submodules: `read` (bytes → handshake, frames, messages), `commands`
+//! (protocol v1 commands, engine answers and subscription bookkeeping) and
+//! `attaching` (subscriptions waiting for their attach answer).
 
 mod attaching;
 mod commands;
