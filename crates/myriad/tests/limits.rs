@@ -71,27 +71,9 @@ fn a_stalled_reader_is_cut_while_a_fast_one_keeps_up(worker_queue_high_water: &s
         }
         seqs
     });
-    // 6.4 MB in 80 KB requests: far past what the stalled client's buffers
-    // and its 256 KiB queue hold. The fast reader is never more than one
-    // request behind (the publisher waits for it), so only a reader that
-    // stops reading can pass the limit, however busy the machine is.
-    let chunk = "x".repeat(8 * 1024);
-    for batch in 0..80u64 {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while received.load(Ordering::Acquire) + 10 < batch * 10 {
-            assert!(
-                Instant::now() < deadline,
-                "the fast reader stopped at batch {batch}"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        let messages: Vec<_> = (0..10)
-            .map(|i| json!({"subject": "firehose", "data": format!("{batch}-{i}-{chunk}")}))
-            .collect();
-        let body = json!({ "messages": messages }).to_string();
-        let (status, reply) = node.http("POST", "/api/publish", &[], &body);
-        assert_eq!(status, 200, "{reply}");
-    }
+    // 6.4 MB: far past what the stalled client's buffers and its 256 KiB
+    // queue hold, while the fast reader is never more than one request behind.
+    node.publish_paced("firehose", &received);
     let seqs = reader.join().unwrap();
     assert_eq!(
         seqs,

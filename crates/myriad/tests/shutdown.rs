@@ -4,7 +4,6 @@
 mod common;
 
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use common::{recv_close, subscribe, Node};
 
@@ -34,13 +33,5 @@ fn sigterm_sends_going_away_to_everyone_and_exits() {
     assert_eq!(node.http("GET", "/healthz", &[], "").0, 503);
     // Clients answer the close (tungstenite does on read); the node then exits.
     drop(clients);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        if let Some(status) = node.child.try_wait().unwrap() {
-            assert!(status.success(), "exit status {status}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "node did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    node.wait_for_exit();
 }

@@ -181,16 +181,52 @@ fn is_valid_key(key: &str) -> bool {
     key.len() == 24 && matches!(BASE64.decode_slice(key, &mut nonce), Ok(16))
 }
 
-/// Parses and validates a WebSocket upgrade request (§4.2.1).
+/// The head of any request on the client listener, with the headers the
+/// transports read. Every field borrows from the request bytes.
+#[derive(Debug, Clone, Default)]
+pub struct RequestHead<'a> {
+    pub method: &'a str,
+    /// The request target up to (not including) any `?`.
+    pub path: &'a str,
+    /// What follows the `?`, if there was one.
+    pub query: Option<&'a str>,
+    /// A `Host` header was present (RFC 7230 §5.4 requires one).
+    pub host: bool,
+    /// `Upgrade` lists `websocket`.
+    pub upgrade_websocket: bool,
+    /// `Connection` lists `upgrade`.
+    pub connection_upgrade: bool,
+    /// `Connection` lists `close`: no further request follows this one.
+    pub connection_close: bool,
+    /// `Sec-WebSocket-Version` is 13.
+    pub websocket_version_13: bool,
+    /// `Sec-WebSocket-Key`, if exactly one was sent.
+    pub websocket_key: Option<&'a str>,
+    /// More than one `Sec-WebSocket-Key` was sent (§11.3.1 forbids it).
+    pub websocket_key_repeated: bool,
+    /// `Sec-WebSocket-Protocol` as sent (a comma list), first header only.
+    pub protocols: Option<&'a str>,
+    /// `Origin`, if any; checking it is the server's policy.
+    pub origin: Option<&'a str>,
+    /// `Last-Event-ID` (Server-Sent Events resumption), if any.
+    pub last_event_id: Option<&'a str>,
+    /// The request announces a body (`Content-Length` above 0 or any
+    /// `Transfer-Encoding`); no endpoint on the client listener takes one.
+    pub has_body: bool,
+    /// Bytes of the request head, including the blank line.
+    pub header_len: usize,
+}
+
+/// Parses the head of an HTTP/1.1 request at the front of `buf`.
 ///
 /// `Ok(None)` means the head is not complete yet. A head that is not
 /// complete within `max_head_bytes`, or has more than 32 headers, is
-/// `TooLarge`. Checks run from the most general to the most specific, so a
-/// plain HTTP request to the endpoint is told 426 before anything about keys.
-pub fn parse_upgrade(
+/// `TooLarge`; a version other than 1.1 is `HttpVersion`. Which methods and
+/// paths exist is the caller's business.
+pub fn parse_request(
     buf: &[u8],
     max_head_bytes: usize,
-) -> Result<Option<UpgradeRequest<'_>>, HandshakeError> {
+) -> Result<Option<RequestHead<'_>>, HandshakeError> {
     let window = &buf[..buf.len().min(max_head_bytes)];
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
@@ -201,10 +237,6 @@ pub fn parse_upgrade(
         }
         httparse::Status::Partial => return Ok(None),
     };
-
-    if req.method != Some("GET") {
-        return Err(HandshakeError::MethodNotAllowed);
-    }
     if req.version != Some(1) {
         return Err(HandshakeError::HttpVersion);
     }
@@ -213,59 +245,89 @@ pub fn parse_upgrade(
         Some((path, query)) => (path, Some(query)),
         None => (target, None),
     };
-
-    let mut host = false;
-    let mut upgrade = false;
-    let mut connection = false;
-    let mut version_ok = false;
-    let mut key = None;
-    let mut protocols = None;
-    let mut origin = None;
+    let mut head = RequestHead {
+        method: req.method.ok_or(HandshakeError::Malformed)?,
+        path,
+        query,
+        header_len,
+        ..RequestHead::default()
+    };
     for header in req.headers.iter() {
         let name = header.name;
         if name.eq_ignore_ascii_case("host") {
-            host = true;
+            head.host = true;
         } else if name.eq_ignore_ascii_case("upgrade") {
-            upgrade |= has_token(header_str(header.value)?, "websocket");
+            head.upgrade_websocket |= has_token(header_str(header.value)?, "websocket");
         } else if name.eq_ignore_ascii_case("connection") {
-            connection |= has_token(header_str(header.value)?, "upgrade");
+            let value = header_str(header.value)?;
+            head.connection_upgrade |= has_token(value, "upgrade");
+            head.connection_close |= has_token(value, "close");
         } else if name.eq_ignore_ascii_case("sec-websocket-version") {
-            version_ok = header_str(header.value)? == WEBSOCKET_VERSION;
+            head.websocket_version_13 = header_str(header.value)? == WEBSOCKET_VERSION;
         } else if name.eq_ignore_ascii_case("sec-websocket-key") {
-            if key.is_some() {
-                // §11.3.1: the key MUST NOT appear more than once.
-                return Err(HandshakeError::InvalidKey);
-            }
-            key = Some(header_str(header.value)?);
+            head.websocket_key_repeated |= head.websocket_key.is_some();
+            head.websocket_key = Some(header_str(header.value)?);
         } else if name.eq_ignore_ascii_case("sec-websocket-protocol") {
-            protocols = protocols.or(Some(header_str(header.value)?));
+            head.protocols = head.protocols.or(Some(header_str(header.value)?));
         } else if name.eq_ignore_ascii_case("origin") {
-            origin = Some(header_str(header.value)?);
+            head.origin = Some(header_str(header.value)?);
+        } else if name.eq_ignore_ascii_case("last-event-id") {
+            head.last_event_id = Some(header_str(header.value)?);
+        } else if name.eq_ignore_ascii_case("content-length") {
+            head.has_body |= header_str(header.value)? != "0";
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            head.has_body = true;
         }
     }
+    Ok(Some(head))
+}
 
-    if !host {
-        return Err(HandshakeError::MissingHost);
+impl<'a> RequestHead<'a> {
+    /// Validates this request as a WebSocket upgrade (§4.2.1). Checks run
+    /// from the most general to the most specific, so a plain HTTP request
+    /// to the endpoint is told 426 before anything about keys.
+    pub fn upgrade(&self) -> Result<UpgradeRequest<'a>, HandshakeError> {
+        if self.method != "GET" {
+            return Err(HandshakeError::MethodNotAllowed);
+        }
+        if !self.host {
+            return Err(HandshakeError::MissingHost);
+        }
+        if !(self.upgrade_websocket && self.connection_upgrade) {
+            return Err(HandshakeError::NotUpgrade);
+        }
+        if !self.websocket_version_13 {
+            return Err(HandshakeError::UnsupportedVersion);
+        }
+        if self.websocket_key_repeated {
+            // §11.3.1: the key MUST NOT appear more than once.
+            return Err(HandshakeError::InvalidKey);
+        }
+        let key = self.websocket_key.ok_or(HandshakeError::MissingKey)?;
+        if !is_valid_key(key) {
+            return Err(HandshakeError::InvalidKey);
+        }
+        Ok(UpgradeRequest {
+            path: self.path,
+            query: self.query,
+            key,
+            protocols: self.protocols,
+            origin: self.origin,
+            header_len: self.header_len,
+        })
     }
-    if !(upgrade && connection) {
-        return Err(HandshakeError::NotUpgrade);
-    }
-    if !version_ok {
-        return Err(HandshakeError::UnsupportedVersion);
-    }
-    let key = key.ok_or(HandshakeError::MissingKey)?;
-    if !is_valid_key(key) {
-        return Err(HandshakeError::InvalidKey);
-    }
+}
 
-    Ok(Some(UpgradeRequest {
-        path,
-        query,
-        key,
-        protocols,
-        origin,
-        header_len,
-    }))
+/// Parses and validates a WebSocket upgrade request (§4.2.1):
+/// [`parse_request`], then [`RequestHead::upgrade`].
+pub fn parse_upgrade(
+    buf: &[u8],
+    max_head_bytes: usize,
+) -> Result<Option<UpgradeRequest<'_>>, HandshakeError> {
+    match parse_request(buf, max_head_bytes)? {
+        None => Ok(None),
+        Some(head) => head.upgrade().map(Some),
+    }
 }
 
 /// The `Sec-WebSocket-Accept` value for a client key:

@@ -8,15 +8,19 @@
 //! - [`ws`]: RFC 6455 framing (frame headers, masking, close payloads), the
 //!   incremental UTF-8 check, and [`ws::MessageReader`], which turns a byte
 //!   stream into whole messages and control frames.
-//! - [`handshake`]: the HTTP/1.1 upgrade request (parse, validate, answer).
+//! - [`handshake`]: the HTTP/1.1 request every client connection opens with
+//!   (parse it; validate and answer a WebSocket upgrade).
 //! - [`close`]: the one registry of close reasons, with what each transport
 //!   does for each.
 //! - [`subject`]: subject syntax and limits.
 //! - [`position`]: stream positions (epoch and offset) of publications.
+//! - [`cursor`]: the positions of several subjects as one string, how the
+//!   HTTP transports let a client resume.
 //! - [`message`]: protocol v1, the JSON commands clients send and the frames
 //!   the server sends back.
 
 pub mod close;
+pub mod cursor;
 pub mod handshake;
 pub mod message;
 pub mod position;

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use thiserror::Error;
 
+use crate::close::{CloseReason, Reconnect};
 use crate::position::{Epoch, Position, EPOCH_LEN};
 use crate::subject::{self, SubjectError};
 
@@ -436,6 +437,36 @@ pub fn encode_error(id: Option<u64>, code: ErrorCode, message: &str) -> String {
     }
 }
 
+/// `{"op":"close","code":C,"reason":R,"reconnect":B}`: the last message of
+/// a stream the server ends (HTTP transports; WebSocket says the same in
+/// its close frame). `code` is the reason's WebSocket code, so one table
+/// serves every transport.
+pub fn encode_close_notice(reason: CloseReason) -> String {
+    format!(
+        "{{\"op\":\"close\",\"code\":{},\"reason\":\"{}\",\"reconnect\":{}}}",
+        reason.ws_code(),
+        reason.name(),
+        reason.reconnect() == Reconnect::WithBackoff
+    )
+}
+
+/// `{"op":"poll","since":CURSOR}`: the last element of a long-poll answer,
+/// the cursor to send with the next poll (see [`crate::cursor`]).
+pub fn encode_poll_end(cursor: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(32 + cursor.len());
+    out.extend_from_slice(b"{\"op\":\"poll\",\"since\":\"");
+    out.extend_from_slice(cursor);
+    out.extend_from_slice(b"\"}");
+    out
+}
+
+/// `{"error":{"code":C,"message":M}}`: the body of every refused HTTP
+/// request, on the admin API and the client listener alike.
+pub fn encode_http_error(code: &str, message: &str) -> String {
+    let message = serde_json::to_string(message).expect("a str always serializes");
+    format!("{{\"error\":{{\"code\":\"{code}\",\"message\":{message}}}}}")
+}
+
 // ---- client side: used by `myriad sub`/`myriad pub`, the bench and tests ----
 
 fn encode_subjects_command(op: &str, subjects: &[&str], id: Option<u64>) -> String {
@@ -840,6 +871,26 @@ mod tests {
             serde_json::from_str::<serde_json::Value>(&text).unwrap();
             parse_server_message(&text).unwrap();
         }
+    }
+
+    #[test]
+    fn http_transport_messages_are_json() {
+        assert_eq!(
+            encode_close_notice(CloseReason::SlowConsumer),
+            r#"{"op":"close","code":4001,"reason":"slow_consumer","reconnect":true}"#
+        );
+        assert_eq!(
+            encode_close_notice(CloseReason::MessageTooBig),
+            r#"{"op":"close","code":1009,"reason":"message_too_big","reconnect":false}"#
+        );
+        assert_eq!(
+            encode_poll_end(b"0000000000000003:4,"),
+            br#"{"op":"poll","since":"0000000000000003:4,"}"#
+        );
+        let error = encode_http_error("invalid_subject", "a \"quoted\" thing");
+        let value: serde_json::Value = serde_json::from_str(&error).unwrap();
+        assert_eq!(value["error"]["code"], "invalid_subject");
+        assert_eq!(value["error"]["message"], "a \"quoted\" thing");
     }
 
     proptest! {

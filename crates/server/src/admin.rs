@@ -35,6 +35,7 @@ use crate::engine::{HistoryQuery, Published, Reply};
 use crate::hub::Wakeups;
 use crate::metrics::ErrorKind;
 use crate::process;
+use crate::transport::TransportKind;
 use crate::worker::Shared;
 
 /// Header carrying the API key (`Authorization: Bearer <key>` works too).
@@ -416,6 +417,13 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
             "evictions": history.evictions,
         },
         "slow_consumer_disconnects": slow,
+        "transports": TransportKind::ALL
+            .iter()
+            .map(|kind| {
+                let t = s.transports[kind.index()];
+                (kind.name(), json!({"connections": t.connections, "messages_out": t.messages_out}))
+            })
+            .collect::<BTreeMap<_, _>>(),
         "closes": s.closes.iter().copied().collect::<BTreeMap<_, _>>(),
         "errors": s.errors.iter().copied().collect::<BTreeMap<_, _>>(),
         "process": {"rss_bytes": usage.rss_bytes, "cpu_seconds": usage.cpu_seconds},

@@ -40,6 +40,36 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_WS_PATH", default_value = "/ws")]
     pub ws_path: String,
 
+    /// Path of the Server-Sent Events endpoint.
+    #[arg(long, env = "MYRIAD_SSE_PATH", default_value = "/sse")]
+    pub sse_path: String,
+
+    /// Path of the HTTP streaming (chunked newline-delimited JSON) endpoint.
+    #[arg(long, env = "MYRIAD_STREAM_PATH", default_value = "/stream")]
+    pub stream_path: String,
+
+    /// Path of the long-poll endpoint.
+    #[arg(long, env = "MYRIAD_POLL_PATH", default_value = "/poll")]
+    pub poll_path: String,
+
+    /// Access-Control-Allow-Origin sent by the HTTP transports: "*", one
+    /// origin, or "" for no CORS headers.
+    #[arg(long, env = "MYRIAD_CORS_ORIGIN", default_value = "*")]
+    pub cors_origin: String,
+
+    /// Milliseconds an EventSource waits before reconnecting (the stream's `retry:`).
+    #[arg(long, env = "MYRIAD_SSE_RETRY_MS", default_value_t = 2_000)]
+    pub sse_retry_ms: u32,
+
+    /// Seconds between heartbeats on SSE and HTTP streams; 0 = none.
+    #[arg(long, env = "MYRIAD_STREAM_HEARTBEAT_INTERVAL", default_value_t = 15)]
+    pub stream_heartbeat_interval: u32,
+
+    /// Seconds a long-poll is held when nothing is published before it is
+    /// answered with no messages.
+    #[arg(long, env = "MYRIAD_POLL_TIMEOUT", default_value_t = 25)]
+    pub poll_timeout: u32,
+
     /// Path of a WebSocket echo endpoint for conformance testing; off when unset.
     #[arg(long, env = "MYRIAD_ECHO_PATH")]
     pub echo_path: Option<String>,

@@ -19,9 +19,11 @@ use crate::transport::TransportKind;
 /// Where a connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
-    /// Waiting for (the rest of) the HTTP upgrade request.
-    Handshake,
-    /// Speaking protocol v1 on the pub/sub endpoint.
+    /// Waiting for (the rest of) an HTTP request: the WebSocket upgrade, an
+    /// HTTP transport's request, or a kept-alive long-poll's next one.
+    Request,
+    /// Speaking protocol v1: on the WebSocket pub/sub endpoint, or an HTTP
+    /// transport streaming or collecting its answer.
     PubSub,
     /// Echoing every message back (the conformance endpoint).
     Echo,
@@ -50,6 +52,14 @@ pub mod flags {
     pub const OVER_CAPACITY: u8 = 1 << 2;
     /// The write half has been shut after the close frame went out.
     pub const WRITE_SHUT: u8 = 1 << 3;
+    /// A long-poll is collecting its answer: output is held, not flushed.
+    pub const HELD: u8 = 1 << 4;
+    /// The held answer has a publication in it, so it may be sent.
+    pub const NEWS: u8 = 1 << 5;
+    /// The HTTP client allows another request on this connection.
+    pub const KEEP_ALIVE: u8 = 1 << 6;
+    /// Counted in its transport's connection gauge.
+    pub const COUNTED: u8 = 1 << 7;
 }
 
 /// A client connection.
@@ -62,13 +72,14 @@ pub struct Conn {
     /// Why it is closing, once decided (and counted, at that moment); a
     /// connection dropped without one counts as abnormal.
     pub close_reason: Option<CloseReason>,
-    /// When the current phase began (handshake and close timeouts).
+    /// When the current phase began (request, close and long-poll timeouts).
     pub since: u32,
     /// Last time anything arrived (heartbeat liveness).
     pub last_heard: u32,
     /// Last time a message (not a control frame) arrived (idle timeout).
     pub last_message: u32,
-    /// When the outstanding heartbeat ping was sent; 0 when none is.
+    /// When the outstanding heartbeat ping was sent; 0 when none is. On
+    /// one-way heartbeats, when the last one was sent.
     pub ping_sent: u32,
     /// Fragmentation state; 8 bytes, boxed state only mid-message.
     pub reader: MessageReader,
@@ -84,7 +95,7 @@ impl Conn {
     pub fn new(socket: TcpStream, now: u32) -> Conn {
         Conn {
             socket,
-            phase: Phase::Handshake,
+            phase: Phase::Request,
             transport: TransportKind::WebSocket,
             flags: 0,
             close_reason: None,
@@ -143,7 +154,7 @@ mod tests {
         // per idle connection directly: see docs/benchmarks.md before changing.
         // mio's socket carries a selector id in debug builds only (16 bytes
         // instead of the 4-byte descriptor, plus padding).
-        let limit = if cfg!(debug_assertions) { 96 } else { 80 };
+        let limit = if cfg!(debug_assertions) { 104 } else { 88 };
         let size = std::mem::size_of::<Conn>();
         assert!(size <= limit, "Conn is {size} bytes");
     }

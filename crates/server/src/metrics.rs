@@ -14,9 +14,17 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use crate::transport::TransportKind;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WorkerLabel {
     worker: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TransportLabel {
+    worker: String,
+    transport: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -34,8 +42,12 @@ struct KindLabel {
 pub enum ErrorKind {
     /// A protocol v1 command was refused (labelled with its error code).
     Command(myriad_protocol::message::ErrorCode),
-    /// An upgrade request was refused with this HTTP status.
+    /// A request (upgrade or not) was refused with this HTTP status before
+    /// any endpoint read it: malformed, too large, no such path, timed out.
     Handshake(u16),
+    /// A request to an HTTP transport was refused (labelled
+    /// `request_<code>`, see `transport::http::RequestError::label`).
+    Request(&'static str),
     /// A connection arrived while the node was at `max_connections`.
     OverCapacity,
     /// `accept` failed (EMFILE, ENFILE, ENOMEM…); accepting pauses briefly.
@@ -52,6 +64,7 @@ impl ErrorKind {
     fn label(self) -> &'static str {
         match self {
             ErrorKind::Command(code) => code.as_str(),
+            ErrorKind::Request(label) => label,
             ErrorKind::Handshake(400) => "handshake_400_bad_request",
             ErrorKind::Handshake(404) => "handshake_404_not_found",
             ErrorKind::Handshake(405) => "handshake_405_method_not_allowed",
@@ -68,9 +81,18 @@ impl ErrorKind {
     }
 }
 
+/// One worker's handles to the series of one transport.
+#[derive(Clone, Debug, Default)]
+pub struct TransportMetrics {
+    pub connections: Gauge,
+    pub messages_out: Counter,
+}
+
 /// One worker's own handles to the per-worker series.
 #[derive(Clone, Debug, Default)]
 pub struct WorkerMetrics {
+    /// Indexed by `TransportKind::index`.
+    pub transports: [TransportMetrics; TransportKind::COUNT],
     pub connections: Gauge,
     pub accepted: Counter,
     pub subscriptions: Gauge,
@@ -122,12 +144,25 @@ impl Metrics {
         ];
         let gauges: [Family<WorkerLabel, Gauge>; 2] = Default::default();
         let counters: [Family<WorkerLabel, Counter>; 6] = Default::default();
+        let transport_connections = Family::<TransportLabel, Gauge>::default();
+        let transport_messages = Family::<TransportLabel, Counter>::default();
         let workers = (0..worker_count)
             .map(|w| {
                 let label = WorkerLabel {
                     worker: w.to_string(),
                 };
+                let transports = TransportKind::ALL.map(|kind| {
+                    let label = TransportLabel {
+                        worker: w.to_string(),
+                        transport: kind.name(),
+                    };
+                    TransportMetrics {
+                        connections: transport_connections.get_or_create(&label).clone(),
+                        messages_out: transport_messages.get_or_create(&label).clone(),
+                    }
+                });
                 WorkerMetrics {
+                    transports,
                     connections: gauges[0].get_or_create(&label).clone(),
                     accepted: counters[0].get_or_create(&label).clone(),
                     subscriptions: gauges[1].get_or_create(&label).clone(),
@@ -149,6 +184,16 @@ impl Metrics {
         registry.register(families[5].0, families[5].1, bytes_in);
         registry.register(families[6].0, families[6].1, bytes_out);
         registry.register(families[7].0, families[7].1, writes);
+        registry.register(
+            "transport_connections",
+            "Open client connections, by transport (once their request is accepted)",
+            transport_connections,
+        );
+        registry.register(
+            "transport_messages_out",
+            "Data messages queued to clients, by transport",
+            transport_messages,
+        );
 
         let closes = Family::<ReasonLabel, Counter>::default();
         // Create every reason's series up front so each shows as 0, not absent.
@@ -265,6 +310,10 @@ impl Metrics {
             s.bytes_in += w.bytes_in.get();
             s.bytes_out += w.bytes_out.get();
             s.socket_writes += w.writes.get();
+            for (total, t) in s.transports.iter_mut().zip(&w.transports) {
+                total.connections += t.connections.get().max(0) as u64;
+                total.messages_out += t.messages_out.get();
+            }
         }
         s.publishes = self.publishes.get();
         s.publishes_unrouted = self.publishes_unrouted.get();
@@ -300,6 +349,10 @@ impl ErrorKind {
             [400, 404, 405, 408, 426, 431, 0].map(|status| ErrorKind::Handshake(status).label()),
         );
         labels.extend(
+            crate::transport::http::RequestError::LABELS
+                .map(|label| ErrorKind::Request(label).label()),
+        );
+        labels.extend(
             [
                 ErrorKind::OverCapacity,
                 ErrorKind::Accept,
@@ -328,6 +381,15 @@ pub struct Snapshot {
     pub publishes_unrouted: u64,
     pub closes: Vec<(&'static str, u64)>,
     pub errors: Vec<(&'static str, u64)>,
+    /// Indexed by `TransportKind::index`.
+    pub transports: [TransportTotals; TransportKind::COUNT],
+}
+
+/// One transport's node-wide totals.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TransportTotals {
+    pub connections: u64,
+    pub messages_out: u64,
 }
 
 #[cfg(test)]

@@ -56,6 +56,14 @@ impl Outbound {
         self.frames.push_back(frame);
     }
 
+    /// Queues a frame in front of everything queued. Only for a queue that
+    /// has not started writing (a long-poll's head, decided last).
+    pub fn push_front(&mut self, frame: Bytes) {
+        debug_assert_eq!(self.head_written, 0, "the front frame is partly written");
+        self.pending += frame.len();
+        self.frames.push_front(frame);
+    }
+
     /// Unwritten bytes.
     pub fn pending_bytes(&self) -> usize {
         self.pending

@@ -1,13 +1,20 @@
-//! A connection's pub/sub session: what it is subscribed to and who it is,
-//! apart from the transport that carries it.
+//! A connection's pub/sub session: what it is subscribed to, how far it has
+//! got in each subject, and who it is, apart from the transport that
+//! carries it.
 //!
 //! The worker keeps one per connection in its slab, so it is sized like the
-//! connection: one subject inline, and the identity behind one pointer that
-//! is null for anonymous connections. Authentication will fill the identity
-//! (see docs/architecture.md, "Session and transport"); nothing sets it yet.
+//! connection: one subject inline, and everything else behind a pointer
+//! that is null unless used. The cursor exists only for transports that
+//! hand the client its positions as one value (Server-Sent Events ids,
+//! long-poll answers; see `myriad_protocol::cursor`): a WebSocket client
+//! reads the position of every message itself. Authentication will fill
+//! the identity (see docs/architecture.md, "Session and transport");
+//! nothing sets it yet.
 
 use std::sync::Arc;
 
+use myriad_protocol::cursor::write_cursor;
+use myriad_protocol::position::Position;
 use smallvec::SmallVec;
 
 /// Who a connection acts as, once authentication says so.
@@ -17,12 +24,18 @@ pub struct Identity {
     pub user: Box<str>,
 }
 
-/// A connection's subscriptions and identity.
+/// The position reached in each subscription, in subscription order.
+type Cursor = SmallVec<[Option<Position>; 1]>;
+
+/// A connection's subscriptions, cursor and identity.
 #[derive(Debug, Default)]
 pub struct Session {
     /// Subjects held (attached or attaching), sharing their names with the
-    /// registry and the hub.
+    /// registry and the hub. Kept in the order they were added, which is the
+    /// order of the cursor's entries.
     pub subscriptions: SmallVec<[Arc<str>; 1]>,
+    /// Kept only for transports that resume by cursor.
+    cursor: Option<Box<Cursor>>,
     /// Set by authentication; `None` for anonymous connections.
     pub identity: Option<Box<Identity>>,
 }
@@ -35,7 +48,16 @@ impl Session {
     /// Drops `subject`; returns the name it held, if it held it.
     pub fn remove(&mut self, subject: &str) -> Option<Arc<str>> {
         let i = self.subscriptions.iter().position(|s| &**s == subject)?;
-        Some(self.subscriptions.swap_remove(i))
+        if let Some(cursor) = self.cursor.as_mut() {
+            cursor.remove(i);
+        }
+        Some(self.subscriptions.remove(i))
+    }
+
+    /// Drops every subscription (and the cursor with them); returns them.
+    pub fn take_all(&mut self) -> SmallVec<[Arc<str>; 1]> {
+        self.cursor = None;
+        std::mem::take(&mut self.subscriptions)
     }
 
     /// Replaces the held name equal to `name` with `name` itself, so that
@@ -44,5 +66,79 @@ impl Session {
         if let Some(held) = self.subscriptions.iter_mut().find(|s| ***s == **name) {
             *held = Arc::clone(name);
         }
+    }
+
+    /// Starts keeping a cursor, beginning at `start`: one entry per
+    /// subscription about to be added, in the order they will be added.
+    pub fn keep_cursor(&mut self, start: &[Option<Position>]) {
+        debug_assert!(
+            self.subscriptions.is_empty(),
+            "cursor set before subscribing"
+        );
+        self.cursor = Some(Box::new(start.iter().copied().collect()));
+    }
+
+    /// Whether this session keeps a cursor.
+    pub fn keeps_cursor(&self) -> bool {
+        self.cursor.is_some()
+    }
+
+    /// How many subjects the cursor covers (0 without one).
+    pub fn cursor_len(&self) -> usize {
+        self.cursor.as_ref().map_or(0, |c| c.len())
+    }
+
+    /// Records that the client has been told `subject` up to `position`,
+    /// if a cursor is kept. The engine hands a worker each subject's
+    /// publications in order, so the last one told is the furthest.
+    pub fn advance(&mut self, subject: &str, position: Position) {
+        let Some(cursor) = self.cursor.as_mut() else {
+            return;
+        };
+        if let Some(i) = self.subscriptions.iter().position(|s| &**s == subject) {
+            cursor[i] = Some(position);
+        }
+    }
+
+    /// Appends the cursor's text (see `myriad_protocol::cursor`); nothing
+    /// without one.
+    pub fn write_cursor(&self, out: &mut Vec<u8>) {
+        if let Some(cursor) = &self.cursor {
+            write_cursor(cursor, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use myriad_protocol::position::Epoch;
+
+    fn text(session: &Session) -> String {
+        let mut out = Vec::new();
+        session.write_cursor(&mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn the_cursor_follows_subscriptions_in_order() {
+        let mut s = Session::default();
+        let p = |o| Some(Position::new(Epoch(1), o));
+        s.keep_cursor(&[None, p(3), None]);
+        for name in ["a", "b", "c"] {
+            s.subscriptions.push(Arc::from(name));
+        }
+        s.advance("a", Position::new(Epoch(1), 5));
+        s.advance("c", Position::new(Epoch(2), 0));
+        s.advance("d", Position::new(Epoch(2), 0)); // not held: ignored
+        assert_eq!(
+            text(&s),
+            "0000000000000001:5,0000000000000001:3,0000000000000002:0"
+        );
+        s.remove("a");
+        assert_eq!(text(&s), "0000000000000001:3,0000000000000002:0");
+        assert_eq!(&*s.take_all()[0], "b");
+        assert!(!s.keeps_cursor());
+        assert_eq!(text(&s), "");
     }
 }

@@ -6,6 +6,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -107,6 +108,46 @@ impl Node {
                 "timed out waiting for {what}: {stats:#}"
             );
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Node {
+    /// Waits (up to 15 s) for the node to exit, and checks it exited cleanly.
+    pub fn wait_for_exit(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "exit status {status}");
+                return;
+            }
+            assert!(Instant::now() < deadline, "node did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Publishes 800 messages of 8 KiB to `subject` (data `"batch-i-xxx…"`,
+    /// 6.4 MB in all) in 80 requests of 10. Before each request it waits
+    /// until the reader counting in `received` is at most one request
+    /// behind, so only a reader that stops reading can fall further behind,
+    /// however busy the machine is.
+    pub fn publish_paced(&self, subject: &str, received: &AtomicU64) {
+        let chunk = "x".repeat(8 * 1024);
+        for batch in 0..80u64 {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while received.load(Ordering::Acquire) + 10 < batch * 10 {
+                assert!(
+                    Instant::now() < deadline,
+                    "the reader stopped at batch {batch}"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let messages: Vec<_> = (0..10)
+                .map(|i| serde_json::json!({"subject": subject, "data": format!("{batch}-{i}-{chunk}")}))
+                .collect();
+            let body = serde_json::json!({ "messages": messages }).to_string();
+            let (status, reply) = self.http("POST", "/api/publish", &[], &body);
+            assert_eq!(status, 200, "{reply}");
         }
     }
 }

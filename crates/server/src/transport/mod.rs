@@ -2,46 +2,117 @@
 //!
 //! The worker loop, the session and the engine know nothing of wire
 //! formats; whatever they send to a client goes through the connection's
-//! [`Transport`]: a publication, a protocol reply, the heartbeat, and the
-//! last words when the server ends the connection for a [`CloseReason`].
-//! A transport says what it can do in its [`Capabilities`], so the worker
-//! asks instead of testing which transport it has.
+//! [`Transport`]: the response that opens an HTTP transport, a
+//! publication, a protocol reply, the heartbeat, a long-poll's answer, and
+//! the last words when the server ends the connection for a
+//! [`CloseReason`]. A transport says what it can do in its
+//! [`Capabilities`], so the worker asks instead of testing which transport
+//! it has.
 //!
 //! A connection stores only its [`TransportKind`] (one byte); the
-//! transports themselves are stateless statics. WebSocket ([`ws`]) is the
-//! first; Server-Sent Events, HTTP streaming and long-poll plug in here as
-//! one module each plus a variant of [`TransportKind`].
+//! transports themselves are stateless statics. Each lives in one module:
+//! WebSocket ([`ws`]), Server-Sent Events ([`sse`]), HTTP streaming of
+//! newline-delimited JSON ([`stream`]) and long-poll ([`poll`]). What the
+//! HTTP ones share (reading the request's subjects and cursor, response
+//! heads, CORS) is in [`http`]. Adding a transport is one module here and
+//! one variant of [`TransportKind`].
 
+pub mod http;
+pub mod poll;
+pub mod sse;
+pub mod stream;
 pub mod ws;
 
 use bytes::Bytes;
 use myriad_protocol::close::CloseReason;
 
+use crate::config::Config;
 use crate::publication::Publication;
+use crate::session::Session;
+
+/// How a transport keeps a connection alive while nothing is published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Heartbeat {
+    /// A ping the client answers, after `heartbeat_interval` of client
+    /// silence; silence after it means the client is gone.
+    Answered,
+    /// Bytes the client ignores, every `stream_heartbeat_interval`, so that
+    /// proxies and clients see a live stream. Nothing comes back.
+    OneWay,
+    /// None: each exchange is short (long-poll answers within `poll_timeout`).
+    None,
+}
 
 /// What a transport can do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capabilities {
     /// The client can send commands on the same connection.
     pub bidirectional: bool,
-    /// The client answers heartbeats, so silence after one means it is gone.
-    pub heartbeat_answered: bool,
+    pub heartbeat: Heartbeat,
+    /// The session keeps a cursor (see `session.rs`): the transport tells
+    /// the client its positions as one value.
+    pub keeps_cursor: bool,
+    /// One answer per request: output is held until the answer is ready,
+    /// then sent whole, and the connection may carry another request.
+    pub answers_once: bool,
 }
 
 /// How one kind of connection is written to.
 pub trait Transport: Sync {
     fn capabilities(&self) -> Capabilities;
 
+    /// The response head (and anything else) that opens the stream, sent
+    /// once the request is accepted. WebSocket's is the 101, sent by the
+    /// upgrade code; a long-poll's waits for its answer.
+    fn opening(&self, _config: &Config) -> Option<Bytes> {
+        None
+    }
+
     /// The bytes carrying `publication`. Called once per publication per
     /// worker, the result shared by every recipient on this transport: it
     /// must not copy per call what it can share.
     fn publication(&self, publication: &Publication) -> Bytes;
 
-    /// The bytes carrying one protocol v1 reply (a JSON object).
-    fn reply(&self, json: &[u8]) -> Bytes;
+    /// For a session that keeps a cursor: what it gets for `publication`
+    /// given the shared `form`, when the transport writes the cursor into
+    /// every message. The session's cursor has already been advanced past
+    /// `publication`. By default, the shared form alone.
+    fn addressed(
+        &self,
+        form: &Bytes,
+        _publication: &Publication,
+        _session: &Session,
+    ) -> (Bytes, Option<Bytes>) {
+        (form.clone(), None)
+    }
 
-    /// The heartbeat, sent after `heartbeat_interval` of client silence.
+    /// The bytes carrying one protocol v1 reply (a JSON object) to `session`.
+    fn reply(&self, json: &[u8], session: &Session) -> Bytes;
+
+    /// Whether a subscription that went live unasked (no request id) is
+    /// announced with a `subscribed` reply, given its recovery outcome. By
+    /// default always: a client that resumes from positions it was told
+    /// needs the position of a subject it has seen nothing of yet. A failed
+    /// recovery must be told on every transport.
+    fn announces(&self, _recovered: Option<bool>) -> bool {
+        true
+    }
+
+    /// The heartbeat (see [`Heartbeat`]); never called for `Heartbeat::None`.
     fn heartbeat(&self) -> Bytes;
+
+    /// For a transport that [answers once](Capabilities::answers_once): the
+    /// head sent before the `body_len` bytes collected, and the tail after
+    /// them, carrying `session`'s cursor.
+    fn answer(
+        &self,
+        _body_len: usize,
+        _session: &Session,
+        _keep_alive: bool,
+        _config: &Config,
+    ) -> (Bytes, Bytes) {
+        unreachable!("only long-poll answers once")
+    }
 
     /// The last bytes sent when the server ends the connection for `reason`,
     /// if any can be.
@@ -52,16 +123,28 @@ pub trait Transport: Sync {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TransportKind {
     WebSocket,
+    Sse,
+    Stream,
+    Poll,
 }
 
 impl TransportKind {
-    /// How many kinds there are, for per-kind caches.
-    pub const COUNT: usize = 1;
+    /// How many kinds there are, for per-kind caches and metrics.
+    pub const COUNT: usize = 4;
+    pub const ALL: [TransportKind; Self::COUNT] = [
+        TransportKind::WebSocket,
+        TransportKind::Sse,
+        TransportKind::Stream,
+        TransportKind::Poll,
+    ];
 
     /// The transport itself.
     pub fn get(self) -> &'static dyn Transport {
         match self {
             TransportKind::WebSocket => &ws::WebSocket,
+            TransportKind::Sse => &sse::ServerSentEvents,
+            TransportKind::Stream => &stream::HttpStream,
+            TransportKind::Poll => &poll::LongPoll,
         }
     }
 
@@ -69,4 +152,30 @@ impl TransportKind {
     pub fn index(self) -> usize {
         self as usize
     }
+
+    /// The name used in metrics labels, `/stats` and docs.
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportKind::WebSocket => "websocket",
+            TransportKind::Sse => "sse",
+            TransportKind::Stream => "stream",
+            TransportKind::Poll => "poll",
+        }
+    }
+}
+
+/// What `session` is sent for `publication`, whose form on `kind` is
+/// `form`; advances the session's cursor if it keeps one. The one path for
+/// live deliveries and replays alike.
+pub fn addressed(
+    kind: TransportKind,
+    form: &Bytes,
+    publication: &Publication,
+    session: &mut Session,
+) -> (Bytes, Option<Bytes>) {
+    if !session.keeps_cursor() {
+        return (form.clone(), None);
+    }
+    session.advance(&publication.subject, publication.position);
+    kind.get().addressed(form, publication, session)
 }

@@ -9,8 +9,9 @@ use bytes::Bytes;
 use myriad_protocol::close::CloseReason;
 use myriad_protocol::ws::{encode_close, encode_frame, OpCode};
 
-use super::{Capabilities, Transport};
+use super::{Capabilities, Heartbeat, Transport};
 use crate::publication::Publication;
+use crate::session::Session;
 
 /// The empty ping the heartbeat sends; one static frame for every connection.
 static PING_FRAME: [u8; 2] = [0x89, 0x00];
@@ -21,7 +22,9 @@ impl Transport for WebSocket {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             bidirectional: true,
-            heartbeat_answered: true,
+            heartbeat: Heartbeat::Answered,
+            keeps_cursor: false,
+            answers_once: false,
         }
     }
 
@@ -29,8 +32,13 @@ impl Transport for WebSocket {
         publication.ws_frame().clone()
     }
 
-    fn reply(&self, json: &[u8]) -> Bytes {
+    fn reply(&self, json: &[u8], _session: &Session) -> Bytes {
         Bytes::from(encode_frame(OpCode::Text, json, None))
+    }
+
+    fn announces(&self, recovered: Option<bool>) -> bool {
+        // Positions travel in every message; a recovery's outcome must be told.
+        recovered.is_some()
     }
 
     fn heartbeat(&self) -> Bytes {
@@ -53,7 +61,7 @@ mod tests {
     #[test]
     fn frames_on_the_wire() {
         let ws = WebSocket;
-        assert_eq!(&ws.reply(b"{}")[..], b"\x81\x02{}");
+        assert_eq!(&ws.reply(b"{}", &Session::default())[..], b"\x81\x02{}");
         assert_eq!(&ws.heartbeat()[..], b"\x89\x00");
         let close = ws.close(CloseReason::SlowConsumer).unwrap();
         assert_eq!(&close[..4], b"\x88\x2a\x0f\xa1", "4001 and its reason");

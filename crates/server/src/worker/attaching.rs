@@ -76,6 +76,13 @@ impl Attaching {
         self.waiting.contains_key(subject)
     }
 
+    /// Whether `id` is attaching to `subject`.
+    pub(super) fn holds(&self, subject: &str, id: ConnId) -> bool {
+        self.waiting
+            .get(subject)
+            .is_some_and(|list| list.iter().any(|&(c, _)| c == id))
+    }
+
     /// The shared name of a subject being attached to.
     pub(super) fn interned(&self, subject: &str) -> Option<Arc<str>> {
         self.waiting

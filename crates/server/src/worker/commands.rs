@@ -22,12 +22,14 @@ use myriad_protocol::message::{
 use myriad_protocol::position::Position;
 
 use super::{Flow, Worker};
+use crate::conn::flags;
 use crate::engine::{
     Answer, Attach, Attached, ConnAnswer, ConnRequest, EngineError, HistoryPage, HistoryQuery,
     Reply,
 };
 use crate::metrics::ErrorKind;
 use crate::registry::{Change, ConnId};
+use crate::transport;
 
 impl Worker {
     /// Handles one text message on the pub/sub endpoint.
@@ -125,7 +127,7 @@ impl Worker {
 
     /// Subscribes `id` to `subject` (not yet held): held by the session at
     /// once, live when the engine's attach answer arrives.
-    fn add_subscription(
+    pub(super) fn add_subscription(
         &mut self,
         id: ConnId,
         subject: &str,
@@ -177,19 +179,28 @@ impl Worker {
         // The room may have shrunk since the attach was asked for: a replay
         // that no longer fits goes unsent and the client is told to resync,
         // rather than cut as a slow consumer.
-        let transport = conn.transport.get();
-        let mut replay: Vec<Bytes> = attachment
+        let kind = conn.transport;
+        let forms: Vec<Bytes> = attachment
             .replay
             .iter()
-            .map(|p| transport.publication(p))
+            .map(|p| kind.get().publication(p))
             .collect();
         let mut recovered = attachment.recovered;
-        if replay.iter().map(Bytes::len).sum::<usize>() > self.reply_room(id) {
-            replay.clear();
+        let mut replay = &attachment.replay[..];
+        if forms.iter().map(Bytes::len).sum::<usize>() > self.reply_room(id) {
+            replay = &[];
             recovered = recovered.map(|_| false);
         }
-        // A recovery is always answered: the client must learn its outcome.
-        if attached.to.request.is_some() || recovered.is_some() {
+        let conn = &mut self.conns[id as usize];
+        // A cursor moves to the attach position unless the replay is about
+        // to walk it there: the announcement's cursor must not claim what
+        // the client has not received yet.
+        if recovered != Some(true) {
+            conn.session.advance(&attached.subject, attachment.position);
+        }
+        // Asked or not, the transport says whether the client must hear of
+        // it (every transport tells a failed recovery).
+        if attached.to.request.is_some() || kind.get().announces(recovered) {
             let reply = encode_subscribed(
                 attached.to.request,
                 &attached.subject,
@@ -198,8 +209,21 @@ impl Worker {
             );
             self.send_reply(id, reply.as_bytes());
         }
-        for frame in replay {
-            self.send_message(id, frame);
+        for (publication, form) in replay.iter().zip(&forms) {
+            let conn = &mut self.conns[id as usize];
+            let (bytes, more) = transport::addressed(kind, form, publication, &mut conn.session);
+            self.send_message(id, bytes);
+            if let Some(more) = more {
+                self.send(id, more);
+            }
+        }
+        let conn = &mut self.conns[id as usize];
+        if conn.has_flag(flags::HELD) {
+            // A long-poll may be ready now: this was what it waited for.
+            if !replay.is_empty() {
+                conn.set_flag(flags::NEWS);
+            }
+            self.answering.push(id);
         }
     }
 
@@ -283,7 +307,7 @@ impl Worker {
 
     /// Drops every subscription of `id` (closing, or closed).
     pub(super) fn unsubscribe_all(&mut self, id: ConnId) {
-        let held = std::mem::take(&mut self.conns[id as usize].session.subscriptions);
+        let held = self.conns[id as usize].session.take_all();
         for name in &held {
             self.forget(id, name);
         }

@@ -15,13 +15,15 @@
 //! publishes into few system calls. Once a second the worker sweeps the slab
 //! for timeouts and heartbeats: no connection has a timer of its own.
 //!
-//! Submodules: `read` (bytes → handshake, frames, messages), `commands`
+//! Submodules: `read` (bytes → requests, frames, messages), `request` (the
+//! opening request of every transport, and long-poll answers), `commands`
 //! (protocol v1 commands, engine answers and subscription bookkeeping) and
 //! `attaching` (subscriptions waiting for their attach answer).
 
 mod attaching;
 mod commands;
 mod read;
+mod request;
 
 use std::io;
 use std::net::TcpListener as StdListener;
@@ -45,7 +47,7 @@ use crate::hub::{Event, Hub, Wakeups};
 use crate::metrics::{ErrorKind, Metrics, WorkerMetrics};
 use crate::outbound::Flushed;
 use crate::registry::{ConnId, Registry};
-use crate::transport::TransportKind;
+use crate::transport::{self, Heartbeat, TransportKind};
 
 const LISTENER: Token = Token(usize::MAX - 1);
 pub const WAKER: Token = Token(usize::MAX - 2);
@@ -110,6 +112,20 @@ impl Clock {
     }
 }
 
+/// What the once-a-second sweep found due on a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Due {
+    /// The request did not complete in time (HTTP 408, counted).
+    RequestTimeout,
+    /// A kept-alive connection sent no next request in time.
+    EndKeptAlive,
+    /// A closing connection did not finish in time.
+    Drop,
+    /// A long-poll reached `poll_timeout`: answer with what it has.
+    Answer,
+    Close(CloseReason),
+}
+
 /// What reading from a connection should do next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Flow {
@@ -145,6 +161,9 @@ pub struct Worker {
     deferred_reads: Vec<ConnId>,
     /// Connections found over their outbound limit while fanning out.
     slow: Vec<ConnId>,
+    /// Held long-polls that got something this turn: answered at its end
+    /// unless a subscription is still attaching.
+    answering: Vec<ConnId>,
     /// Workers this turn's publishes handed deliveries to, woken once the
     /// turn's reading is done.
     wakeups: Wakeups,
@@ -198,6 +217,7 @@ impl Worker {
             dirty: Vec::new(),
             deferred_reads: Vec::new(),
             slow: Vec::new(),
+            answering: Vec::new(),
             wakeups: Wakeups::default(),
             queued_frames: 0,
             drained: false,
@@ -257,6 +277,7 @@ impl Worker {
             self.resume_deferred_reads();
             self.shared.hub.wake(std::mem::take(&mut self.wakeups));
             self.take_events();
+            self.settle_answers();
             self.flush_dirty();
 
             if now != self.last_sweep {
@@ -358,6 +379,8 @@ impl Worker {
     /// `messages_out`, like deliveries.
     fn send_message(&mut self, id: ConnId, frame: Bytes) {
         self.metrics.messages_out.inc();
+        let kind = self.conns[id as usize].transport;
+        self.metrics.transports[kind.index()].messages_out.inc();
         self.send(id, frame);
     }
 
@@ -378,7 +401,8 @@ impl Worker {
 
     /// Queues one protocol reply, in the connection's transport.
     fn send_reply(&mut self, id: ConnId, json: &[u8]) {
-        let bytes = self.conns[id as usize].transport.get().reply(json);
+        let conn = &self.conns[id as usize];
+        let bytes = conn.transport.get().reply(json, &conn.session);
         self.send_message(id, bytes);
     }
 
@@ -387,14 +411,14 @@ impl Worker {
     /// the connections that asked.
     fn take_events(&mut self) {
         let mut taken = 0;
-        let mut queued = 0u64;
+        let mut queued_by_kind = [0u64; TransportKind::COUNT];
         let limit = self.shared.config.max_outbound_bytes;
         // Publications wait in the mailbox (pausing publishers past
         // mailbox_high_water) while queues this deep are still draining.
         if self.pause_intake() {
             return;
         }
-        while taken < MAILBOX_BATCH && queued < QUEUE_BUDGET {
+        while taken < MAILBOX_BATCH && queued_by_kind.iter().sum::<u64>() < QUEUE_BUDGET {
             let Ok(event) = self.mailbox.try_recv() else {
                 break;
             };
@@ -422,11 +446,20 @@ impl Worker {
                 let kind = conn.transport;
                 let form =
                     forms[kind.index()].get_or_insert_with(|| kind.get().publication(&publication));
-                let pending = conn.queue(form.clone());
-                queued += 1;
+                let (bytes, more) =
+                    transport::addressed(kind, form, &publication, &mut conn.session);
+                let mut pending = conn.queue(bytes);
+                if let Some(more) = more {
+                    pending = conn.queue(more);
+                    self.queued_frames += 1;
+                }
+                queued_by_kind[kind.index()] += 1;
                 self.queued_frames += 1;
                 if conn.set_flag(flags::DIRTY) {
                     self.dirty.push(id);
+                }
+                if conn.has_flag(flags::HELD) && conn.set_flag(flags::NEWS) {
+                    self.answering.push(id);
                 }
                 if pending > limit {
                     self.slow.push(id);
@@ -438,7 +471,14 @@ impl Worker {
         }
         if taken > 0 {
             self.shared.hub.mailbox(self.index).taken(taken);
-            self.metrics.messages_out.inc_by(queued);
+            self.metrics
+                .messages_out
+                .inc_by(queued_by_kind.iter().sum::<u64>());
+            for (kind, queued) in queued_by_kind.into_iter().enumerate() {
+                if queued > 0 {
+                    self.metrics.transports[kind].messages_out.inc_by(queued);
+                }
+            }
         }
     }
 
@@ -462,6 +502,14 @@ impl Worker {
         }
         let limit = self.shared.config.max_outbound_bytes;
         for id in std::mem::take(&mut self.slow) {
+            // A long-poll past the limit is not slow: it has its answer.
+            if self
+                .conns
+                .get(id as usize)
+                .is_some_and(|c| c.has_flag(flags::HELD))
+            {
+                self.answer_now(id, true);
+            }
             self.flush(id);
             let still_over = self.conns.get(id as usize).is_some_and(|conn| {
                 conn.phase.is_open()
@@ -496,6 +544,9 @@ impl Worker {
         let Some(conn) = self.conns.get_mut(id as usize) else {
             return;
         };
+        if conn.has_flag(flags::HELD) {
+            return; // a long-poll's answer goes out whole, once ready
+        }
         let Some(out) = conn.outbound.as_mut() else {
             return;
         };
@@ -539,6 +590,12 @@ impl Worker {
         let now = self.clock.now;
         let conn = &mut self.conns[id as usize];
         if !conn.phase.is_open() {
+            return;
+        }
+        if conn.has_flag(flags::HELD) {
+            // A long-poll ends with its answer, whatever the reason.
+            self.decide_close(id, reason);
+            self.answer_now(id, false);
             return;
         }
         conn.enter(Phase::Closing, now);
@@ -593,6 +650,11 @@ impl Worker {
         self.queued_frames -= conn.outbound.as_ref().map_or(0, |out| out.len());
         self.shared.connections.fetch_sub(1, Ordering::Relaxed);
         self.metrics.connections.dec();
+        if conn.has_flag(flags::COUNTED) {
+            self.metrics.transports[conn.transport.index()]
+                .connections
+                .dec();
+        }
         if conn.close_reason.is_none() {
             self.shared.metrics.closed(CloseReason::Abnormal);
         }
@@ -609,8 +671,8 @@ impl Worker {
 
     // ---- time -----------------------------------------------------------------
 
-    /// The once-a-second pass over every connection: handshake, heartbeat,
-    /// idle and close timeouts.
+    /// The once-a-second pass over every connection: request, heartbeat,
+    /// idle, long-poll and close timeouts.
     fn sweep(&mut self, now: u32) {
         debug_assert_eq!(
             self.queued_frames,
@@ -621,19 +683,28 @@ impl Worker {
             "queued frames drifted from the queues"
         );
         let config = &self.shared.config;
-        let (handshake, idle) = (config.handshake_timeout, config.idle_timeout);
+        let (request_timeout, idle) = (config.handshake_timeout, config.idle_timeout);
         let (interval, answer) = (config.heartbeat_interval, config.heartbeat_timeout);
+        let (one_way, poll_timeout) = (config.stream_heartbeat_interval, config.poll_timeout);
         let close_timeout = config.close_timeout;
-        let mut expired = Vec::new();
+        let mut due = Vec::new();
         let mut to_ping = Vec::new();
         for (id, conn) in self.conns.iter_mut() {
             let age = now.saturating_sub(conn.since);
             let verdict = match conn.phase {
-                Phase::Handshake if age >= handshake => Some(None),
-                Phase::Closing | Phase::Draining if age >= close_timeout => Some(None),
+                // Between long-polls, a quiet kept-alive connection just ends.
+                Phase::Request
+                    if age >= request_timeout
+                        && conn.inbound.is_none()
+                        && conn.has_flag(flags::KEEP_ALIVE) =>
+                {
+                    Some(Due::EndKeptAlive)
+                }
+                Phase::Request if age >= request_timeout => Some(Due::RequestTimeout),
+                Phase::Closing | Phase::Draining if age >= close_timeout => Some(Due::Drop),
                 Phase::PubSub | Phase::Echo => {
                     let can = conn.transport.get().capabilities();
-                    let unanswered = can.heartbeat_answered
+                    let unanswered = can.heartbeat == Heartbeat::Answered
                         && interval > 0
                         && conn.ping_sent != 0
                         && now - conn.ping_sent >= answer;
@@ -646,13 +717,23 @@ impl Worker {
                         idle
                     };
                     if unanswered {
-                        Some(Some(CloseReason::HeartbeatTimeout))
+                        Some(Due::Close(CloseReason::HeartbeatTimeout))
+                    } else if can.answers_once && age >= poll_timeout {
+                        Some(Due::Answer)
                     } else if idle > 0 && conn.session.subscriptions.is_empty() && idle_for >= idle
                     {
-                        Some(Some(CloseReason::IdleTimeout))
+                        Some(Due::Close(CloseReason::IdleTimeout))
                     } else {
-                        if interval > 0 && conn.ping_sent == 0 && now - conn.last_heard >= interval
-                        {
+                        let ping = match can.heartbeat {
+                            Heartbeat::Answered => {
+                                interval > 0
+                                    && conn.ping_sent == 0
+                                    && now - conn.last_heard >= interval
+                            }
+                            Heartbeat::OneWay => one_way > 0 && now - conn.ping_sent >= one_way,
+                            Heartbeat::None => false,
+                        };
+                        if ping {
                             conn.ping_sent = now;
                             to_ping.push(id as ConnId);
                         }
@@ -661,29 +742,34 @@ impl Worker {
                 }
                 _ => None,
             };
-            if let Some(reason) = verdict {
-                expired.push((id as ConnId, reason, conn.phase));
+            if let Some(verdict) = verdict {
+                due.push((id as ConnId, verdict));
             }
         }
         for id in to_ping {
             let heartbeat = self.conns[id as usize].transport.get().heartbeat();
             self.send(id, heartbeat);
         }
-        for (id, reason, phase) in expired {
-            match reason {
-                None if phase == Phase::Handshake => {
+        for (id, verdict) in due {
+            match verdict {
+                Due::RequestTimeout => {
                     self.shared.metrics.error(ErrorKind::Handshake(408));
                     self.decide_close(id, CloseReason::HandshakeTimeout);
                     self.drop_conn(id);
                 }
-                None => self.drop_conn(id),
-                Some(CloseReason::HeartbeatTimeout) => {
+                Due::EndKeptAlive => {
+                    self.decide_close(id, CloseReason::Normal);
+                    self.drop_conn(id);
+                }
+                Due::Drop => self.drop_conn(id),
+                Due::Answer => self.answer_now(id, true),
+                Due::Close(CloseReason::HeartbeatTimeout) => {
                     // The peer is not answering: send the close frame if the
                     // socket takes it, but do not wait for a reply.
                     self.close(id, CloseReason::HeartbeatTimeout);
                     self.conns[id as usize].enter(Phase::Draining, now);
                 }
-                Some(reason) => self.close(id, reason),
+                Due::Close(reason) => self.close(id, reason),
             }
         }
     }
@@ -704,7 +790,7 @@ impl Worker {
                 let ids: Vec<ConnId> = self.conns.iter().map(|(id, _)| id as ConnId).collect();
                 for id in ids {
                     match self.conns[id as usize].phase {
-                        Phase::Handshake => self.drop_conn(id),
+                        Phase::Request => self.drop_conn(id),
                         Phase::PubSub | Phase::Echo => self.close(id, CloseReason::GoingAway),
                         Phase::Closing | Phase::Draining => {}
                     }

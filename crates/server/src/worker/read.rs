@@ -1,5 +1,5 @@
-//! The read side of a worker: socket bytes → upgrade request → WebSocket
-//! frames → messages.
+//! The read side of a worker: socket bytes → request (see `request`) →
+//! WebSocket frames → messages.
 //!
 //! Reads land in the worker's scratch buffer and are parsed in place there.
 //! Only bytes that end mid-request or mid-frame are copied into the
@@ -10,16 +10,14 @@ use std::io::{self, Read as _};
 
 use bytes::Bytes;
 use myriad_protocol::close::CloseReason;
-use myriad_protocol::handshake::{http_response, parse_upgrade, switching_protocols};
 use myriad_protocol::ws::{encode_close, encode_frame, Message, MessageReader, OpCode, Read};
 
 use super::{Flow, Worker};
 use crate::conn::{flags, Phase};
-use crate::metrics::ErrorKind;
 use crate::registry::ConnId;
 
-/// Largest upgrade request head accepted (HTTP 431 beyond).
-const MAX_REQUEST_HEAD: usize = 8 * 1024;
+/// Largest request head accepted (HTTP 431 beyond).
+pub(super) const MAX_REQUEST_HEAD: usize = 8 * 1024;
 
 impl Worker {
     /// Reads from `id` until the socket is drained, the per-turn budget is
@@ -94,7 +92,7 @@ impl Worker {
         }
     }
 
-    fn defer_read(&mut self, id: ConnId) {
+    pub(super) fn defer_read(&mut self, id: ConnId) {
         if self.conns[id as usize].set_flag(flags::READ_DEFERRED) {
             self.deferred_reads.push(id);
         }
@@ -124,7 +122,7 @@ impl Worker {
 
     /// Parses `fresh` bytes (behind any buffered remainder) as far as whole
     /// units go and keeps the rest for the next read.
-    fn ingest(&mut self, id: ConnId, fresh: &mut [u8]) -> Flow {
+    pub(super) fn ingest(&mut self, id: ConnId, fresh: &mut [u8]) -> Flow {
         let conn = &mut self.conns[id as usize];
         let (flow, leftover) = match conn.inbound.take() {
             Some(mut buffered) => {
@@ -148,7 +146,8 @@ impl Worker {
     }
 
     /// Consumes whole requests and frames from the front of `buf`; returns
-    /// how far it got.
+    /// how far it got. Once an HTTP transport is open the client has nothing
+    /// more to say on it but its next request (see `after_request`).
     fn parse(&mut self, id: ConnId, buf: &mut [u8]) -> (Flow, usize) {
         let mut used = 0;
         loop {
@@ -158,8 +157,11 @@ impl Worker {
             if used == buf.len() {
                 return (Flow::Continue, used);
             }
+            if conn.phase != Phase::Request && !conn.transport.get().capabilities().bidirectional {
+                return self.after_request(id, buf.len() - used, used);
+            }
             match conn.phase {
-                Phase::Handshake => match self.handshake(id, &buf[used..]) {
+                Phase::Request => match self.on_request(id, &buf[used..]) {
                     Some(n) => used += n,
                     None => return (Flow::Continue, used),
                 },
@@ -283,65 +285,5 @@ impl Worker {
                 }
             }
         }
-    }
-
-    /// Parses the upgrade request at the front of `buf`. Returns the bytes it
-    /// consumed, or `None` while the request is incomplete. A refused
-    /// request consumes the whole buffer: nothing after it is read.
-    fn handshake(&mut self, id: ConnId, buf: &[u8]) -> Option<usize> {
-        let config = &self.shared.config;
-        let (response, phase, used) = match parse_upgrade(buf, MAX_REQUEST_HEAD) {
-            Ok(None) => return None,
-            Ok(Some(request)) => {
-                let over_capacity = self.conns[id as usize].has_flag(flags::OVER_CAPACITY);
-                let endpoint = if request.path == config.ws_path {
-                    Some(Phase::PubSub)
-                } else if config.echo_path.as_deref() == Some(request.path) {
-                    Some(Phase::Echo)
-                } else {
-                    None
-                };
-                match endpoint {
-                    Some(_) if over_capacity => {
-                        self.shared.metrics.error(ErrorKind::OverCapacity);
-                        let response = http_response(
-                            503,
-                            "Service Unavailable",
-                            &[("Retry-After", "1")],
-                            "server at max_connections\n",
-                        );
-                        (response, None, buf.len())
-                    }
-                    Some(phase) => (
-                        switching_protocols(request.key, None),
-                        Some(phase),
-                        request.header_len,
-                    ),
-                    None => {
-                        self.shared.metrics.error(ErrorKind::Handshake(404));
-                        let response = http_response(404, "Not Found", &[], "no such endpoint\n");
-                        (response, None, buf.len())
-                    }
-                }
-            }
-            Err(e) => {
-                self.shared.metrics.error(ErrorKind::Handshake(e.status()));
-                (e.response(), None, buf.len())
-            }
-        };
-        let now = self.clock.now;
-        let conn = &mut self.conns[id as usize];
-        match phase {
-            Some(phase) => {
-                conn.enter(phase, now);
-                conn.last_message = now;
-            }
-            None => {
-                conn.enter(Phase::Closing, now);
-                self.decide_close(id, CloseReason::HandshakeRejected);
-            }
-        }
-        self.send(id, Bytes::from(response));
-        Some(used)
     }
 }

@@ -1,0 +1,261 @@
+//! The HTTP request every client connection opens with, and the long-poll
+//! answers after which a kept-alive connection waits for the next one.
+//!
+//! A request is routed by path to an endpoint: the WebSocket pub/sub or
+//! echo endpoint (an upgrade), or one of the HTTP transports, which the
+//! request opens with its subjects and cursor. Refusals get their status
+//! and close. What each transport puts on the wire is its own module's
+//! business (`crate::transport`); this file only moves a connection
+//! between phases and subscribes it, the same way for every transport.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use myriad_protocol::close::CloseReason;
+use myriad_protocol::handshake::{parse_request, switching_protocols};
+
+use super::read::MAX_REQUEST_HEAD;
+use super::{Flow, Worker};
+use crate::config::Config;
+use crate::conn::{flags, Phase};
+use crate::metrics::ErrorKind;
+use crate::registry::ConnId;
+use crate::transport::http::{
+    error_response, parse_stream_request, preflight_response, StreamRequest,
+};
+use crate::transport::TransportKind;
+
+/// Where a request path leads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    /// A WebSocket upgrade, into this phase.
+    WebSocket(Phase),
+    Http(TransportKind),
+}
+
+fn route(config: &Config, path: &str) -> Option<Endpoint> {
+    if path == config.ws_path {
+        Some(Endpoint::WebSocket(Phase::PubSub))
+    } else if config.echo_path.as_deref() == Some(path) {
+        Some(Endpoint::WebSocket(Phase::Echo))
+    } else if path == config.sse_path {
+        Some(Endpoint::Http(TransportKind::Sse))
+    } else if path == config.stream_path {
+        Some(Endpoint::Http(TransportKind::Stream))
+    } else if path == config.poll_path {
+        Some(Endpoint::Http(TransportKind::Poll))
+    } else {
+        None
+    }
+}
+
+impl Worker {
+    /// Handles the request at the front of `buf`. Returns the bytes it
+    /// consumed, or `None` while the request is incomplete. A refused
+    /// request consumes the whole buffer: nothing after it is read.
+    pub(super) fn on_request(&mut self, id: ConnId, buf: &[u8]) -> Option<usize> {
+        let shared = Arc::clone(&self.shared);
+        let config = &shared.config;
+        let head = match parse_request(buf, MAX_REQUEST_HEAD) {
+            Ok(None) => return None,
+            Ok(Some(head)) => head,
+            Err(e) => {
+                self.refuse_request(id, ErrorKind::Handshake(e.status()), e.response());
+                return Some(buf.len());
+            }
+        };
+        let Some(endpoint) = route(config, head.path) else {
+            let response = error_response(404, "not_found", "no such endpoint", &[]);
+            self.refuse_request(id, ErrorKind::Handshake(404), response);
+            return Some(buf.len());
+        };
+        if self.conns[id as usize].has_flag(flags::OVER_CAPACITY) {
+            let response = error_response(
+                503,
+                "over_capacity",
+                "server at max_connections",
+                &[("Retry-After", "1")],
+            );
+            self.refuse_request(id, ErrorKind::OverCapacity, response);
+            return Some(buf.len());
+        }
+        match endpoint {
+            Endpoint::WebSocket(phase) => match head.upgrade() {
+                Ok(upgrade) => {
+                    self.set_transport(id, TransportKind::WebSocket);
+                    let now = self.clock.now;
+                    let conn = &mut self.conns[id as usize];
+                    conn.enter(phase, now);
+                    conn.last_message = now;
+                    self.send(id, Bytes::from(switching_protocols(upgrade.key, None)));
+                    Some(upgrade.header_len)
+                }
+                Err(e) => {
+                    self.refuse_request(id, ErrorKind::Handshake(e.status()), e.response());
+                    Some(buf.len())
+                }
+            },
+            Endpoint::Http(_) if head.method == "OPTIONS" => {
+                // A CORS preflight: answered, then the connection ends.
+                self.end_after(id, Bytes::from(preflight_response(config)), None);
+                Some(buf.len())
+            }
+            Endpoint::Http(TransportKind::Poll) if self.conns[id as usize].pending_bytes() > 0 => {
+                // The previous answer is not out yet: the client pipelined.
+                let response =
+                    error_response(400, "pipelined", "wait for the previous answer", &[]);
+                self.refuse_request(id, ErrorKind::Handshake(400), response);
+                Some(buf.len())
+            }
+            Endpoint::Http(kind) => match parse_stream_request(&head, config) {
+                Ok(request) => {
+                    self.open_http(id, kind, request, !head.connection_close);
+                    Some(head.header_len)
+                }
+                Err(e) => {
+                    self.refuse_request(id, ErrorKind::Request(e.label()), e.response(config));
+                    Some(buf.len())
+                }
+            },
+        }
+    }
+
+    /// Answers a request with an error and ends the connection.
+    fn refuse_request(&mut self, id: ConnId, kind: ErrorKind, response: Vec<u8>) {
+        self.shared.metrics.error(kind);
+        self.end_after(
+            id,
+            Bytes::from(response),
+            Some(CloseReason::HandshakeRejected),
+        );
+    }
+
+    /// Sends `bytes` and closes once they are out, counting `reason`
+    /// (`None`: a normal end).
+    fn end_after(&mut self, id: ConnId, bytes: Bytes, reason: Option<CloseReason>) {
+        let now = self.clock.now;
+        self.conns[id as usize].enter(Phase::Closing, now);
+        self.decide_close(id, reason.unwrap_or(CloseReason::Normal));
+        self.send(id, bytes);
+    }
+
+    /// Opens an HTTP transport: the response starts (unless it is a
+    /// long-poll, whose head waits for its answer) and each subject is
+    /// subscribed from its cursor entry.
+    fn open_http(
+        &mut self,
+        id: ConnId,
+        kind: TransportKind,
+        request: StreamRequest,
+        keep_alive: bool,
+    ) {
+        let now = self.clock.now;
+        let transport = kind.get();
+        let can = transport.capabilities();
+        self.set_transport(id, kind);
+        let conn = &mut self.conns[id as usize];
+        conn.enter(Phase::PubSub, now);
+        conn.last_message = now;
+        conn.ping_sent = now;
+        if can.keeps_cursor {
+            conn.session.keep_cursor(&request.since);
+        }
+        if can.answers_once {
+            conn.set_flag(flags::HELD);
+            if keep_alive {
+                conn.set_flag(flags::KEEP_ALIVE);
+            } else {
+                conn.clear_flag(flags::KEEP_ALIVE);
+            }
+        }
+        if let Some(opening) = transport.opening(&self.shared.config) {
+            self.send(id, opening);
+        }
+        for (subject, since) in request.subjects.iter().zip(request.since) {
+            self.add_subscription(id, subject, since, None);
+        }
+    }
+
+    /// Input after an HTTP transport's request. The streams have nothing
+    /// to hear, so it is read and dropped. A client that sends again before
+    /// its long-poll is answered is pipelining, which no browser does and
+    /// this server does not take: the poll is answered with what it has and
+    /// the connection closed.
+    pub(super) fn after_request(
+        &mut self,
+        id: ConnId,
+        unread: usize,
+        used: usize,
+    ) -> (Flow, usize) {
+        if unread > 0 && self.conns[id as usize].has_flag(flags::HELD) {
+            self.close(id, CloseReason::ProtocolError);
+            return (Flow::Stop, used + unread);
+        }
+        (Flow::Continue, used + unread)
+    }
+
+    /// Records `id`'s transport, moving it between the per-transport
+    /// connection gauges.
+    pub(super) fn set_transport(&mut self, id: ConnId, kind: TransportKind) {
+        let conn = &mut self.conns[id as usize];
+        if conn.has_flag(flags::COUNTED) {
+            if conn.transport == kind {
+                return;
+            }
+            self.metrics.transports[conn.transport.index()]
+                .connections
+                .dec();
+        }
+        conn.transport = kind;
+        conn.set_flag(flags::COUNTED);
+        self.metrics.transports[kind.index()].connections.inc();
+    }
+
+    /// Sends the long-polls that became ready this turn: something was
+    /// delivered and no subscription is still waiting for its replay.
+    pub(super) fn settle_answers(&mut self) {
+        for id in std::mem::take(&mut self.answering) {
+            let Some(conn) = self.conns.get(id as usize) else {
+                continue;
+            };
+            let ready = conn.has_flag(flags::HELD)
+                && conn.has_flag(flags::NEWS)
+                && !conn
+                    .session
+                    .subscriptions
+                    .iter()
+                    .any(|s| self.attaching.holds(s, id));
+            if ready {
+                self.answer_now(id, true);
+            }
+        }
+    }
+
+    /// Sends a held long-poll's answer: the head and tail around what it
+    /// collected. The subscriptions end with it (the cursor in the answer is
+    /// where the next poll resumes); a kept-alive connection then waits for
+    /// its next request, any other closes.
+    pub(super) fn answer_now(&mut self, id: ConnId, keep_alive_allowed: bool) {
+        let now = self.clock.now;
+        let conn = &mut self.conns[id as usize];
+        conn.clear_flag(flags::HELD | flags::NEWS);
+        let keep_alive = keep_alive_allowed && conn.has_flag(flags::KEEP_ALIVE);
+        let (head, tail) = conn.transport.get().answer(
+            conn.pending_bytes(),
+            &conn.session,
+            keep_alive,
+            &self.shared.config,
+        );
+        conn.outbound
+            .get_or_insert_with(Box::default)
+            .push_front(head);
+        self.queued_frames += 1;
+        self.unsubscribe_all(id);
+        if keep_alive {
+            self.conns[id as usize].enter(Phase::Request, now);
+            self.send(id, tail);
+        } else {
+            self.end_after(id, tail, None);
+        }
+    }
+}
