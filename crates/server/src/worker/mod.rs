@@ -747,8 +747,12 @@ impl Worker {
             }
         }
         for id in to_ping {
+            // Written at once rather than with the turn's flush, so that a
+            // round of heartbeats to every connection never holds a queue
+            // for each of them at the same time (an RSS step that stays).
             let heartbeat = self.conns[id as usize].transport.get().heartbeat();
             self.send(id, heartbeat);
+            self.flush(id);
         }
         for (id, verdict) in due {
             match verdict {
