@@ -2,7 +2,8 @@
 //! memory engine (position, history, one encoding, mailbox hand-off) and a
 //! worker queueing the shared frame for every local subscriber, as
 //! `Worker::take_events` does. What remains per recipient is a
-//! reference-count increment and a push. Measured with history off and on.
+//! reference-count increment and a push. Measured with history off and on,
+//! and per transport (what a recipient on each costs).
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -17,6 +18,8 @@ use myriad_server::namespace::Namespaces;
 use myriad_server::outbound::Outbound;
 use myriad_server::publication::Publication;
 use myriad_server::registry::Registry;
+use myriad_server::session::Session;
+use myriad_server::transport::{self, TransportKind};
 
 const SUBSCRIBERS: u32 = 10_000;
 
@@ -108,5 +111,55 @@ fn publish_to_10k(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, encode, publish_to_10k);
+/// What each transport costs per recipient once the publication is made:
+/// its form built once, then for every subscriber what the worker does in
+/// `take_events` (`transport::addressed`, then a push). Sessions are laid
+/// out as a worker's would be: each with its own subject and, for the
+/// transports that keep one, its own cursor allocation.
+fn queue_per_transport(c: &mut Criterion) {
+    let mut group = c.benchmark_group("fanout");
+    group.throughput(Throughput::Elements(u64::from(SUBSCRIBERS)));
+    let subject: Arc<str> = Arc::from("broadcast");
+    let publication = Publication::new(
+        Arc::clone(&subject),
+        Position::new(Epoch(7), 42),
+        &payload(),
+        0,
+    );
+    for kind in TransportKind::ALL {
+        let mut sessions: Vec<Session> = (0..SUBSCRIBERS)
+            .map(|_| {
+                let mut session = Session::default();
+                if kind.get().capabilities().keeps_cursor {
+                    session.keep_cursor(&[None]);
+                }
+                session.subscriptions.push(Arc::clone(&subject));
+                session
+            })
+            .collect();
+        let mut queues: Vec<Outbound> = (0..SUBSCRIBERS).map(|_| Outbound::new()).collect();
+        group.bench_function(
+            format!("queue_512B_to_10k_subscribers/{}", kind.name()),
+            |b| {
+                b.iter(|| {
+                    let form = kind.get().publication(black_box(&publication));
+                    for (session, queue) in sessions.iter_mut().zip(&mut queues) {
+                        let (bytes, more) =
+                            transport::addressed(kind, &form, &publication, session);
+                        queue.push(bytes);
+                        if let Some(more) = more {
+                            queue.push(more);
+                        }
+                    }
+                    for q in &mut queues {
+                        q.discard_unstarted();
+                    }
+                })
+            },
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, encode, publish_to_10k, queue_per_transport);
 criterion_main!(benches);
