@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Installs what myriad's tests need beyond the Rust toolchain: the Autobahn
-# WebSocket testsuite (`wstest`, Python 2 code) in a Python 2.7 virtualenv.
+# Installs what myriad's tests need beyond the Rust toolchain: Debian's
+# `chromium`, which drives the admin `/status` page in a real browser
+# (crates/myriad/tests/status_page.rs), and the Autobahn WebSocket testsuite
+# (`wstest`, Python 2 code) in a Python 2.7 virtualenv.
 #
 #   scripts/install-test-deps.sh
 #
-# Idempotent: does nothing when $MYRIAD_VENV/bin/wstest already works with the
-# pinned requirements. Fails loudly (non-zero) when it cannot install.
+# Idempotent: installs chromium only when it is not on PATH, and does nothing
+# more when $MYRIAD_VENV/bin/wstest already works with the pinned
+# requirements. Fails loudly (non-zero) when it cannot install.
 #
 # Environment:
 #   MYRIAD_VENV        Python 2.7 env for wstest     (default <repo>/.venv-autobahn)
@@ -32,6 +35,27 @@ die() {
     exit 1
 }
 
+# --- chromium, for the status page test --------------------------------------------
+if command -v chromium >/dev/null 2>&1; then
+    log "chromium already installed: $(command -v chromium) (nothing to do)"
+else
+    command -v apt-get >/dev/null 2>&1 ||
+        die "chromium is not on PATH and there is no apt-get to install it with;
+the status page test CANNOT run. Install chromium so 'chromium' is on PATH."
+    log "installing chromium with apt-get (a few minutes from scratch)"
+    # Root may call apt-get directly; anyone else goes through sudo.
+    sudo_if_needed=()
+    [[ "$(id -u)" == 0 ]] || sudo_if_needed=(sudo)
+    "${sudo_if_needed[@]}" apt-get update ||
+        die "apt-get update failed; chromium cannot be installed"
+    DEBIAN_FRONTEND=noninteractive "${sudo_if_needed[@]}" apt-get install -y chromium ||
+        die "apt-get install -y chromium failed; the status page test CANNOT run"
+    command -v chromium >/dev/null 2>&1 ||
+        die "apt-get installed chromium but 'chromium' is still not on PATH"
+    log "ok: $(command -v chromium)"
+fi
+
+# --- the Autobahn testsuite ----------------------------------------------------------
 [[ -f "$REQUIREMENTS" ]] || die "missing $REQUIREMENTS"
 req_hash="$(sha256sum "$REQUIREMENTS" | cut -d' ' -f1)"
 

@@ -7,7 +7,6 @@ mod common;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,7 +15,6 @@ use common::Node;
 use eventsource_stream::{Event, Eventsource};
 use futures_util::{Stream, StreamExt};
 use serde_json::{json, Value};
-use socket2::{Domain, Socket, Type};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -273,30 +271,6 @@ async fn a_long_poll_loop_loses_nothing_while_publishing() {
     );
 }
 
-/// Sends a GET for `target` on a fresh socket and returns it, positioned
-/// after the response head (which must be a 200).
-fn open_raw(node: &Node, target: &str, recv_buffer: Option<usize>) -> BufReader<TcpStream> {
-    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    if let Some(size) = recv_buffer {
-        socket.set_recv_buffer_size(size).unwrap();
-    }
-    socket.connect(&node.ws.into()).unwrap();
-    let mut stream: TcpStream = socket.into();
-    stream.set_read_timeout(Some(WAIT)).unwrap();
-    write!(stream, "GET {target} HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
-    let mut reader = BufReader::new(stream);
-    let mut status = String::new();
-    reader.read_line(&mut status).unwrap();
-    assert!(status.starts_with("HTTP/1.1 200 "), "{status}");
-    loop {
-        let mut line = String::new();
-        reader.read_line(&mut line).unwrap();
-        if line == "\r\n" {
-            return reader;
-        }
-    }
-}
-
 /// Reads until `needle` has arrived; returns everything read.
 fn read_until(reader: &mut BufReader<TcpStream>, needle: &str) -> String {
     let mut seen = String::new();
@@ -312,8 +286,8 @@ fn read_until(reader: &mut BufReader<TcpStream>, needle: &str) -> String {
 #[test]
 fn heartbeats_arrive_on_idle_streams() {
     let node = Node::start(&["--stream-heartbeat-interval", "1"]);
-    let mut sse = open_raw(&node, "/sse?subject=quiet", None);
-    let mut stream = open_raw(&node, "/stream?subject=quiet", None);
+    let mut sse = node.open_raw("/sse?subject=quiet", None);
+    let mut stream = node.open_raw("/stream?subject=quiet", None);
     let seen = read_until(&mut sse, ": heartbeat\n");
     assert!(seen.starts_with("retry: 2000\n"), "{seen:?}");
     // A chunk holding one empty line: "1\r\n\n\r\n".
@@ -346,8 +320,8 @@ fn a_slow_sse_consumer_is_cut_while_the_others_keep_receiving() {
         "--close-timeout",
         "120",
     ]);
-    let mut slow = open_raw(&node, "/sse?subject=firehose", Some(4096));
-    let mut fast = open_raw(&node, "/sse?subject=firehose", None);
+    let mut slow = node.open_raw("/sse?subject=firehose", Some(4096));
+    let mut fast = node.open_raw("/sse?subject=firehose", None);
     node.wait_for_stats("both subscribed", |s| s["subscriptions"] == 2);
     let received = Arc::new(AtomicU64::new(0));
     let counted = Arc::clone(&received);
@@ -373,18 +347,14 @@ fn a_slow_sse_consumer_is_cut_while_the_others_keep_receiving() {
 #[test]
 fn shutdown_ends_every_stream_and_answers_every_poll() {
     let mut node = Node::start(&["--workers", "2", "--shutdown-timeout", "5"]);
-    let mut sse = open_raw(&node, "/sse?subject=bye", None);
-    let mut stream = open_raw(&node, "/stream?subject=bye", None);
+    let mut sse = node.open_raw("/sse?subject=bye", None);
+    let mut stream = node.open_raw("/stream?subject=bye", None);
     let mut held = TcpStream::connect(node.ws).unwrap();
     held.set_read_timeout(Some(WAIT)).unwrap();
     write!(held, "GET /poll?subject=bye HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
     node.wait_for_stats("all three subscribed", |s| s["subscriptions"] == 3);
 
-    let status = Command::new("kill")
-        .args(["-TERM", &node.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    node.terminate();
 
     read_until(&mut sse, "event: close\n");
     assert!(read_until(&mut sse, "\n").contains("\"code\":1001"));
@@ -423,7 +393,7 @@ fn raw_request(node: &Node, request: &str) -> (u16, String) {
 #[test]
 fn bad_requests_get_a_status_and_a_code_and_harm_no_one() {
     let node = Node::start(&["--max-subscriptions", "2"]);
-    let mut bystander = open_raw(&node, "/sse?subject=calm", None);
+    let mut bystander = node.open_raw("/sse?subject=calm", None);
     node.wait_for_stats("bystander subscribed", |s| s["subscriptions"] == 1);
     let get =
         |target: &str, extra: &str| format!("GET {target} HTTP/1.1\r\nHost: t\r\n{extra}\r\n");

@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::{recv_close, subscribe, Node};
 
 #[test]
@@ -14,11 +12,7 @@ fn sigterm_sends_going_away_to_everyone_and_exits() {
     for ws in &mut clients {
         subscribe(ws, &["bye"]);
     }
-    let status = Command::new("kill")
-        .args(["-TERM", &node.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    node.terminate();
     for ws in &mut clients {
         assert_eq!(recv_close(ws), 1001);
     }

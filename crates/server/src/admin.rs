@@ -1,5 +1,6 @@
 //! The admin/API listener: the HTTP publish and history API for backends,
-//! `/stats`, `/metrics` and `/healthz`.
+//! `/stats`, `/metrics`, `/healthz`, and the routes to the live status page
+//! (`/status`, `/status/events`, served by [`status`]).
 //!
 //! It runs on its own thread with a single-threaded tokio runtime and hyper,
 //! apart from the workers: admin traffic is low-volume and must never sit in
@@ -7,6 +8,7 @@
 //! workers use, so an API publish and a WebSocket publish are ordered alike.
 //!
 //! [`Engine`]: crate::engine::Engine
+//! [`status`]: crate::status
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -16,12 +18,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
 use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use myriad_protocol::close::CloseReason;
 use myriad_protocol::message::{encode_history, present};
 use myriad_protocol::position::{Epoch, Position};
 use myriad_protocol::subject;
@@ -35,6 +38,7 @@ use crate::engine::{HistoryQuery, Published, Reply};
 use crate::hub::Wakeups;
 use crate::metrics::ErrorKind;
 use crate::process;
+use crate::status;
 use crate::transport::TransportKind;
 use crate::worker::Shared;
 
@@ -45,6 +49,9 @@ pub const API_KEY_HEADER: &str = "x-api-key";
 const CONGESTION_WAIT: Duration = Duration::from_secs(5);
 
 type HttpReply = Response<Full<Bytes>>;
+
+/// Every admin reply's body: whole, or the status page's event stream.
+type AdminBody = Either<Full<Bytes>, status::EventStream>;
 
 /// What a request is told if the engine dropped it unanswered, which its
 /// contract forbids: a bug, reported rather than hung on.
@@ -58,6 +65,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let started = Instant::now();
+    let status_streams = Arc::new(status::Streams::new(shared.config.max_status_streams));
     loop {
         let (stream, _) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -71,10 +79,12 @@ pub async fn serve(
             _ = shutdown.changed() => return Ok(()),
         };
         let shared = Arc::clone(&shared);
+        let status_streams = Arc::clone(&status_streams);
         tokio::spawn(async move {
             let service = service_fn(move |req| {
                 let shared = Arc::clone(&shared);
-                async move { Ok::<_, Infallible>(route(req, &shared, started).await) }
+                let status_streams = Arc::clone(&status_streams);
+                async move { Ok::<_, Infallible>(route(req, &shared, started, &status_streams).await) }
             });
             if let Err(e) = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
@@ -86,11 +96,32 @@ pub async fn serve(
     }
 }
 
-async fn route(req: Request<Incoming>, shared: &Shared, started: Instant) -> HttpReply {
+async fn route(
+    req: Request<Incoming>,
+    shared: &Arc<Shared>,
+    started: Instant,
+    status_streams: &status::Streams,
+) -> Response<AdminBody> {
+    match (req.method(), req.uri().path()) {
+        (&Method::GET, "/status/events") => match status::events(shared, started, status_streams) {
+            Ok(events) => events.map(Either::Right),
+            Err(e) => {
+                shared.metrics.error(ErrorKind::TooManyStatusStreams);
+                error_reply(StatusCode::SERVICE_UNAVAILABLE, e.code(), &e.to_string())
+                    .map(Either::Left)
+            }
+        },
+        _ => whole_reply(req, shared, started).await.map(Either::Left),
+    }
+}
+
+/// The reply to any request but a status stream.
+async fn whole_reply(req: Request<Incoming>, shared: &Shared, started: Instant) -> HttpReply {
     match (req.method(), req.uri().path()) {
         (&Method::POST, "/api/publish") => publish(req, shared).await,
         (&Method::GET, "/api/history") => history(req, shared).await,
         (&Method::GET, "/stats") => json_reply(StatusCode::OK, &stats(shared, started)),
+        (&Method::GET, "/status") => status::page(),
         (&Method::GET, "/metrics") => {
             shared.metrics.mirror_engine(&shared.engine.stats());
             let mut reply = Response::new(Full::new(Bytes::from(shared.metrics.render())));
@@ -109,9 +140,11 @@ async fn route(req: Request<Incoming>, shared: &Shared, started: Instant) -> Htt
                 text_reply(StatusCode::OK, "ok\n")
             }
         }
-        (_, "/api/publish" | "/api/history" | "/stats" | "/metrics" | "/healthz") => {
-            text_reply(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n")
-        }
+        (
+            _,
+            "/api/publish" | "/api/history" | "/stats" | "/metrics" | "/healthz" | "/status"
+            | "/status/events",
+        ) => text_reply(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"),
         _ => text_reply(StatusCode::NOT_FOUND, "not found\n"),
     }
 }
@@ -390,11 +423,6 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
     let history = engine.history;
     let s = shared.metrics.snapshot();
     let usage = process::usage();
-    let slow = s
-        .closes
-        .iter()
-        .find(|(name, _)| *name == "slow_consumer")
-        .map_or(0, |(_, n)| *n);
     json!({
         "uptime_seconds": started.elapsed().as_secs_f64(),
         "workers": shared.config.worker_count(),
@@ -416,7 +444,7 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
             "bytes": history.bytes,
             "evictions": history.evictions,
         },
-        "slow_consumer_disconnects": slow,
+        "slow_consumer_disconnects": s.closed(CloseReason::SlowConsumer),
         "transports": TransportKind::ALL
             .iter()
             .map(|kind| {
@@ -427,7 +455,7 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
         "closes": s.closes.iter().copied().collect::<BTreeMap<_, _>>(),
         "errors": s.errors.iter().copied().collect::<BTreeMap<_, _>>(),
         "process": {"rss_bytes": usage.rss_bytes, "cpu_seconds": usage.cpu_seconds},
-        "rss_per_connection": (s.connections > 0).then(|| usage.rss_bytes as f64 / s.connections as f64),
+        "rss_per_connection": usage.rss_per_connection(s.connections),
     })
 }
 

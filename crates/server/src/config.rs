@@ -28,7 +28,7 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
 
-    /// Address of the admin/API listener (publish API, /stats, /metrics, /healthz).
+    /// Address of the admin/API listener (publish API, /stats, /metrics, /healthz, /status).
     #[arg(long, env = "MYRIAD_ADMIN_LISTEN", default_value = "127.0.0.1:8081")]
     pub admin_listen: SocketAddr,
 
@@ -151,6 +151,11 @@ pub struct Config {
     /// Maximum body of an admin API request in bytes (HTTP 413 beyond).
     #[arg(long, env = "MYRIAD_MAX_HTTP_BODY", default_value_t = 1_048_576)]
     pub max_http_body: usize,
+
+    /// Live `/status/events` streams the admin listener serves at once
+    /// (each open status page holds one); more get HTTP 503. 0 turns them off.
+    #[arg(long, env = "MYRIAD_MAX_STATUS_STREAMS", default_value_t = 16)]
+    pub max_status_streams: usize,
 
     /// Publications kept per subject for recovery, unless a namespace says
     /// otherwise; 0 turns history off.

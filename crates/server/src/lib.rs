@@ -15,7 +15,8 @@
 //!   subject's kept publications and the recovery rules.
 //! - [`hub`]: the workers' mailboxes, and the `Route` an engine keeps per
 //!   subject to hand each publication to every interested worker.
-//! - [`admin`]: the HTTP publish API, `/stats`, `/metrics`, `/healthz`.
+//! - [`admin`]: the HTTP publish API, `/stats`, `/metrics`, `/healthz`;
+//!   [`status`]: the live status page it serves.
 //! - [`metrics`] and [`process`]: what the node counts and how big it is.
 //!
 //! [`serve`] wires these together and runs until SIGTERM/SIGINT.
@@ -34,6 +35,7 @@ pub mod process;
 pub mod publication;
 pub mod registry;
 pub mod session;
+pub mod status;
 pub mod transport;
 pub mod worker;
 

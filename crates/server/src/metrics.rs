@@ -58,6 +58,8 @@ pub enum ErrorKind {
     ApiUnauthorized,
     /// An admin API request body was malformed or too large.
     ApiBadRequest,
+    /// A `/status/events` stream was refused: `max_status_streams` are open.
+    TooManyStatusStreams,
 }
 
 impl ErrorKind {
@@ -77,6 +79,7 @@ impl ErrorKind {
             ErrorKind::Io => "io",
             ErrorKind::ApiUnauthorized => "api_unauthorized",
             ErrorKind::ApiBadRequest => "api_bad_request",
+            ErrorKind::TooManyStatusStreams => "too_many_status_streams",
         }
     }
 }
@@ -359,6 +362,7 @@ impl ErrorKind {
                 ErrorKind::Io,
                 ErrorKind::ApiUnauthorized,
                 ErrorKind::ApiBadRequest,
+                ErrorKind::TooManyStatusStreams,
             ]
             .map(ErrorKind::label),
         );
@@ -383,6 +387,16 @@ pub struct Snapshot {
     pub errors: Vec<(&'static str, u64)>,
     /// Indexed by `TransportKind::index`.
     pub transports: [TransportTotals; TransportKind::COUNT],
+}
+
+impl Snapshot {
+    /// Connections closed for `reason` so far.
+    pub fn closed(&self, reason: CloseReason) -> u64 {
+        self.closes
+            .iter()
+            .find(|(name, _)| *name == reason.name())
+            .map_or(0, |(_, n)| *n)
+    }
 }
 
 /// One transport's node-wide totals.
@@ -415,6 +429,8 @@ mod tests {
         let s = m.snapshot();
         assert_eq!(s.messages_out, 7);
         assert!(s.closes.contains(&("slow_consumer", 1)));
+        assert_eq!(s.closed(CloseReason::SlowConsumer), 1);
+        assert_eq!(s.closed(CloseReason::Normal), 0);
         assert!(s.errors.contains(&("handshake_404_not_found", 1)));
     }
 }

@@ -10,6 +10,13 @@ pub struct Usage {
     pub cpu_seconds: f64,
 }
 
+impl Usage {
+    /// Resident memory per open connection, or `None` with none open.
+    pub fn rss_per_connection(&self, connections: u64) -> Option<f64> {
+        (connections > 0).then(|| self.rss_bytes as f64 / connections as f64)
+    }
+}
+
 /// Reads the current usage; zeros where /proc is unavailable.
 pub fn usage() -> Usage {
     Usage {
@@ -73,6 +80,8 @@ mod tests {
         let u = super::usage();
         assert!(u.rss_bytes > 100_000, "{u:?}");
         assert!(u.cpu_seconds >= 0.0);
+        assert_eq!(u.rss_per_connection(0), None);
+        assert_eq!(u.rss_per_connection(2), Some(u.rss_bytes as f64 / 2.0));
     }
 
     #[test]

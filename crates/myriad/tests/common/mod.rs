@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use socket2::{Domain, Socket, Type};
 use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::stream::MaybeTlsStream;
 use tungstenite::{Message, WebSocket};
@@ -87,6 +88,34 @@ impl Node {
         serde_json::from_str(&body).unwrap()
     }
 
+    /// Sends a GET for `target` to the client listener on a fresh socket
+    /// (with `recv_buffer` as its `SO_RCVBUF`, if given) and returns it,
+    /// positioned after the response head, which must be a 200. Reads time
+    /// out after 10 s.
+    pub fn open_raw(&self, target: &str, recv_buffer: Option<usize>) -> BufReader<TcpStream> {
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        if let Some(size) = recv_buffer {
+            socket.set_recv_buffer_size(size).unwrap();
+        }
+        socket.connect(&self.ws.into()).unwrap();
+        let mut stream: TcpStream = socket.into();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        write!(stream, "GET {target} HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
+        let mut reader = BufReader::new(stream);
+        let mut status = String::new();
+        reader.read_line(&mut status).unwrap();
+        assert!(status.starts_with("HTTP/1.1 200 "), "{status}");
+        loop {
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            if line == "\r\n" {
+                return reader;
+            }
+        }
+    }
+
     /// Publishes through the HTTP API; returns the response JSON.
     pub fn publish(&self, subject: &str, data: &Value) -> Value {
         let body = serde_json::json!({"subject": subject, "data": data}).to_string();
@@ -113,6 +142,15 @@ impl Node {
 }
 
 impl Node {
+    /// Sends SIGTERM: graceful shutdown starts.
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
     /// Waits (up to 15 s) for the node to exit, and checks it exited cleanly.
     pub fn wait_for_exit(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(15);
