@@ -457,3 +457,24 @@ fn bad_requests_get_a_status_and_a_code_and_harm_no_one() {
     node.publish("calm", &json!("still here"));
     assert_eq!(sse_offsets(&mut bystander, 1), [1]);
 }
+
+#[test]
+fn the_admission_cap_holds_for_every_transport() {
+    let node = Node::start(&["--max-connections", "2"]);
+    let _sse = node.open_raw("/sse?subject=full", None);
+    let _stream = node.open_raw("/stream?subject=full", None);
+    node.wait_for_stats("two held", |s| s["connections"] == 2);
+    for target in [
+        "/sse?subject=full",
+        "/stream?subject=full",
+        "/poll?subject=full",
+    ] {
+        let (status, body) =
+            raw_request(&node, &format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n"));
+        assert_eq!(status, 503, "{target}: {body}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["error"]["code"], "over_capacity");
+    }
+    let stats = node.wait_for_stats("refusals closed", |s| s["connections"] == 2);
+    assert_eq!(stats["errors"]["over_capacity"], 3, "{stats}");
+}
