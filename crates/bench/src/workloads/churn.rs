@@ -28,8 +28,8 @@ use myriad_protocol::message::{
 use serde::{Deserialize, Serialize};
 
 use crate::child::{Driver, RoleResult, Spec, MAX_BATCH};
-use crate::cli::{BenchCommand, ChurnArgs, CloseMode, Secs};
-use crate::conn::{Handler, Opening, Outcome};
+use crate::cli::{BenchCommand, ChurnArgs, CloseMode, Secs, SubscribeTransport};
+use crate::conn::{Handler, Opening, Outcome, Wire};
 use crate::continuity::{Continuity, Delivery, Resumed};
 use crate::counters::Counters;
 use crate::engine::Engine;
@@ -377,7 +377,7 @@ impl ChurnDriver {
             let index = self.index(i);
             // A failed open is counted by the engine and retried like a
             // failed set-up.
-            if engine.open(index, false).is_err() {
+            if engine.open(index, Wire::WebSocket).is_err() {
                 self.inner.retry_later(index);
             }
         }
@@ -537,6 +537,11 @@ impl Driver for ChurnDriver {
 /// reconnects, and checks every subscription.
 pub fn run(cmd: &BenchCommand, args: &ChurnArgs) -> Result<Report, BenchError> {
     let mut setup = Setup::new(cmd)?;
+    if args.subs.receive.transport != SubscribeTransport::Ws {
+        return Err(BenchError::Config(
+            "churn resubscribes over WebSocket only (--subscribe-transport ws)".into(),
+        ));
+    }
     if setup.profile.name != "myriad" {
         return Err(BenchError::Config(
             "churn resubscribes with `since` and checks positions, which only myriad's protocol has (--profile myriad)".into(),
@@ -567,6 +572,7 @@ pub fn run(cmd: &BenchCommand, args: &ChurnArgs) -> Result<Report, BenchError> {
             offline: args.offline.0,
             close: args.close,
         }),
+        receive: args.subs.receive.clone(),
     };
     let rate = publish.rate.unwrap_or(DEFAULT_RATE);
     let schedule = publish_schedule(&publish, DEFAULT_RATE, args.duration.0);
@@ -651,6 +657,7 @@ mod tests {
             in_flight: 10,
             connect_rate: 0.0,
             broadcast_messages: None,
+            transport: SubscribeTransport::Ws,
         };
         let plan = ChurnPlan {
             rate: 10.0,
