@@ -149,7 +149,8 @@ pub struct RoleResult {
     pub sent: Option<Span>,
     /// Churn: publications replayed per recovered resubscribe.
     pub replay: Option<Micros>,
-    /// Churn: from a reconnect's connect() to its subject's `subscribed`.
+    /// Churn: from a reconnect's connect() to its subject's `subscribed`
+    /// (over long-poll, to the reconnect's first answer).
     pub resubscribe: Option<Micros>,
     /// Churn: where each subscription joined and stopped.
     pub reached: Option<Vec<Reached>>,

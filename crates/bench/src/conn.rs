@@ -152,6 +152,11 @@ impl Opening {
         self.resume.extend(positions);
     }
 
+    /// Where an HTTP transport's request resumes its subjects.
+    pub fn resumes(&self) -> &[Option<Position>] {
+        &self.resume
+    }
+
     fn is_empty(&self) -> bool {
         self.starts.is_empty()
     }
@@ -415,7 +420,7 @@ impl Conn {
                 let mut opening = std::mem::take(&mut cx.opening);
                 opening.clear();
                 h.on_open(key, self.index, cx.now_ns, &mut opening);
-                let resume = Resume::Positions(&opening.resume);
+                let resume = Resume::Positions(opening.resumes());
                 cx.write_request(kind, self.index, resume, &mut self.outbuf);
                 cx.opening = opening;
             }

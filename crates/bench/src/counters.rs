@@ -129,7 +129,8 @@ pub struct Counters {
     pub reconnects_skipped: u64,
     /// Churn: reconnects whose new connection had every subject answered.
     pub reconnected: u64,
-    /// Churn: resubscribes answered `recovered: true`.
+    /// Churn: resubscribes answered `recovered: true` (over long-poll: not
+    /// reported unrecovered by the reconnect's first answer).
     pub recovered: u64,
     /// Churn: resubscribes answered `recovered: false` (or without it).
     pub unrecovered: u64,

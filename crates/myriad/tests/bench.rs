@@ -193,8 +193,10 @@ fn subscribers_under_a_separate_publisher(node: &Node, receive: &[&str]) -> Valu
 }
 
 /// Subscribers over one of the receive-only HTTP transports, in every
-/// workload that subscribes: the same counts as over WebSocket. Streams
-/// carry a heartbeat a second, and polls are held a second at most.
+/// workload that subscribes: the same counts as over WebSocket, and churn
+/// resumes from the positions seen (`Last-Event-ID` or `since`) losing and
+/// repeating nothing. Streams carry a heartbeat a second, and polls are
+/// held a second at most.
 fn every_workload_subscribes_over(transport: &str) {
     let node = Node::start(&[
         "--workers",
@@ -256,9 +258,10 @@ fn every_workload_subscribes_over(transport: &str) {
     } else {
         assert!(heartbeats > 0, "ten seconds of one a second");
     }
+    churn_gets_every_message_once(&node, &receive);
     // The server sent them over this transport.
     let sent = u(&node.stats()["transports"][transport]["messages_out"]);
-    assert!(sent >= 20 * 200 + 400 + 600, "{sent}");
+    assert!(sent >= 20 * 200 + 400 + 600 + 15_000, "{sent}");
 }
 
 #[test]
@@ -466,31 +469,27 @@ fn explicit_source_ports_set_every_connection_up() {
     assert_eq!(u(&r["totals"]["subscribed"]), 400);
 }
 
-/// Churn: subscribers keep closing their connection and resubscribing on a
-/// new one with `since` while publishing goes on; each must get every
-/// message of its subjects once, in order. Counts only: that the
-/// reconnects were made, answered and recovered, never how fast.
-#[test]
-fn churning_subscribers_get_every_message_once_across_reconnects() {
-    let node = Node::start(&["--workers", "2"]);
-    let r = bench(
-        &node,
+/// Churn (with `receive`, the options of how subscribers receive): 200
+/// subscribers over 20 subjects reconnect 100 times a second for 3 s while
+/// 500 messages a second are published; each must get every message of
+/// its subjects once, in order. Counts only: that the reconnects were made,
+/// answered and recovered, never how fast. Returns the report.
+fn churn_gets_every_message_once(node: &Node, receive: &[&str]) -> Value {
+    let mut workload = vec![
         "churn",
-        &[],
-        &[
-            "churn",
-            "--subscribers",
-            "200",
-            "--subjects",
-            "20",
-            "--reconnect-rate",
-            "100",
-            "--rate",
-            "500",
-            "--duration",
-            "3s",
-        ],
-    );
+        "--subscribers",
+        "200",
+        "--subjects",
+        "20",
+        "--reconnect-rate",
+        "100",
+        "--rate",
+        "500",
+        "--duration",
+        "3s",
+    ];
+    workload.extend_from_slice(receive);
+    let r = bench(node, &format!("churn{}", receive.concat()), &[], &workload);
     no_failures(&r);
     let c = &r["churn"];
     assert_eq!(u(&c["subscriptions"]), 200, "one subject each");
@@ -531,6 +530,14 @@ fn churning_subscribers_get_every_message_once_across_reconnects() {
         u(&after["connections_accepted"]) - u(&before["connections_accepted"]),
         201 + reconnects
     );
+    r
+}
+
+#[test]
+fn churning_subscribers_get_every_message_once_across_reconnects() {
+    let node = Node::start(&["--workers", "2"]);
+    let r = churn_gets_every_message_once(&node, &[]);
+    let reconnects = u(&r["churn"]["reconnects"]);
     node.wait_for_stats("the old connections' close frames", |s| {
         s["closes"]["normal"] == reconnects
     });
