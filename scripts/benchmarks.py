@@ -213,7 +213,7 @@ SCENARIOS = {
     "publishers-http": {
         "what": "Benchpub over the HTTP API: 20,000 requests/s pipelined on 4 keep-alive connections",
         "nodes": [[]],
-        "bench": ["publishers", "--transport", "http", "--publisher-conns", "4", "--rate", "20000", "--duration", "10s"],
+        "bench": ["publishers", "--publish-transport", "http", "--publisher-conns", "4", "--rate", "20000", "--duration", "10s"],
         "figures": [
             ("published/s", "published_per_s", "int"),
             ("HTTP 2xx", "totals.http_ok", "int"),

@@ -149,7 +149,8 @@ pub struct RoleResult {
     pub sent: Option<Span>,
     /// Churn: publications replayed per recovered resubscribe.
     pub replay: Option<Micros>,
-    /// Churn: from a reconnect's connect() to its subject's `subscribed`.
+    /// Churn: from a reconnect's connect() to its subject's `subscribed`
+    /// (over long-poll, to the reconnect's first answer).
     pub resubscribe: Option<Micros>,
     /// Churn: where each subscription joined and stopped.
     pub reached: Option<Vec<Reached>>,
@@ -286,12 +287,17 @@ fn run_spec(spec: Spec) -> Result<(), BenchError> {
         setup_timeout_ns: (spec.setup_timeout * 1e9) as u64,
         nodelay: matches!(spec.task, Task::Publish(_)),
     };
-    let engine = Engine::new(
+    let mut engine = Engine::new(
         net,
         spec.profile.subscribe_ack.as_deref(),
         spec.profile.error_marker.as_deref(),
         spec.seed,
     )?;
+    // An HTTP transport's request names its connection's subjects.
+    engine.cx.subjects = match &spec.task {
+        Task::Subscribe(t) | Task::Churn(ChurnTask { subscribe: t, .. }) => t.assignment.clone(),
+        Task::ConnectRate(_) | Task::Publish(_) => None,
+    };
     let (tx, rx) = mpsc::channel();
     let waker = engine.waker();
     std::thread::spawn(move || {

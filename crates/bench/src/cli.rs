@@ -12,10 +12,14 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde::{Deserialize, Serialize};
 
 use crate::addr::{AddrError, PortMode, Sources, Target};
+use crate::conn::Wire;
+use crate::http::Receive;
 use crate::pattern::{AssignMode, Assignment, Pattern, PublishOrder};
 
 /// Load-test a WebSocket pub/sub server: myriad by default, or another via
-/// a protocol profile.
+/// a protocol profile. Subscribers receive over WebSocket, or over myriad's
+/// receive-only HTTP transports (--subscribe-transport); publishers publish
+/// over WebSocket or the HTTP API (--publish-transport).
 #[derive(Debug, Clone, Args, Serialize)]
 pub struct BenchCommand {
     /// What to run.
@@ -37,7 +41,7 @@ pub enum Workload {
     /// message received.
     Subscribers(SubscribersArgs),
     /// Benchpub (seed 001): R messages/s of S bytes, open-loop, over
-    /// WebSocket or the HTTP API.
+    /// WebSocket or the HTTP API (--publish-transport).
     Publishers(PublishersArgs),
     /// One subject, N subscribers, K publishes (seed 002): time until the
     /// last subscriber has each message.
@@ -45,8 +49,9 @@ pub enum Workload {
     /// Subscribers and publishers at once: the headline figures in one line.
     Run(RunArgs),
     /// Subscribers that keep reconnecting and resubscribing with `since`
-    /// while publishers publish: each must get every message of its
-    /// subjects exactly once, in order, across its reconnects.
+    /// (`Last-Event-ID` over Server-Sent Events) while publishers publish:
+    /// each must get every message of its subjects exactly once, in order,
+    /// across its reconnects.
     Churn(ChurnArgs),
     /// Internal: a worker process; reads its task from stdin.
     #[command(name = "__worker", hide = true)]
@@ -177,6 +182,9 @@ pub struct SubscribeOpts {
     /// in-flight bound applies).
     #[arg(long, default_value_t = 0.0)]
     pub connect_rate: f64,
+    /// How they receive.
+    #[command(flatten)]
+    pub receive: ReceiveOpts,
 }
 
 impl SubscribeOpts {
@@ -208,8 +216,8 @@ pub struct PublishOpts {
     #[arg(long, default_value_t = 512)]
     pub size: usize,
     /// Publish over WebSocket or over the HTTP API (needs --admin-url).
-    #[arg(long, value_enum, default_value_t = Transport::Ws)]
-    pub transport: Transport,
+    #[arg(id = "publish_transport", long = "publish-transport", value_name = "TRANSPORT", value_enum, default_value_t = PublishTransport::Ws)]
+    pub transport: PublishTransport,
     /// Publishing connections (WebSocket or HTTP keep-alive).
     #[arg(long, default_value_t = 1)]
     pub publisher_conns: u32,
@@ -228,11 +236,85 @@ pub struct PublishOpts {
 /// How publishes reach the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Transport {
+pub enum PublishTransport {
     /// Publish frames over WebSocket connections.
     Ws,
     /// POST requests to the HTTP API, pipelined on keep-alive connections.
     Http,
+}
+
+/// How subscribers receive.
+#[derive(Debug, Clone, Args, Serialize)]
+pub struct ReceiveOpts {
+    /// How subscribers receive: over WebSocket, or over one of myriad's
+    /// receive-only HTTP transports on the --url's host and port (needs
+    /// --profile myriad). Publishing is unaffected.
+    #[arg(id = "subscribe_transport", long = "subscribe-transport", value_name = "TRANSPORT", value_enum, default_value_t = SubscribeTransport::Ws)]
+    pub transport: SubscribeTransport,
+    /// Path of the HTTP transport's endpoint, when the server's is not the
+    /// default (/sse, /stream or /poll).
+    #[arg(long)]
+    pub subscribe_path: Option<String>,
+    /// The server's poll timeout (its --poll-timeout): how long it holds a
+    /// poll while nothing is new. A poll subscriber is set up by its first
+    /// answer, which takes this long before anything is published.
+    #[arg(long, default_value = "25s")]
+    pub poll_timeout: Secs,
+}
+
+impl ReceiveOpts {
+    /// The HTTP transport's endpoint path, if subscribers use one.
+    pub fn http_path(&self) -> Option<String> {
+        let default = match self.transport {
+            SubscribeTransport::Ws => return None,
+            SubscribeTransport::Sse => "/sse",
+            SubscribeTransport::Stream => "/stream",
+            SubscribeTransport::Poll => "/poll",
+        };
+        Some(
+            self.subscribe_path
+                .clone()
+                .unwrap_or_else(|| default.to_owned()),
+        )
+    }
+
+    /// How long set-up may take beyond connect and handshake: a poll's
+    /// first answer comes only when the server's poll timeout passes.
+    pub fn first_answer_secs(&self) -> f64 {
+        match self.transport {
+            SubscribeTransport::Poll => self.poll_timeout.0,
+            _ => 0.0,
+        }
+    }
+}
+
+/// How subscribers receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SubscribeTransport {
+    /// WebSocket: subscribe commands, deliveries in text frames.
+    Ws,
+    /// Server-Sent Events (GET /sse): an endless text/event-stream,
+    /// resumed with Last-Event-ID.
+    Sse,
+    /// HTTP streaming (GET /stream): an endless chunked response of
+    /// newline-delimited JSON, resumed with `since`.
+    Stream,
+    /// Long-poll (GET /poll): one answer per request, polled again at once
+    /// with its cursor on the same kept-alive connection.
+    Poll,
+}
+
+impl SubscribeTransport {
+    /// What its connections speak.
+    pub fn wire(self) -> Wire {
+        match self {
+            SubscribeTransport::Ws => Wire::WebSocket,
+            SubscribeTransport::Sse => Wire::Http(Receive::Sse),
+            SubscribeTransport::Stream => Wire::Http(Receive::Stream),
+            SubscribeTransport::Poll => Wire::Http(Receive::Poll),
+        }
+    }
 }
 
 /// `subscribers` options.
@@ -269,6 +351,9 @@ pub struct BroadcastArgs {
     /// The subject.
     #[arg(long, default_value = "bcast")]
     pub subject: Pattern,
+    /// How the subscribers receive.
+    #[command(flatten)]
+    pub receive: ReceiveOpts,
     /// Publishing options (--count is K, default 100).
     #[command(flatten)]
     pub publish: PublishOpts,
@@ -443,6 +528,43 @@ mod tests {
             "127.0.0.1-127.0.0.3",
         ]);
         assert_eq!(b.global.local_addrs.unwrap().0.len(), 3);
+    }
+
+    #[test]
+    fn subscribing_and_publishing_transports_are_named_apart() {
+        let b = parse(&[
+            "broadcast",
+            "--subscribe-transport",
+            "sse",
+            "--publish-transport",
+            "http",
+        ]);
+        let Workload::Broadcast(a) = &b.workload else {
+            panic!()
+        };
+        assert_eq!(a.receive.transport, SubscribeTransport::Sse);
+        assert_eq!(a.receive.http_path().as_deref(), Some("/sse"));
+        assert_eq!(a.publish.transport, PublishTransport::Http);
+        let b = parse(&[
+            "churn",
+            "--subscribe-transport",
+            "poll",
+            "--subscribe-path",
+            "/lp",
+            "--poll-timeout",
+            "2s",
+        ]);
+        let Workload::Churn(c) = &b.workload else {
+            panic!()
+        };
+        assert_eq!(c.subs.receive.http_path().as_deref(), Some("/lp"));
+        assert_eq!(c.subs.receive.first_answer_secs(), 2.0);
+        let b = parse(&["run"]);
+        let Workload::Run(r) = &b.workload else {
+            panic!()
+        };
+        assert_eq!(r.subs.receive.http_path(), None, "WebSocket by default");
+        assert_eq!(r.subs.receive.first_answer_secs(), 0.0);
     }
 
     #[test]

@@ -1,14 +1,24 @@
-//! One client connection's state machine: TCP connect → HTTP upgrade →
+//! One client connection's state machine: TCP connect → request (a
+//! WebSocket upgrade, or the `GET` of a receive-only HTTP transport) →
 //! (subscribe) → open → close, driven by readiness events from the engine.
 //!
+//! One machine for every [`Wire`]: what differs is how the bytes read are
+//! cut into messages, by the protocol crate's [`MessageReader`] for
+//! WebSocket, or by the reader of the HTTP transport (`crate::http`) — a
+//! Server-Sent Events block, a chunked NDJSON line, a long-poll answer.
+//! Every message then takes the same path to the workload, which cannot
+//! tell the transports apart.
+//!
 //! A connection is deliberately small: the socket, an 8-byte
-//! [`MessageReader`], a state byte, its global index, one timestamp and two
-//! byte vectors that stay unallocated while idle (a frame cut at a read
-//! boundary, or output the socket did not take). Reads go through the
-//! worker's one scratch buffer, so an idle connection costs well under the
-//! 1 KiB of RSS the bench allows itself. The handshake nonce is derived
-//! from the index instead of stored. Workload behaviour (what to send
-//! after the upgrade, what a delivery means) is behind [`Handler`].
+//! [`MessageReader`], a state byte, a wire byte, its global index, one
+//! timestamp and two byte vectors that stay unallocated while idle (a
+//! frame or event cut at a read boundary, or output the socket did not
+//! take). Reads go through the worker's one scratch buffer, so an idle
+//! connection costs well under the 1 KiB of RSS the bench allows itself.
+//! The handshake nonce is derived from the index, and an HTTP transport's
+//! request from the index and the worker's [`Assignment`], instead of
+//! stored. Workload behaviour (what to send once open, what a delivery
+//! means) is behind [`Handler`].
 
 use std::io::{self, Read as _, Write as _};
 
@@ -17,25 +27,40 @@ use base64::Engine as _;
 use memchr::memmem::Finder;
 use mio::net::TcpStream;
 use myriad_protocol::handshake::{client_request, parse_switching_protocols};
+use myriad_protocol::position::Position;
 use myriad_protocol::ws::{
     apply_mask, write_frame_header, Message, MessageReader, OpCode, Read, ReadLimits,
 };
 
 use crate::counters::{Counters, Failure};
 use crate::histogram::{self, Micros};
-use crate::pattern::mix;
+use crate::http::chunked::{self, Chunk};
+use crate::http::poll::{self, PollError};
+use crate::http::sse::{self, Block};
+use crate::http::{self, Receive, Resume, MAX_HEAD};
+use crate::pattern::{mix, Assignment};
 
-/// Largest upgrade response we wait for before calling it broken.
-const MAX_HANDSHAKE_RESPONSE: usize = 8 * 1024;
+/// What a connection speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// RFC 6455 after an upgrade: commands and messages in text frames.
+    WebSocket,
+    /// Plain TCP whose bytes the workload reads itself (HTTP publishing).
+    Raw,
+    /// A receive-only HTTP transport: its request is the subscription.
+    Http(Receive),
+}
 
 /// Where a connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
     /// connect() issued, not yet established.
     Connecting,
-    /// Upgrade request sent, waiting for the 101.
+    /// Request sent, waiting for the 101 (or an HTTP transport's 200, which
+    /// a long-poll sends with its first answer).
     Handshaking,
-    /// Subscribe sent, waiting for the profile's ack.
+    /// Subscribe sent (or an HTTP transport's head received), waiting for
+    /// the profile's ack.
     Subscribing,
     /// Usable.
     Open,
@@ -65,15 +90,18 @@ pub enum Outcome {
 /// What the workload does with a connection. The engine calls these from
 /// its event loop; they must not block.
 pub trait Handler {
-    /// The connection became usable (upgraded, or TCP-connected for raw
-    /// connections) at monotonic `now_ns`. Write the messages to send, if
-    /// any, into `out`.
+    /// The connection is ready for what the workload opens it with, at
+    /// monotonic `now_ns`: upgraded (WebSocket), or TCP-connected (raw, and
+    /// HTTP transports, whose request is the opening). Write into `out` the
+    /// messages to send, or where an HTTP transport's request resumes its
+    /// subjects.
     fn on_open(&mut self, key: usize, index: u32, now_ns: u64, out: &mut Opening);
-    /// A data message arrived on a WebSocket connection: a delivery, or a
-    /// reply such as the subscribe acknowledgement; `now_real` is the wall
-    /// clock at the read. Returns true if it was a delivery the workload
-    /// recognised (its timestamp was found). Nothing arrives here from a
-    /// connection the workload is closing.
+    /// A message arrived (a WebSocket data frame, or one message of an HTTP
+    /// transport): a delivery, or a reply such as the subscribe
+    /// acknowledgement; `now_real` is the wall clock at the read. Returns
+    /// true if it was a delivery the workload recognised (its timestamp was
+    /// found). Nothing arrives here from a connection the workload is
+    /// closing.
     fn on_message(
         &mut self,
         index: u32,
@@ -88,14 +116,18 @@ pub trait Handler {
     fn on_closed(&mut self, key: usize, index: u32, outcome: Outcome, was_open: bool);
 }
 
-/// The messages a workload sends as its connection opens: usually one
-/// subscribe, but a resubscribe with `since` takes one command per subject.
-/// One buffer, reused for every connection of the worker.
+/// What a workload sends as its connection opens: over WebSocket usually
+/// one subscribe, but a resubscribe with `since` takes one command per
+/// subject; over an HTTP transport, where its request resumes. One buffer,
+/// reused for every connection of the worker.
 #[derive(Debug, Default)]
 pub struct Opening {
     buf: String,
     /// Where each message starts in `buf`.
     starts: Vec<usize>,
+    /// HTTP transports: one position per subject of the request, in the
+    /// order [`Assignment::subjects_for`] gives; empty: live from now.
+    resume: Vec<Option<Position>>,
 }
 
 impl Opening {
@@ -115,6 +147,16 @@ impl Opening {
             .map(|(&start, end)| &self.buf[start..end])
     }
 
+    /// An HTTP transport's request resumes its subjects from `positions`.
+    pub fn resume_from(&mut self, positions: impl IntoIterator<Item = Option<Position>>) {
+        self.resume.extend(positions);
+    }
+
+    /// Where an HTTP transport's request resumes its subjects.
+    pub fn resumes(&self) -> &[Option<Position>] {
+        &self.resume
+    }
+
     fn is_empty(&self) -> bool {
         self.starts.is_empty()
     }
@@ -122,6 +164,7 @@ impl Opening {
     fn clear(&mut self) {
         self.buf.clear();
         self.starts.clear();
+        self.resume.clear();
     }
 }
 
@@ -148,6 +191,12 @@ pub struct Cx {
     opening: Opening,
     /// Host header and path of each target, in route order.
     pub targets: Vec<(String, String)>,
+    /// Who subscribes to what: the subjects an HTTP transport's request
+    /// names. None for workers whose connections subscribe to nothing.
+    pub subjects: Option<Assignment>,
+    /// Scratch for one request's subjects.
+    subject_ids: Vec<u64>,
+    subject_names: Vec<String>,
 }
 
 impl Cx {
@@ -174,7 +223,28 @@ impl Cx {
             mask_state: mix(seed),
             opening: Opening::default(),
             targets,
+            subjects: None,
+            subject_ids: Vec::new(),
+            subject_names: Vec::new(),
         }
+    }
+
+    /// Host header and path of connection `index`'s target.
+    fn target(&self, index: u32) -> &(String, String) {
+        let target = crate::addr::route(u64::from(index), self.targets.len(), 0).target;
+        &self.targets[target]
+    }
+
+    /// Appends the request that opens `kind` for connection `index`.
+    fn write_request(&mut self, kind: Receive, index: u32, resume: Resume<'_>, out: &mut Vec<u8>) {
+        self.subject_names.clear();
+        if let Some(a) = &self.subjects {
+            a.subjects_for(u64::from(index), &mut self.subject_ids);
+            let names = self.subject_ids.iter().map(|&s| a.pattern.subject(s));
+            self.subject_names.extend(names);
+        }
+        let (host, path) = self.target(index);
+        http::write_request(kind, host, path, &self.subject_names, resume, out);
     }
 
     /// A fresh masking key.
@@ -227,13 +297,14 @@ pub struct Conn {
     reader: MessageReader,
     /// Life-cycle position.
     pub state: State,
-    /// Plain TCP (HTTP publishing) instead of WebSocket.
-    pub raw: bool,
+    /// What it speaks.
+    pub wire: Wire,
     /// The connection's global index: its subjects, route and key follow from it.
     pub index: u32,
     /// Monotonic ns when the current setup step began (latency base).
     since_ns: u64,
-    /// Bytes of an incomplete frame (or response) left from the last read.
+    /// Bytes of an incomplete frame (or event, line, response) left from
+    /// the last read.
     inbuf: Vec<u8>,
     /// Bytes the socket has not accepted yet.
     pub outbuf: Vec<u8>,
@@ -241,12 +312,12 @@ pub struct Conn {
 
 impl Conn {
     /// A connection whose connect() is in progress.
-    pub fn new(stream: TcpStream, index: u32, raw: bool, now_ns: u64) -> Conn {
+    pub fn new(stream: TcpStream, index: u32, wire: Wire, now_ns: u64) -> Conn {
         Conn {
             stream,
             reader: MessageReader::new(),
             state: State::Connecting,
-            raw,
+            wire,
             index,
             since_ns: now_ns,
             inbuf: Vec::new(),
@@ -335,16 +406,34 @@ impl Conn {
         cx.counters.connected += 1;
         histogram::record(&mut cx.connect_hist, (cx.now_ns - self.since_ns) / 1000);
         self.since_ns = cx.now_ns;
-        if self.raw {
-            self.opened(key, cx, h);
-            return Ok(());
+        match self.wire {
+            Wire::Raw => {
+                self.opened(key, cx, h);
+                return Ok(());
+            }
+            Wire::WebSocket => {
+                let (host, path) = cx.target(self.index);
+                let request = client_request(host, path, &ws_key(self.index));
+                self.outbuf.extend_from_slice(&request);
+            }
+            Wire::Http(kind) => {
+                let mut opening = std::mem::take(&mut cx.opening);
+                opening.clear();
+                h.on_open(key, self.index, cx.now_ns, &mut opening);
+                let resume = Resume::Positions(opening.resumes());
+                cx.write_request(kind, self.index, resume, &mut self.outbuf);
+                cx.opening = opening;
+            }
         }
-        let target = crate::addr::route(u64::from(self.index), cx.targets.len(), 0).target;
-        let (host, path) = &cx.targets[target];
-        let request = client_request(host, path, &ws_key(self.index));
-        self.outbuf.extend_from_slice(&request);
         self.state = State::Handshaking;
         self.flush(cx)
+    }
+
+    /// The answer to the request arrived (a 101, or an HTTP transport's
+    /// 200): the handshake is done.
+    fn head_arrived(&mut self, cx: &mut Cx) {
+        cx.counters.upgraded += 1;
+        histogram::record(&mut cx.handshake_hist, (cx.now_ns - self.since_ns) / 1000);
     }
 
     /// The connection became usable: let the workload send its first texts.
@@ -355,7 +444,7 @@ impl Conn {
         self.state = State::Open;
         if !opening.is_empty() {
             for text in opening.messages() {
-                if self.raw {
+                if self.wire == Wire::Raw {
                     self.outbuf.extend_from_slice(text.as_bytes());
                 } else {
                     self.send_text(cx, text.as_bytes());
@@ -443,20 +532,21 @@ impl Conn {
         now_real: u64,
         h: &mut H,
     ) -> Result<usize, Outcome> {
-        if self.raw {
-            return Ok(h.on_raw(self.index, buf, now_real, &mut cx.counters));
+        match self.wire {
+            Wire::Raw => return Ok(h.on_raw(self.index, buf, now_real, &mut cx.counters)),
+            Wire::Http(kind) => return self.consume_http(kind, cx, buf, now_real, h),
+            Wire::WebSocket => {}
         }
         let mut pos = 0;
         if self.state == State::Handshaking {
             let key_text = ws_key(self.index);
             match parse_switching_protocols(buf, &key_text) {
-                Ok(None) if buf.len() > MAX_HANDSHAKE_RESPONSE => {
+                Ok(None) if buf.len() > MAX_HEAD => {
                     return Err(Outcome::Failed(Failure::Handshake))
                 }
                 Ok(None) => return Ok(0),
                 Ok(Some(head)) => {
-                    cx.counters.upgraded += 1;
-                    histogram::record(&mut cx.handshake_hist, (cx.now_ns - self.since_ns) / 1000);
+                    self.head_arrived(cx);
                     pos = head;
                     self.opened(key, cx, h);
                 }
@@ -484,6 +574,7 @@ impl Conn {
                 Some(Message::Text(t)) => on_data(cx, state, *index, t.as_bytes(), now_real, h),
                 Some(Message::Binary(b)) => on_data(cx, state, *index, b, now_real, h),
                 Some(Message::Ping(p)) => {
+                    cx.counters.heartbeats += 1;
                     let mask = cx.mask();
                     push_frame(outbuf, OpCode::Pong, p, mask);
                 }
@@ -502,10 +593,109 @@ impl Conn {
             }
         }
     }
+
+    /// [`consume`](Self::consume) for an HTTP transport: the response head
+    /// (a long-poll's comes with each answer), then messages as the
+    /// transport's reader cuts them. A long-poll answer is followed at once
+    /// by the next poll, from the answer's cursor, on the same connection.
+    fn consume_http<H: Handler>(
+        &mut self,
+        kind: Receive,
+        cx: &mut Cx,
+        buf: &[u8],
+        now_real: u64,
+        h: &mut H,
+    ) -> Result<usize, Outcome> {
+        let max = cx.limits.max_message;
+        let mut pos = 0;
+        if self.state == State::Handshaking && kind != Receive::Poll {
+            let Some(head) =
+                http::parse_head(buf).map_err(|_| Outcome::Failed(Failure::Handshake))?
+            else {
+                return Ok(0);
+            };
+            head.expect(kind)
+                .map_err(|_| Outcome::Failed(Failure::Handshake))?;
+            self.head_arrived(cx);
+            self.state = State::Subscribing;
+            pos = head.len;
+        }
+        let index = self.index;
+        loop {
+            let rest = &buf[pos..];
+            pos += match kind {
+                Receive::Sse => {
+                    let Some((used, block)) = sse::next_block(rest, max)
+                        .map_err(|_| Outcome::Failed(Failure::Protocol))?
+                    else {
+                        return Ok(pos);
+                    };
+                    match block {
+                        Block::Event(e) => {
+                            on_data(cx, &mut self.state, index, &e.data, now_real, h)
+                        }
+                        Block::Comment => cx.counters.heartbeats += 1,
+                        Block::Other => {}
+                    }
+                    used
+                }
+                Receive::Stream => {
+                    let Some((used, chunk)) = chunked::next_lines(rest, max)
+                        .map_err(|_| Outcome::Failed(Failure::Protocol))?
+                    else {
+                        return Ok(pos);
+                    };
+                    // The server ended the body (after its close line).
+                    let Chunk::Lines(lines) = chunk else {
+                        return Err(Outcome::Failed(Failure::ServerClosed));
+                    };
+                    let lines = lines.strip_suffix(b"\n").unwrap_or(&lines);
+                    for line in lines.split(|&b| b == b'\n') {
+                        if line.is_empty() {
+                            cx.counters.heartbeats += 1;
+                        } else {
+                            on_data(cx, &mut self.state, index, line, now_real, h);
+                        }
+                    }
+                    used
+                }
+                Receive::Poll => {
+                    let answer = poll::next_answer(rest, max).map_err(|e| match e {
+                        PollError::Head(_) => Outcome::Failed(Failure::Handshake),
+                        _ => Outcome::Failed(Failure::Protocol),
+                    })?;
+                    let Some((used, answer)) = answer else {
+                        return Ok(pos);
+                    };
+                    if self.state == State::Handshaking {
+                        // The first answer is the subscription's
+                        // acknowledgement: from its cursor on, polls miss
+                        // nothing still in history.
+                        self.head_arrived(cx);
+                        self.state = State::Open;
+                        cx.counters.subscribed += 1;
+                    }
+                    for element in &answer.elements {
+                        on_data(
+                            cx,
+                            &mut self.state,
+                            index,
+                            element.get().as_bytes(),
+                            now_real,
+                            h,
+                        );
+                    }
+                    let next = Resume::Cursor(&answer.since);
+                    cx.write_request(Receive::Poll, index, next, &mut self.outbuf);
+                    used
+                }
+            };
+        }
+    }
 }
 
-/// A data message: a delivery for the workload, the subscribe ack, or an
-/// error reply. The ack moves the connection to Open and still goes to the
+/// A message: a delivery for the workload, the subscribe ack, or an error
+/// reply. The ack moves the connection to Open and still goes to the
 /// workload, which may read positions from it.
 fn on_data<H: Handler>(
     cx: &mut Cx,

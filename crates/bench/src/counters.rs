@@ -20,7 +20,8 @@ pub enum Failure {
     NoPorts,
     /// EMFILE / ENFILE, or the worker's planned connection cap.
     NoFiles,
-    /// The server answered the upgrade with something other than a valid 101.
+    /// The server answered the upgrade with something other than a valid
+    /// 101, or an HTTP transport's request with other than its 200.
     Handshake,
     /// A frame broke RFC 6455, or a message was too big.
     Protocol,
@@ -86,7 +87,8 @@ pub struct Counters {
     pub attempts: u64,
     /// TCP connections established.
     pub connected: u64,
-    /// WebSocket upgrades completed (101 validated).
+    /// Handshakes completed: WebSocket upgrades (101 validated), or HTTP
+    /// transport requests answered 200.
     pub upgraded: u64,
     /// Subscriptions confirmed (or sent, when the profile has no ack).
     pub subscribed: u64,
@@ -96,6 +98,9 @@ pub struct Counters {
     pub failures: [u64; 9],
     /// Deliveries received that carried a timestamp.
     pub messages_in: u64,
+    /// Keep-alives the server sent: WebSocket pings, Server-Sent Events
+    /// comments, empty lines of an HTTP stream.
+    pub heartbeats: u64,
     /// Other data frames received (acks, unknown replies).
     pub other_in: u64,
     /// Error replies received (the profile's error marker).
@@ -124,7 +129,8 @@ pub struct Counters {
     pub reconnects_skipped: u64,
     /// Churn: reconnects whose new connection had every subject answered.
     pub reconnected: u64,
-    /// Churn: resubscribes answered `recovered: true`.
+    /// Churn: resubscribes answered `recovered: true` (over long-poll: not
+    /// reported unrecovered by the reconnect's first answer).
     pub recovered: u64,
     /// Churn: resubscribes answered `recovered: false` (or without it).
     pub unrecovered: u64,
@@ -169,6 +175,7 @@ impl Counters {
             *a += b;
         }
         self.messages_in += o.messages_in;
+        self.heartbeats += o.heartbeats;
         self.other_in += o.other_in;
         self.server_errors += o.server_errors;
         self.bytes_in += o.bytes_in;

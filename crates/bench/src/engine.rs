@@ -24,7 +24,7 @@ use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
 use crate::addr::{route, PortCursor, PortMode, Route, Sources, Target};
 use crate::clock::Epoch;
-use crate::conn::{Conn, Cx, Handler, Outcome, Readiness};
+use crate::conn::{Conn, Cx, Handler, Outcome, Readiness, Wire};
 use crate::counters::Failure;
 
 /// The token of the waker that the control thread uses.
@@ -161,9 +161,9 @@ impl Engine {
         self.in_setup
     }
 
-    /// Starts connection `index` (WebSocket, or plain TCP when `raw`).
-    /// Returns its key, or counts and returns the failure.
-    pub fn open(&mut self, index: u32, raw: bool) -> Result<usize, Failure> {
+    /// Starts connection `index`, speaking `wire`. Returns its key, or
+    /// counts and returns the failure.
+    pub fn open(&mut self, index: u32, wire: Wire) -> Result<usize, Failure> {
         self.cx.counters.attempts += 1;
         if self.conns.len() >= self.net.max_conns {
             self.cx.counters.fail(Failure::NoFiles);
@@ -180,7 +180,7 @@ impl Engine {
         };
         let entry = self.conns.vacant_entry();
         let key = entry.key();
-        let mut conn = Conn::new(stream, index, raw, self.cx.now_ns);
+        let mut conn = Conn::new(stream, index, wire, self.cx.now_ns);
         if let Err(e) = self.poll.registry().register(
             &mut conn.stream,
             Token(key),
@@ -280,12 +280,13 @@ impl Engine {
     }
 
     /// Ends connection `index` at `key`: a WebSocket close handshake
-    /// (bounded by a deadline), or an immediate reset with `reset`.
+    /// (bounded by a deadline); other connections, and any with `reset`,
+    /// close at once (an HTTP transport has nothing to say before its FIN).
     pub fn close<H: Handler>(&mut self, key: usize, index: u32, reset: bool, h: &mut H) {
         let Some(conn) = self.conns.get_mut(key).filter(|c| c.index == index) else {
             return;
         };
-        if reset || conn.raw || conn.state.in_setup() {
+        if reset || conn.wire != Wire::WebSocket || conn.state.in_setup() {
             if reset {
                 // SO_LINGER 0: close() sends RST and leaves no TIME_WAIT.
                 let _ = SockRef::from(&conn.stream).set_linger(Some(Duration::ZERO));

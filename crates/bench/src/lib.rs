@@ -10,6 +10,9 @@
 //! - [`child`]: the worker process: its JSON-lines protocol and main loop.
 //! - [`engine`] and [`conn`]: one mio event loop per worker, connections in a
 //!   slab, each a compact state machine over the shared protocol crate.
+//! - [`http`]: the client side of HTTP/1.1 (response heads, the requests of
+//!   the receive-only transports) and one pure reader per transport:
+//!   Server-Sent Events, chunked NDJSON, long-poll answers.
 //! - Pure planning and math, each with its own tests: [`plan`] (processes
 //!   against the open-file cap), [`pacing`] (open-loop schedules),
 //!   [`pattern`] (subjects and who subscribes to what), [`continuity`]
@@ -32,6 +35,7 @@ pub mod engine;
 pub mod error;
 pub mod fleet;
 pub mod histogram;
+pub mod http;
 pub mod monitor;
 pub mod pacing;
 pub mod pattern;

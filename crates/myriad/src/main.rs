@@ -32,7 +32,8 @@ enum Command {
     Sub(SubArgs),
     /// Publish one message over WebSocket.
     Pub(PubArgs),
-    /// Load tools: connect-rate, subscribers, publishers, broadcast, run.
+    /// Load tools: connect-rate, subscribers, publishers, broadcast, run,
+    /// churn; subscribers over WebSocket, SSE, HTTP streaming or long-poll.
     Bench(Box<myriad_bench::BenchCommand>),
 }
 

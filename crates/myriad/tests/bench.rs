@@ -145,32 +145,28 @@ fn broadcast_reaches_every_subscriber_with_every_message() {
     );
 }
 
-#[test]
-fn subscribers_time_what_a_separate_publisher_sends() {
-    let node = Node::start(&[]);
-    let json = temp_path("subscribers.json");
-    let subscribers: Child = bench_command(
-        &node,
-        &json,
-        &[],
-        &[
-            "subscribers",
-            "--connections",
-            "200",
-            "--subjects",
-            "/t/s{1..100}",
-            // Ample: the publisher below runs for about a second, but the
-            // tests share a small machine.
-            "--duration",
-            "10s",
-        ],
-    )
-    .spawn()
-    .unwrap();
+/// `subscribers` (with `receive`, the options of how they receive) held
+/// while a separate `publishers` run publishes 300 messages to their 100
+/// subjects, two subscribers each; returns the subscribers' report.
+fn subscribers_under_a_separate_publisher(node: &Node, receive: &[&str]) -> Value {
+    let json = temp_path(&format!("subscribers{}.json", receive.concat()));
+    let mut workload = vec![
+        "subscribers",
+        "--connections",
+        "200",
+        "--subjects",
+        "/t/s{1..100}",
+        // Ample: the publisher below runs for about a second, but the
+        // tests share a small machine.
+        "--duration",
+        "10s",
+    ];
+    workload.extend_from_slice(receive);
+    let subscribers: Child = bench_command(node, &json, &[], &workload).spawn().unwrap();
     // Connection i takes subject i mod 100: two subscribers per subject.
     node.wait_for_stats("200 subscriptions", |s| s["subscriptions"] == 200);
     let published = bench(
-        &node,
+        node,
         "publishers",
         &[],
         &[
@@ -193,6 +189,100 @@ fn subscribers_time_what_a_separate_publisher_sends() {
     assert_eq!(u(&r["totals"]["subscribed"]), 200);
     assert_eq!(u(&r["totals"]["messages_in"]), 600, "300 publishes × 2");
     assert_eq!(u(&r["latency"]["count"]), 600);
+    r
+}
+
+/// Subscribers over one of the receive-only HTTP transports, in every
+/// workload that subscribes: the same counts as over WebSocket, and churn
+/// resumes from the positions seen (`Last-Event-ID` or `since`) losing and
+/// repeating nothing. Streams carry a heartbeat a second, and polls are
+/// held a second at most.
+fn every_workload_subscribes_over(transport: &str) {
+    let node = Node::start(&[
+        "--workers",
+        "2",
+        "--poll-timeout",
+        "1",
+        "--stream-heartbeat-interval",
+        "1",
+    ]);
+    let receive = ["--subscribe-transport", transport, "--poll-timeout", "1s"];
+    let over = |workload: &[&'static str]| [workload, &receive].concat();
+    let r = bench(
+        &node,
+        &format!("broadcast-{transport}"),
+        &[],
+        &over(&[
+            "broadcast",
+            "--subscribers",
+            "200",
+            "--rate",
+            "40",
+            "--count",
+            "20",
+        ]),
+    );
+    no_failures(&r);
+    assert_eq!(u(&r["totals"]["subscribed"]), 200);
+    assert_eq!(
+        u(&r["totals"]["upgraded"]),
+        201,
+        "200 requests answered, one WebSocket publisher"
+    );
+    assert_eq!(u(&r["broadcast"]["complete"]), 20, "all 200 got each one");
+    assert_eq!(u(&r["deliveries"]["expected"]), 20 * 200);
+    assert_eq!(u(&r["deliveries"]["received"]), 20 * 200);
+    let r = bench(
+        &node,
+        &format!("run-{transport}"),
+        &[],
+        &over(&[
+            "run",
+            "--connections",
+            "200",
+            "--rate",
+            "400",
+            "--duration",
+            "1s",
+        ]),
+    );
+    no_failures(&r);
+    assert_eq!(u(&r["deliveries"]["published"]), 400);
+    assert_eq!(u(&r["deliveries"]["expected"]), 400);
+    assert_eq!(u(&r["deliveries"]["received"]), 400);
+    assert_eq!(u(&r["latency"]["count"]), 400, "every delivery timed");
+    let r = subscribers_under_a_separate_publisher(&node, &receive);
+    let heartbeats = u(&r["totals"]["heartbeats"]);
+    if transport == "poll" {
+        assert_eq!(heartbeats, 0, "a poll is answered instead");
+    } else {
+        assert!(heartbeats > 0, "ten seconds of one a second");
+    }
+    churn_gets_every_message_once(&node, &receive);
+    // The server sent them over this transport.
+    let sent = u(&node.stats()["transports"][transport]["messages_out"]);
+    assert!(sent >= 20 * 200 + 400 + 600 + 15_000, "{sent}");
+}
+
+#[test]
+fn every_workload_subscribes_over_server_sent_events() {
+    every_workload_subscribes_over("sse");
+}
+
+#[test]
+fn every_workload_subscribes_over_http_streaming() {
+    every_workload_subscribes_over("stream");
+}
+
+#[test]
+fn every_workload_subscribes_over_long_poll() {
+    every_workload_subscribes_over("poll");
+}
+
+#[test]
+fn subscribers_time_what_a_separate_publisher_sends() {
+    let node = Node::start(&[]);
+    subscribers_under_a_separate_publisher(&node, &[]);
 }
 
 #[test]
@@ -206,7 +296,7 @@ fn http_publishing_counts_the_servers_answers() {
             "run",
             "--connections",
             "50",
-            "--transport",
+            "--publish-transport",
             "http",
             "--publisher-conns",
             "2",
@@ -234,7 +324,7 @@ fn http_publishing_counts_the_servers_answers() {
         &["--api-key", "nope"],
         &[
             "publishers",
-            "--transport",
+            "--publish-transport",
             "http",
             "--rate",
             "50",
@@ -379,31 +469,27 @@ fn explicit_source_ports_set_every_connection_up() {
     assert_eq!(u(&r["totals"]["subscribed"]), 400);
 }
 
-/// Churn: subscribers keep closing their connection and resubscribing on a
-/// new one with `since` while publishing goes on; each must get every
-/// message of its subjects once, in order. Counts only: that the
-/// reconnects were made, answered and recovered, never how fast.
-#[test]
-fn churning_subscribers_get_every_message_once_across_reconnects() {
-    let node = Node::start(&["--workers", "2"]);
-    let r = bench(
-        &node,
+/// Churn (with `receive`, the options of how subscribers receive): 200
+/// subscribers over 20 subjects reconnect 100 times a second for 3 s while
+/// 500 messages a second are published; each must get every message of
+/// its subjects once, in order. Counts only: that the reconnects were made,
+/// answered and recovered, never how fast. Returns the report.
+fn churn_gets_every_message_once(node: &Node, receive: &[&str]) -> Value {
+    let mut workload = vec![
         "churn",
-        &[],
-        &[
-            "churn",
-            "--subscribers",
-            "200",
-            "--subjects",
-            "20",
-            "--reconnect-rate",
-            "100",
-            "--rate",
-            "500",
-            "--duration",
-            "3s",
-        ],
-    );
+        "--subscribers",
+        "200",
+        "--subjects",
+        "20",
+        "--reconnect-rate",
+        "100",
+        "--rate",
+        "500",
+        "--duration",
+        "3s",
+    ];
+    workload.extend_from_slice(receive);
+    let r = bench(node, &format!("churn{}", receive.concat()), &[], &workload);
     no_failures(&r);
     let c = &r["churn"];
     assert_eq!(u(&c["subscriptions"]), 200, "one subject each");
@@ -444,6 +530,14 @@ fn churning_subscribers_get_every_message_once_across_reconnects() {
         u(&after["connections_accepted"]) - u(&before["connections_accepted"]),
         201 + reconnects
     );
+    r
+}
+
+#[test]
+fn churning_subscribers_get_every_message_once_across_reconnects() {
+    let node = Node::start(&["--workers", "2"]);
+    let r = churn_gets_every_message_once(&node, &[]);
+    let reconnects = u(&r["churn"]["reconnects"]);
     node.wait_for_stats("the old connections' close frames", |s| {
         s["closes"]["normal"] == reconnects
     });

@@ -570,6 +570,11 @@ pub enum ServerMessage<'a> {
         code: Cow<'a, str>,
         message: Cow<'a, str>,
     },
+    /// The last element of a long-poll answer: the cursor to poll from next
+    /// (see [`encode_poll_end`] and [`crate::cursor`]).
+    Poll {
+        since: Cow<'a, str>,
+    },
 }
 
 #[derive(Deserialize)]
@@ -594,6 +599,8 @@ struct RawServerMessage<'a> {
     code: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     message: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    since: Option<Cow<'a, str>>,
 }
 
 /// Why a server message could not be understood by a client.
@@ -652,6 +659,9 @@ pub fn parse_server_message(text: &str) -> Result<ServerMessage<'_>, ServerMessa
             id: raw.id,
             code: raw.code.clone().ok_or_else(|| missing("code"))?,
             message: raw.message.clone().unwrap_or_default(),
+        }),
+        "poll" => Ok(ServerMessage::Poll {
+            since: raw.since.clone().ok_or_else(|| missing("since"))?,
         }),
         other => Err(ServerMessageError::UnknownOp(other.to_owned())),
     }
@@ -883,10 +893,12 @@ mod tests {
             encode_close_notice(CloseReason::MessageTooBig),
             r#"{"op":"close","code":1009,"reason":"message_too_big","reconnect":false}"#
         );
-        assert_eq!(
-            encode_poll_end(b"0000000000000003:4,"),
-            br#"{"op":"poll","since":"0000000000000003:4,"}"#
-        );
+        let end = encode_poll_end(b"0000000000000003:4,");
+        assert_eq!(end, br#"{"op":"poll","since":"0000000000000003:4,"}"#);
+        assert!(matches!(
+            parse_server_message(std::str::from_utf8(&end).unwrap()).unwrap(),
+            ServerMessage::Poll { since } if since == "0000000000000003:4,"
+        ));
         let error = encode_http_error("invalid_subject", "a \"quoted\" thing");
         let value: serde_json::Value = serde_json::from_str(&error).unwrap();
         assert_eq!(value["error"]["code"], "invalid_subject");

@@ -304,12 +304,13 @@ fn tables(r: &Report) -> String {
         &[
             ("connect attempts", t.attempts),
             ("connected", t.connected),
-            ("upgraded", t.upgraded),
+            ("handshakes", t.upgraded),
             ("subscribed", t.subscribed),
             ("closed cleanly", t.closed),
             ("published", t.published),
             ("received", t.messages_in),
             ("server errors", t.server_errors),
+            ("heartbeats", t.heartbeats),
         ],
     );
     for (name, v) in &r.failures {

@@ -313,13 +313,14 @@ pub struct Report {
     pub latency: Option<Summary>,
     /// TCP connect latency.
     pub connect: Option<Summary>,
-    /// WebSocket handshake latency.
+    /// Handshake latency: request sent to its 101 (or HTTP transport 200).
     pub handshake: Option<Summary>,
     /// How late publishes left against their schedule.
     pub publish_lag: Option<Summary>,
     /// HTTP publish response time (from the due time).
     pub http_response: Option<Summary>,
-    /// Churn: from a reconnect's connect() to each subject's `subscribed`.
+    /// Churn: from a reconnect's connect() to each subject's `subscribed`
+    /// (over long-poll, to the reconnect's first answer).
     pub resubscribe: Option<Summary>,
     /// Upgrades per second over the measured part.
     pub handshakes_per_s: f64,

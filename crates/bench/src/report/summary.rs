@@ -18,25 +18,26 @@ pub fn render(r: &Report) -> String {
     );
     let _ = writeln!(
         o,
-        "connections  attempts {}  connected {}  upgraded {}{}  subscribed {}  closed {}  failed {}",
+        "connections  attempts {}  connected {}  handshakes {}{}  subscribed {}  closed {}  failed {}",
         thousands(t.attempts),
         thousands(t.connected),
         thousands(t.upgraded),
-        // A rate of upgrades only means something when arrivals are the load.
+        // A rate of handshakes only means something when arrivals are the load.
         if r.phases.is_empty() { String::new() } else { format!(" ({:.0}/s)", r.handshakes_per_s) },
         thousands(t.subscribed),
         thousands(t.closed),
         thousands(t.failed())
     );
-    if t.published > 0 || t.messages_in > 0 {
+    if t.published > 0 || t.messages_in > 0 || t.heartbeats > 0 {
         let _ = writeln!(
             o,
-            "messages     published {} ({:.0}/s)  received {} ({:.0}/s)  server errors {}",
+            "messages     published {} ({:.0}/s)  received {} ({:.0}/s)  server errors {}  heartbeats {}",
             thousands(t.published),
             r.published_per_s,
             thousands(t.messages_in),
             r.messages_in_per_s,
-            thousands(t.server_errors)
+            thousands(t.server_errors),
+            thousands(t.heartbeats)
         );
     }
     if let Some(d) = &r.deliveries {

@@ -43,6 +43,7 @@ pub fn run(cmd: &BenchCommand, args: &BroadcastArgs) -> Result<Report, BenchErro
         broadcast_messages: Some(messages),
         connect_rate: 0.0,
         churn: None,
+        receive: args.receive.clone(),
     };
     // K events at `rate`: the schedule is exactly K/rate seconds long.
     let schedule = publish_schedule(&publish, DEFAULT_RATE, messages as f64 / rate);

@@ -12,9 +12,16 @@
 //! share of the global rate round-robin over its own subscribers, so every
 //! subscriber in the run reconnects once per N / R seconds. A reconnect
 //! closes the socket (close handshake or reset), stays away `--offline`,
-//! opens a new connection and resubscribes each subject with `since`; the
-//! answers and deliveries are read with the protocol crate's parser and
-//! checked. The coordinator side ([`run`]) is `run`'s shape (set up,
+//! opens a new connection and resubscribes each subject from the last
+//! position it received: a `subscribe` with `since` per subject over
+//! WebSocket, the positions as one cursor in an HTTP transport's request
+//! (`Last-Event-ID` for Server-Sent Events, `since` for streams and polls).
+//! The answers and deliveries are read with the protocol crate's parser and
+//! checked. Over WebSocket, SSE and streams each subject is answered with a
+//! `subscribed` that says whether it recovered and where its replay ends. A
+//! long-poll tells only a failed recovery: its answer is the cursor closing
+//! the first poll of the connection, before which every delivery is the
+//! replay. The coordinator side ([`run`]) is `run`'s shape (set up,
 //! publish, drain), then compares where every subscription stopped with
 //! where its subject's stream ended: where it joined plus what the
 //! publishers published to it.
@@ -22,13 +29,15 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
+use myriad_protocol::cursor::parse_cursor;
 use myriad_protocol::message::{
     encode_subscribe, encode_subscribe_since, parse_server_message, ServerMessage,
 };
+use myriad_protocol::position::Position;
 use serde::{Deserialize, Serialize};
 
 use crate::child::{Driver, RoleResult, Spec, MAX_BATCH};
-use crate::cli::{BenchCommand, ChurnArgs, CloseMode, Secs};
+use crate::cli::{BenchCommand, ChurnArgs, CloseMode, Secs, SubscribeTransport};
 use crate::conn::{Handler, Opening, Outcome};
 use crate::continuity::{Continuity, Delivery, Resumed};
 use crate::counters::Counters;
@@ -98,8 +107,12 @@ pub struct ChurnTask {
 struct Stream {
     /// Its index in the run's pattern.
     subject: u64,
-    /// Present from its first `subscribed` answer on.
+    /// Present from its first `subscribed` answer (or poll cursor) on.
     continuity: Option<Continuity>,
+    /// Long-poll: while the first poll of a reconnect is unanswered, the
+    /// deliveries of its replay so far; None otherwise, and once a failed
+    /// recovery was told.
+    replay: Option<u64>,
 }
 
 /// One churning subscriber.
@@ -118,7 +131,7 @@ struct Subscriber {
 }
 
 /// What one server message was to a subscriber.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Heard {
     /// The first `subscribed` of one of its subjects: it joined the stream.
     Joined,
@@ -129,16 +142,37 @@ enum Heard {
     Delivery(Delivery),
     /// A delivery of a subject it holds no position in.
     Stray,
+    /// A long-poll answer's closing cursor: a position per subject.
+    Polled(Vec<Option<Position>>),
     /// Anything else: ok, pong, an error reply, a `subscribed` it did not
     /// ask for, or text that does not parse.
     Other,
 }
 
 impl Subscriber {
-    /// Writes the subscribe commands of a new connection into `out`: one
-    /// `subscribe` for the subjects it has not joined yet, one resubscribe
-    /// with `since` per subject it has. Returns the answers they are owed.
-    fn open(&self, pattern: &Pattern, out: &mut Opening) -> u32 {
+    /// Writes how a new connection subscribes into `out`. Over WebSocket:
+    /// one `subscribe` for the subjects it has not joined yet, one
+    /// resubscribe with `since` per subject it has; over an HTTP transport,
+    /// the position of each subject it has joined. Returns the answers the
+    /// connection is owed: a `subscribed` per subject, or a long-poll's
+    /// first answer.
+    fn open(&mut self, pattern: &Pattern, transport: SubscribeTransport, out: &mut Opening) -> u32 {
+        match transport {
+            SubscribeTransport::Ws => self.write_subscribes(pattern, out),
+            SubscribeTransport::Sse | SubscribeTransport::Stream => self.write_resume(out),
+            SubscribeTransport::Poll => {
+                self.write_resume(out);
+                for s in &mut self.streams {
+                    s.replay = s.continuity.map(|_| 0);
+                }
+                return 1;
+            }
+        }
+        self.streams.len() as u32
+    }
+
+    /// The subscribe commands of a WebSocket connection.
+    fn write_subscribes(&self, pattern: &Pattern, out: &mut Opening) {
         let fresh: Vec<String> = self
             .streams
             .iter()
@@ -159,7 +193,11 @@ impl Subscriber {
                 ));
             }
         }
-        self.streams.len() as u32
+    }
+
+    /// Where an HTTP transport's request resumes each subject.
+    fn write_resume(&self, out: &mut Opening) {
+        out.resume_from(self.streams.iter().map(|s| Some(s.continuity?.last())));
     }
 
     /// Reads one message from the server and checks it against the
@@ -171,13 +209,22 @@ impl Subscriber {
         match parsed {
             Some(ServerMessage::Delivery {
                 subject, position, ..
-            }) => match self
-                .stream(pattern, &subject)
-                .and_then(|s| s.continuity.as_mut())
-            {
-                Some(c) => Heard::Delivery(c.deliver(position)),
-                None => Heard::Stray,
-            },
+            }) => {
+                let Some(Stream {
+                    continuity: Some(c),
+                    replay,
+                    ..
+                }) = self.stream(pattern, &subject)
+                else {
+                    return Heard::Stray;
+                };
+                let mut delivery = c.deliver(position);
+                if let (Delivery::Next { replayed }, Some(count)) = (&mut delivery, replay) {
+                    *replayed = true;
+                    *count += 1;
+                }
+                Heard::Delivery(delivery)
+            }
             Some(ServerMessage::Subscribed {
                 subject,
                 position,
@@ -194,6 +241,9 @@ impl Subscriber {
                     }
                     Some(c) => {
                         let recovered = recovered == Some(true);
+                        if !recovered {
+                            stream.replay = None;
+                        }
                         Heard::Resumed {
                             resumed: c.resume(position, recovered),
                             recovered,
@@ -201,8 +251,28 @@ impl Subscriber {
                     }
                 }
             }
+            Some(ServerMessage::Poll { since }) => match parse_cursor(&since, self.streams.len()) {
+                Ok(cursor) => Heard::Polled(cursor),
+                Err(_) => Heard::Other,
+            },
             _ => Heard::Other,
         }
+    }
+
+    /// Takes a long-poll answer's closing `cursor`: subjects not joined yet
+    /// join where it says, and the replay of each subject whose recovery
+    /// was not reported failed is over; `recovered` is told its size.
+    /// Returns whether every subject has joined.
+    fn polled(&mut self, cursor: &[Option<Position>], mut recovered: impl FnMut(u64)) -> bool {
+        for (stream, &at) in self.streams.iter_mut().zip(cursor) {
+            if stream.continuity.is_none() {
+                stream.continuity = at.map(Continuity::joined);
+            }
+            if let Some(replay) = stream.replay.take() {
+                recovered(replay);
+            }
+        }
+        self.streams.iter().all(|s| s.continuity.is_some())
     }
 
     /// Its stream of subject `name`.
@@ -220,6 +290,8 @@ pub struct ChurnDriver {
     pattern: Pattern,
     /// Global index of its first subscriber.
     first: u64,
+    /// How its subscribers receive.
+    transport: SubscribeTransport,
     subs: Vec<Subscriber>,
     /// Subscribers whose current connection is still owed answers. The
     /// worker is ready only at zero: every subscription has joined its
@@ -260,6 +332,7 @@ impl ChurnDriver {
                         .map(|&subject| Stream {
                             subject,
                             continuity: None,
+                            replay: None,
                         })
                         .collect(),
                     ..Subscriber::default()
@@ -270,6 +343,7 @@ impl ChurnDriver {
             inner: SubscribeDriver::new(task.subscribe.clone(), spec)?,
             pattern: assignment.pattern,
             first: task.subscribe.first,
+            transport: task.subscribe.transport,
             subs,
             unsettled: 0,
             events: task.reconnects.total_events(),
@@ -377,7 +451,7 @@ impl ChurnDriver {
             let index = self.index(i);
             // A failed open is counted by the engine and retried like a
             // failed set-up.
-            if engine.open(index, false).is_err() {
+            if engine.open(index, self.transport.wire()).is_err() {
                 self.inner.retry_later(index);
             }
         }
@@ -399,7 +473,7 @@ impl Handler for ChurnDriver {
             return;
         };
         self.subs[i].key = Some(key);
-        let answers = self.subs[i].open(&self.pattern, out);
+        let answers = self.subs[i].open(&self.pattern, self.transport, out);
         self.owe(i, answers);
     }
 
@@ -413,9 +487,13 @@ impl Handler for ChurnDriver {
         let Some(i) = self.local(index) else {
             return false;
         };
+        // A long-poll's connection is answered by its first poll's cursor.
+        let by_subscribed = self.transport != SubscribeTransport::Poll;
         match self.subs[i].hear(&self.pattern, data) {
             Heard::Joined => {
-                self.answered(i, counters);
+                if by_subscribed {
+                    self.answered(i, counters);
+                }
                 false
             }
             Heard::Resumed { resumed, recovered } => {
@@ -433,7 +511,23 @@ impl Handler for ChurnDriver {
                 if began > 0 {
                     histogram::record(&mut self.resubscribe, now_real.saturating_sub(began) / 1000);
                 }
-                self.answered(i, counters);
+                if by_subscribed {
+                    self.answered(i, counters);
+                }
+                false
+            }
+            Heard::Polled(cursor) => {
+                let sub = &mut self.subs[i];
+                let began = sub.reconnect_real;
+                let (replay, resubscribe) = (&mut self.replay, &mut self.resubscribe);
+                let joined = sub.polled(&cursor, |size| {
+                    counters.recovered += 1;
+                    histogram::record(replay, size);
+                    histogram::record(resubscribe, now_real.saturating_sub(began) / 1000);
+                });
+                if joined {
+                    self.answered(i, counters);
+                }
                 false
             }
             Heard::Delivery(delivery) => {
@@ -552,9 +646,10 @@ pub fn run(cmd: &BenchCommand, args: &ChurnArgs) -> Result<Report, BenchError> {
     }
     let mut m = Monitor::new(&cmd.global);
     // The last subscribers back from their time away still have their
-    // replay to take after the last publish.
+    // replay to take after the last publish, and a poll that finds nothing
+    // new is answered at the server's poll timeout.
     let mut publish = args.publish.clone();
-    publish.drain = Secs(publish.drain.0 + args.offline.0);
+    publish.drain = Secs(publish.drain.0 + args.offline.0 + args.subs.receive.first_answer_secs());
     let conns = args.subs.connections;
     let group = SubscriberGroup {
         conns,
@@ -567,6 +662,7 @@ pub fn run(cmd: &BenchCommand, args: &ChurnArgs) -> Result<Report, BenchError> {
             offline: args.offline.0,
             close: args.close,
         }),
+        receive: args.subs.receive.clone(),
     };
     let rate = publish.rate.unwrap_or(DEFAULT_RATE);
     let schedule = publish_schedule(&publish, DEFAULT_RATE, args.duration.0);
@@ -637,8 +733,13 @@ mod tests {
     use crate::profile::Profile;
 
     /// A worker of two subscribers (global 10 and 11), two subjects each
-    /// out of /p/s{1..3}.
+    /// out of /p/s{1..3}, over WebSocket.
     fn driver() -> ChurnDriver {
+        driver_over(SubscribeTransport::Ws)
+    }
+
+    /// The same, receiving over `transport`.
+    fn driver_over(transport: SubscribeTransport) -> ChurnDriver {
         let subscribe = SubscribeTask {
             first: 10,
             count: 2,
@@ -651,6 +752,7 @@ mod tests {
             in_flight: 10,
             connect_rate: 0.0,
             broadcast_messages: None,
+            transport,
         };
         let plan = ChurnPlan {
             rate: 10.0,
@@ -687,7 +789,22 @@ mod tests {
         out.messages().map(str::to_owned).collect()
     }
 
+    /// What subscriber 10's HTTP transport request resumes from (offsets).
+    fn http_opening(d: &mut ChurnDriver, key: usize) -> Vec<Option<u64>> {
+        let mut out = Opening::default();
+        d.on_open(key, 10, 0, &mut out);
+        assert_eq!(out.messages().count(), 0, "the request subscribes");
+        out.resumes()
+            .iter()
+            .map(|p| Some(p.as_ref()?.offset))
+            .collect()
+    }
+
     const EPOCH: &str = "00000000000000ab";
+
+    fn poll_end(cursor: &str) -> String {
+        format!(r#"{{"op":"poll","since":"{cursor}"}}"#)
+    }
 
     fn subscribed(subject: &str, offset: u64, recovered: Option<bool>) -> String {
         let recovered = recovered.map_or(String::new(), |r| format!(",\"recovered\":{r}"));
@@ -753,6 +870,67 @@ mod tests {
             .map(|r| (r.subject, r.first_offset, r.last_offset))
             .collect();
         assert_eq!(ends, [(2, 5, 9), (0, 0, 1)], "subscriber 11 never joined");
+    }
+
+    #[test]
+    fn over_server_sent_events_one_cursor_resumes_every_subject() {
+        let mut d = driver_over(SubscribeTransport::Sse);
+        let mut c = Counters::default();
+        // Subscriber 10 holds /p/s3 and /p/s1, in that order.
+        assert_eq!(http_opening(&mut d, 7), [None, None], "live from now");
+        hear(&mut d, &mut c, &subscribed("/p/s3", 5, None));
+        assert_eq!(d.unsettled, 1, "one answer still owed");
+        hear(&mut d, &mut c, &subscribed("/p/s1", 0, None));
+        assert_eq!(d.unsettled, 0);
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 6)));
+        d.subs[0].key = None;
+        d.subs[0].reconnect_real = 1_000_000;
+        assert_eq!(http_opening(&mut d, 8), [Some(6), Some(0)]);
+        assert!(!hear(&mut d, &mut c, &subscribed("/p/s3", 7, Some(true))));
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 7)), "replayed");
+        assert!(!hear(&mut d, &mut c, &subscribed("/p/s1", 0, Some(true))));
+        assert_eq!((c.recovered, c.replayed, c.reconnected), (2, 1, 1));
+        assert_eq!((c.duplicates, c.gaps, c.missed, c.broken), (0, 0, 0, 0));
+    }
+
+    #[test]
+    fn a_long_poll_is_answered_by_the_cursor_closing_its_first_poll() {
+        let mut d = driver_over(SubscribeTransport::Poll);
+        let mut c = Counters::default();
+        assert_eq!(http_opening(&mut d, 7), [None, None]);
+        assert_eq!(d.unsettled, 1);
+        hear(&mut d, &mut c, &poll_end(&format!("{EPOCH}:5,")));
+        assert_eq!(d.unsettled, 1, "/p/s1 has no position yet");
+        hear(&mut d, &mut c, &poll_end(&format!("{EPOCH}:5,{EPOCH}:0")));
+        assert_eq!(d.unsettled, 0, "every subject joined");
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 6)));
+        assert_eq!(c.replayed, 0, "live, so timed");
+        d.subs[0].key = None;
+        d.subs[0].reconnect_real = 1_000_000;
+        assert_eq!(http_opening(&mut d, 8), [Some(6), Some(0)]);
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 7)));
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 8)));
+        let gone = subscribed("/p/s1", 4, Some(false));
+        assert!(!hear(&mut d, &mut c, &gone), "its history is gone");
+        assert_eq!(c.reconnected, 0, "answered by the cursor only");
+        hear(&mut d, &mut c, &poll_end(&format!("{EPOCH}:8,{EPOCH}:4")));
+        assert_eq!(
+            (
+                c.recovered,
+                c.unrecovered,
+                c.replayed,
+                c.missed,
+                c.reconnected
+            ),
+            (1, 1, 2, 4, 1)
+        );
+        assert_eq!((d.replay.len(), d.replay.max()), (1, 2));
+        assert_eq!(d.resubscribe.len(), 2, "one per subject");
+        // The next polls are live again.
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 9)));
+        hear(&mut d, &mut c, &poll_end(&format!("{EPOCH}:9,{EPOCH}:4")));
+        assert_eq!((c.replayed, c.recovered, c.reconnected), (2, 1, 1));
+        assert_eq!((c.duplicates, c.gaps, c.broken), (0, 0, 0));
     }
 
     #[test]

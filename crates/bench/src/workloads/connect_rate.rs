@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::child::{Driver, RoleResult, Spec, MAX_BATCH};
 use crate::cli::CloseMode;
-use crate::conn::{Handler, Opening, Outcome};
+use crate::conn::{Handler, Opening, Outcome, Wire};
 use crate::counters::Counters;
 use crate::engine::Engine;
 use crate::histogram::Micros;
@@ -149,7 +149,7 @@ impl Driver for ConnectRateDriver {
                 break;
             }
             // A failed open is counted by the engine; the device is gone.
-            let _ = engine.open(n as u32, false);
+            let _ = engine.open(n as u32, Wire::WebSocket);
             self.k += 1;
         }
         while let Some(&Reverse((at, key, index))) = self.holds.peek() {

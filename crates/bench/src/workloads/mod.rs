@@ -17,7 +17,7 @@ use std::net::Ipv4Addr;
 
 use crate::addr::{PortMode, Sources, EXPLICIT_PORT_MIN};
 use crate::child::{Control, Spec, Task};
-use crate::cli::{BenchCommand, PublishOpts, Transport};
+use crate::cli::{BenchCommand, PublishOpts, PublishTransport, ReceiveOpts};
 use crate::clock::realtime_ns;
 use crate::error::BenchError;
 use crate::monitor::{Monitor, Role};
@@ -139,6 +139,8 @@ pub struct SubscriberGroup {
     pub connect_rate: f64,
     /// Churn: how the subscribers reconnect once started; None: they stay.
     pub churn: Option<ChurnPlan>,
+    /// How they receive.
+    pub receive: ReceiveOpts,
 }
 
 /// How many subscriber processes `conns` need.
@@ -159,6 +161,12 @@ pub fn spawn_subscribers(
     first_worker: u64,
     workers: u64,
 ) -> Result<u64, BenchError> {
+    let path = g.receive.http_path();
+    if path.is_some() && setup.profile.name != "myriad" {
+        return Err(BenchError::Config(
+            "the HTTP subscribe transports are myriad's (--profile myriad)".into(),
+        ));
+    }
     let procs = subscriber_processes(cmd, setup, g.conns);
     let mut reconnects = 0;
     for (i, range) in plan::split(g.conns, procs).into_iter().enumerate() {
@@ -169,6 +177,7 @@ pub fn spawn_subscribers(
             in_flight: cmd.global.in_flight,
             connect_rate: g.connect_rate / procs as f64,
             broadcast_messages: g.broadcast_messages,
+            transport: g.receive.transport,
         };
         let task = match &g.churn {
             None => Task::Subscribe(task),
@@ -178,10 +187,15 @@ pub fn spawn_subscribers(
                 Task::Churn(task)
             }
         };
-        m.spawn(
-            &setup.spec(cmd, first_worker + i as u64, workers, task),
-            Role::Subscribers,
-        )?;
+        let mut spec = setup.spec(cmd, first_worker + i as u64, workers, task);
+        // The HTTP transports listen beside WebSocket, on the same port.
+        if let Some(path) = &path {
+            for target in &mut spec.targets {
+                target.path.clone_from(path);
+            }
+        }
+        spec.setup_timeout += g.receive.first_answer_secs();
+        m.spawn(&spec, Role::Subscribers)?;
     }
     Ok(reconnects)
 }
@@ -213,12 +227,11 @@ pub fn spawn_publisher(
     let opts = plan.opts;
     let mut spec_targets = None;
     let api_key_header = match opts.transport {
-        Transport::Ws => None,
-        Transport::Http => {
-            let admin =
-                cmd.global.admin_urls.first().cloned().ok_or_else(|| {
-                    BenchError::Config("--transport http needs --admin-url".into())
-                })?;
+        PublishTransport::Ws => None,
+        PublishTransport::Http => {
+            let admin = cmd.global.admin_urls.first().cloned().ok_or_else(|| {
+                BenchError::Config("--publish-transport http needs --admin-url".into())
+            })?;
             spec_targets = Some(vec![admin]);
             let header = setup.profile.http()?.api_key_header.clone();
             header
@@ -278,7 +291,7 @@ pub fn publish_to_subscribers(
     let sub_procs = subscriber_processes(cmd, setup, group.conns);
     let workers = sub_procs + 1;
     let reconnects = spawn_subscribers(m, cmd, setup, group, 0, workers)?;
-    subscribers::await_subscribers(m, cmd, group.conns)?;
+    subscribers::await_subscribers(m, cmd, group)?;
     let publish_secs = schedule.secs();
     spawn_publisher(
         m,

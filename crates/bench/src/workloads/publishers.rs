@@ -19,9 +19,9 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use crate::child::{Driver, Published, RoleResult, Spec, MAX_BATCH};
-use crate::cli::Transport;
+use crate::cli::PublishTransport;
 use crate::clock::Span;
-use crate::conn::{Handler, Opening, Outcome};
+use crate::conn::{Handler, Opening, Outcome, Wire};
 use crate::counters::Counters;
 use crate::engine::Engine;
 use crate::error::BenchError;
@@ -56,7 +56,7 @@ pub struct PublishTask {
     /// different events, so they draw different subjects).
     pub seed: u64,
     /// WebSocket frames or HTTP requests.
-    pub transport: Transport,
+    pub transport: PublishTransport,
     /// Connections to publish over.
     pub conns: u32,
     /// Index of the first connection (routes and keys follow from it).
@@ -116,8 +116,8 @@ impl PublishDriver {
     /// A driver for `task` under `spec`'s profile.
     pub fn new(task: PublishTask, spec: &Spec) -> Result<PublishDriver, BenchError> {
         let (template, http) = match task.transport {
-            Transport::Ws => (Template::compile("publish", &spec.profile.publish)?, None),
-            Transport::Http => {
+            PublishTransport::Ws => (Template::compile("publish", &spec.profile.publish)?, None),
+            PublishTransport::Http => {
                 let h = spec.profile.http()?;
                 let host = spec
                     .targets
@@ -289,10 +289,13 @@ impl Driver for PublishDriver {
         let now = engine.refresh_now();
         if !self.opened {
             self.opened = true;
-            let raw = self.task.transport == Transport::Http;
+            let wire = match self.task.transport {
+                PublishTransport::Ws => Wire::WebSocket,
+                PublishTransport::Http => Wire::Raw,
+            };
             for i in 0..self.task.conns {
                 let index = (self.task.first_index + u64::from(i)) as u32;
-                if let Ok(key) = engine.open(index, raw) {
+                if let Ok(key) = engine.open(index, wire) {
                     self.conns.push(PubConn {
                         key,
                         index,
@@ -392,7 +395,7 @@ impl Driver for PublishDriver {
             share: self.task.share,
             conns_lost: self.conns_lost,
         };
-        let http = self.task.transport == Transport::Http;
+        let http = self.task.transport == PublishTransport::Http;
         RoleResult {
             lag: Some(self.lag),
             ack: http.then_some(self.ack),
@@ -406,27 +409,15 @@ impl Driver for PublishDriver {
 /// One complete HTTP response at the front of `buf`: (bytes, status, the
 /// `"delivered":N` figure of its body if any). None until it is whole.
 fn http_response(buf: &[u8]) -> Option<(usize, u16, u64)> {
-    let mut headers = [httparse::EMPTY_HEADER; 32];
-    let mut res = httparse::Response::new(&mut headers);
-    let head = match res.parse(buf) {
-        Ok(httparse::Status::Complete(n)) => n,
+    let head = match crate::http::parse_head(buf) {
+        Ok(Some(head)) => head,
+        Ok(None) => return None,
         // A malformed response consumes the rest: the connection is
         // beyond repair and its pending publishes stay unanswered.
         Err(_) => return Some((buf.len(), 0, 0)),
-        Ok(httparse::Status::Partial) => return None,
     };
-    let body_len = res
-        .headers
-        .iter()
-        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-        .and_then(|h| {
-            std::str::from_utf8(h.value)
-                .ok()?
-                .trim()
-                .parse::<usize>()
-                .ok()
-        })
-        .unwrap_or(0);
+    let body_len = head.content_length.unwrap_or(0);
+    let (status, head) = (head.status, head.len);
     if buf.len() < head + body_len {
         return None;
     }
@@ -438,7 +429,7 @@ fn http_response(buf: &[u8]) -> Option<(usize, u16, u64)> {
             std::str::from_utf8(&digits[..len]).ok()?.parse().ok()
         })
         .unwrap_or(0);
-    Some((head + body_len, res.code.unwrap_or(0), delivered))
+    Some((head + body_len, status, delivered))
 }
 
 /// `myriad bench publishers`: publish at the rate for the duration (or

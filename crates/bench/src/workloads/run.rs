@@ -25,6 +25,7 @@ pub fn run(cmd: &BenchCommand, args: &RunArgs) -> Result<Report, BenchError> {
         broadcast_messages: None,
         connect_rate: args.subs.connect_rate,
         churn: None,
+        receive: args.subs.receive.clone(),
     };
     let schedule = publish_schedule(&args.publish, DEFAULT_RATE, args.duration.0);
     let measured =

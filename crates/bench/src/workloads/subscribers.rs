@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 
 use crate::child::{BroadcastTally, Driver, RoleResult, Spec};
+use crate::cli::SubscribeTransport;
 use crate::clock::Span;
 use crate::conn::{Handler, Opening, Outcome};
 use crate::counters::Counters;
@@ -43,6 +44,8 @@ pub struct SubscribeTask {
     pub connect_rate: f64,
     /// Broadcast: track messages 0..K individually.
     pub broadcast_messages: Option<u64>,
+    /// How connections receive.
+    pub transport: SubscribeTransport,
 }
 
 /// The worker side of subscribers.
@@ -137,7 +140,9 @@ impl SubscribeDriver {
 
 impl Handler for SubscribeDriver {
     fn on_open(&mut self, _key: usize, index: u32, _now_ns: u64, out: &mut Opening) {
-        let (Some(tpl), Some(a)) = (&self.subscribe, &self.task.assignment) else {
+        // Over an HTTP transport the request subscribes, live from now.
+        let ws = self.task.transport == SubscribeTransport::Ws;
+        let (Some(tpl), Some(a), true) = (&self.subscribe, &self.task.assignment, ws) else {
             return;
         };
         a.subjects_for(u64::from(index), &mut self.subject_ids);
@@ -204,7 +209,7 @@ impl Driver for SubscribeDriver {
                 }
             };
             self.opens += 1;
-            if engine.open(index, false).is_err() {
+            if engine.open(index, self.task.transport.wire()).is_err() {
                 self.setup_failed(index);
             }
         }
@@ -240,17 +245,18 @@ impl Driver for SubscribeDriver {
     }
 }
 
-/// Waits for subscriber set-up, noting how long it took; proceeds with
+/// Waits for the set-up of `group`, noting how long it took; proceeds with
 /// what is up after a bound that scales with the population.
 pub fn await_subscribers(
     m: &mut crate::monitor::Monitor,
     cmd: &crate::cli::BenchCommand,
-    conns: u64,
+    group: &super::SubscriberGroup,
 ) -> Result<(), BenchError> {
     use crate::monitor::Role;
     let t0 = m.elapsed();
-    let bound =
-        cmd.global.connect_timeout.0 * f64::from(SETUP_ATTEMPTS) + 10.0 + conns as f64 / 500.0;
+    let conns = group.conns;
+    let attempt = cmd.global.connect_timeout.0 + group.receive.first_answer_secs();
+    let bound = attempt * f64::from(SETUP_ATTEMPTS) + 10.0 + conns as f64 / 500.0;
     let ready = m.wait_for(Some(bound), |m| m.all_ready(Role::Subscribers))?;
     let c = m.totals(Some(Role::Subscribers));
     let secs = m.elapsed() - t0;
@@ -287,11 +293,12 @@ pub fn run(
         broadcast_messages: None,
         connect_rate: args.subs.connect_rate,
         churn: None,
+        receive: args.subs.receive.clone(),
     };
     setup.plan_sources(cmd, &m, group.conns);
     let procs = super::subscriber_processes(cmd, &setup, group.conns);
     super::spawn_subscribers(&mut m, cmd, &setup, &group, 0, procs)?;
-    await_subscribers(&mut m, cmd, group.conns)?;
+    await_subscribers(&mut m, cmd, &group)?;
     m.send(Role::Subscribers, Control::Start);
     let t0 = m.elapsed();
     m.wait_for(Some(args.duration.0), |_| false)?;
