@@ -7,8 +7,6 @@ mod common;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::Node;
@@ -323,18 +321,8 @@ fn a_slow_sse_consumer_is_cut_while_the_others_keep_receiving() {
     let mut slow = node.open_raw("/sse?subject=firehose", Some(4096));
     let mut fast = node.open_raw("/sse?subject=firehose", None);
     node.wait_for_stats("both subscribed", |s| s["subscriptions"] == 2);
-    let received = Arc::new(AtomicU64::new(0));
-    let counted = Arc::clone(&received);
-    let reader = std::thread::spawn(move || {
-        let mut offsets = Vec::new();
-        while offsets.len() < 800 {
-            offsets.extend(sse_offsets(&mut fast, 1));
-            counted.fetch_add(1, Ordering::Release);
-        }
-        offsets
-    });
-    node.publish_paced("firehose", &received);
-    assert_eq!(reader.join().unwrap(), (1..=800).collect::<Vec<u64>>());
+    let offsets = node.firehose("firehose", move || sse_offsets(&mut fast, 1)[0]);
+    assert_eq!(offsets, (1..=800).collect::<Vec<u64>>());
     let stats = node.wait_for_stats("slow consumer cut", |s| s["slow_consumer_disconnects"] == 1);
     assert_eq!(stats["transports"]["sse"]["connections"], 1, "{stats}");
     // The stalled client, once it reads, finds its last event naming why.

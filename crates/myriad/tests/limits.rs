@@ -6,8 +6,6 @@ mod common;
 
 use std::io::Read;
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{recv, recv_close, set_timeout, subscribe, Node, Ws};
@@ -61,20 +59,11 @@ fn a_stalled_reader_is_cut_while_a_fast_one_keeps_up(worker_queue_high_water: &s
     let mut fast = node.connect();
     subscribe(&mut fast, &["firehose"]);
 
-    let received = Arc::new(AtomicU64::new(0));
-    let counted = Arc::clone(&received);
-    let reader = std::thread::spawn(move || {
-        let mut seqs = Vec::new();
-        while seqs.len() < 800 {
-            seqs.push(recv(&mut fast)["offset"].as_u64().unwrap());
-            counted.fetch_add(1, Ordering::Release);
-        }
-        seqs
-    });
     // 6.4 MB: far past what the stalled client's buffers and its 256 KiB
     // queue hold, while the fast reader is never more than one request behind.
-    node.publish_paced("firehose", &received);
-    let seqs = reader.join().unwrap();
+    let seqs = node.firehose("firehose", move || {
+        recv(&mut fast)["offset"].as_u64().unwrap()
+    });
     assert_eq!(
         seqs,
         (1..=800).collect::<Vec<u64>>(),

@@ -164,6 +164,28 @@ impl Node {
         }
     }
 
+    /// Publishes 800 messages of 8 KiB to `subject` while `next` reads them
+    /// on its own thread (each call returns one delivery's offset); returns
+    /// the offsets read. See [`Node::publish_paced`] for the pacing.
+    pub fn firehose(
+        &self,
+        subject: &str,
+        mut next: impl FnMut() -> u64 + Send + 'static,
+    ) -> Vec<u64> {
+        let received = std::sync::Arc::new(AtomicU64::new(0));
+        let counted = std::sync::Arc::clone(&received);
+        let reader = std::thread::spawn(move || {
+            let mut offsets = Vec::new();
+            while offsets.len() < 800 {
+                offsets.push(next());
+                counted.fetch_add(1, Ordering::Release);
+            }
+            offsets
+        });
+        self.publish_paced(subject, &received);
+        reader.join().unwrap()
+    }
+
     /// Publishes 800 messages of 8 KiB to `subject` (data `"batch-i-xxx…"`,
     /// 6.4 MB in all) in 80 requests of 10. Before each request it waits
     /// until the reader counting in `received` is at most one request
