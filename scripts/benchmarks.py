@@ -271,6 +271,48 @@ SCENARIOS = {
 }
 
 
+def _over(transport, base, what):
+    """`base` with its subscribers on another transport."""
+    scenario = dict(SCENARIOS[base])
+    bench = list(scenario["bench"])
+    scenario["bench"] = bench[:1] + ["--subscribe-transport", transport] + bench[1:]
+    scenario["what"] = what
+    return scenario
+
+
+# The same workloads over the receive-only HTTP transports (issue 8): run
+# them in one invocation with their WebSocket originals to compare in one
+# sitting.
+for _t, _name in (("sse", "Server-Sent Events"), ("stream", "HTTP streaming (chunked NDJSON)")):
+    SCENARIOS[f"idle-memory-{_t}"] = _over(
+        _t, "idle-memory", f"19,000 idle {_name} connections, each subscribed to its own subject"
+    )
+    SCENARIOS[f"broadcast-saturating-{_t}"] = _over(
+        _t, "broadcast-saturating", f"broadcast-saturating with the 10,000 subscribers on {_name}"
+    )
+SCENARIOS["broadcast-poll"] = {
+    "what": "long-poll: 1,000 subscribers polling one subject in a loop, 100 publishes/s of 512 B for 20 s",
+    "nodes": [["--poll-timeout", "2"]],
+    "bench": [
+        "broadcast", "--subscribe-transport", "poll", "--poll-timeout", "2s",
+        "--subscribers", "1000", "--rate", "100", "--count", "2000", "--drain", "30s",
+    ],
+    "figures": [
+        ("deliveries/s", "broadcast.deliveries_per_s", "int"),
+        ("all delivered", delivered_all, "str"),
+        ("delivery p50 (ms)", "latency.p50_us", "ms"),
+        ("delivery p99 (ms)", "latency.p99_us", "ms"),
+        ("server CPU per delivery (µs)", "server.cpu_us_per_message_out", "f2"),
+    ],
+}
+SCENARIOS["broadcast-poll-ws"] = {
+    **SCENARIOS["broadcast-poll"],
+    "what": "broadcast-poll's load with WebSocket subscribers, for comparison",
+    "nodes": [[]],
+    "bench": ["broadcast", "--subscribers", "1000", "--rate", "100", "--count", "2000", "--drain", "30s"],
+}
+
+
 def fmt(value, kind):
     if value is None:
         return "-"
