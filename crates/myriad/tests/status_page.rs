@@ -4,26 +4,18 @@
 //! over plain HTTP, its event stream is capped, gives its place back when
 //! its client leaves, and ends when the node shuts down.
 //!
-//! Chromium comes from `scripts/install-test-deps.sh`; without it the page
-//! test fails, it does not skip.
+//! The browser is the harness's (`common/browser.rs`).
 
 mod common;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use common::{subscribe, Node, Ws};
+use common::browser::{Browser, DEADLINE};
+use common::{subscribe, Node};
 use serde_json::{json, Value};
-use tungstenite::Message;
-
-/// How long anything here may take on a busy two-core box: generous, since
-/// every wait ends as soon as what it waits for is seen.
-const DEADLINE: Duration = Duration::from_secs(30);
 
 /// The ids of the figures the test reads off the page.
 const FIGURES: [&str; 12] = [
@@ -41,211 +33,32 @@ const FIGURES: [&str; 12] = [
     "chart-connections-max",
 ];
 
-/// A headless Chromium with one page open, driven over the DevTools
-/// protocol. Closed when dropped.
-struct Browser {
-    process: Launched,
-    devtools: Ws,
-    /// The DevTools session attached to our page.
-    session: String,
-    next_id: u64,
+/// The text of every element in [`FIGURES`] (absent: not on the page yet).
+const FIGURES_SCRIPT: &str = "JSON.stringify(Object.fromEntries(FIGURES.map(id => [id, document.getElementById(id)?.textContent])))";
+
+fn figures_expression() -> String {
+    FIGURES_SCRIPT.replace("FIGURES", &json!(FIGURES).to_string())
 }
 
-/// A scratch folder, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+fn figures_of(value: &Value) -> Figures {
+    let text = value
+        .as_str()
+        .unwrap_or_else(|| panic!("figures are a JSON string: {value}"));
+    Figures(serde_json::from_str(text).unwrap())
 }
 
-/// Chromium's process and its folder (profile and log). Dropping it, however
-/// the test ends, kills Chromium with every process it started, then
-/// removes the folder.
-struct Launched {
-    child: Child,
-    dir: Scratch,
-}
-
-impl Drop for Launched {
-    fn drop(&mut self) {
-        let group = i32::try_from(self.child.id()).unwrap();
-        // SAFETY: kill only sends a signal, here to the group Chromium led.
-        unsafe { libc::kill(-group, libc::SIGKILL) };
-        let _ = self.child.wait();
-    }
-}
-
-impl Browser {
-    /// Starts Chromium and opens `url` in a new page.
-    fn open(url: &str) -> Browser {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let dir = Scratch(
-            std::env::temp_dir().join(format!("myriad-status-page-{}-{nanos}", std::process::id())),
-        );
-        let profile = dir.0.join("profile");
-        std::fs::create_dir_all(&profile).unwrap();
-        let log = std::fs::File::create(dir.0.join("chromium.log")).unwrap();
-        let spawned = Command::new("chromium")
-            .args([
-                "--headless=new",
-                // Root in a container: Chromium's sandbox cannot start.
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--no-default-browser-check",
-                "--disable-extensions",
-                "--disable-sync",
-                "--disable-background-networking",
-                // The page is never in front of anyone: keep its timers and
-                // rendering at full speed anyway.
-                "--disable-background-timer-throttling",
-                "--disable-renderer-backgrounding",
-                "--disable-backgrounding-occluded-windows",
-                // Port 0: Chromium picks one and writes it to
-                // DevToolsActivePort in the profile, so nothing can collide.
-                "--remote-debugging-port=0",
-            ])
-            .arg(format!("--user-data-dir={}", profile.display()))
-            .arg("about:blank")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            // Its own process group, so that dropping the browser can end
-            // the renderers and helpers it starts as well.
-            .process_group(0)
-            .spawn();
-        let child = match spawned {
-            Ok(child) => child,
-            Err(e) if e.kind() == ErrorKind::NotFound => panic!(
-                "chromium is not on PATH: the status page test needs a real browser; \
-                 run scripts/install-test-deps.sh (it installs Debian's chromium)"
-            ),
-            Err(e) => panic!("cannot start chromium: {e}"),
-        };
-        let process = Launched { child, dir };
-        let mut browser = Browser {
-            devtools: connect_devtools(&profile, &process.dir.0),
-            process,
-            session: String::new(),
-            next_id: 0,
-        };
-        let target = browser.call("Target.createTarget", json!({"url": url}));
-        let attached = browser.call(
-            "Target.attachToTarget",
-            json!({"targetId": target["targetId"], "flatten": true}),
-        );
-        browser.session = attached["sessionId"].as_str().unwrap().to_owned();
-        browser
-    }
-
-    /// Sends a DevTools command (to our page's session once attached) and
-    /// returns its result, skipping the events that arrive meanwhile.
-    fn call(&mut self, method: &str, params: Value) -> Value {
-        self.next_id += 1;
-        let id = self.next_id;
-        let mut command = json!({"id": id, "method": method, "params": params});
-        if !self.session.is_empty() {
-            command["sessionId"] = json!(self.session);
-        }
-        self.devtools
-            .send(Message::text(command.to_string()))
-            .unwrap();
-        loop {
-            let reply = match self.devtools.read().expect("a DevTools reply") {
-                Message::Text(text) => serde_json::from_str::<Value>(text.as_str()).unwrap(),
-                _ => continue,
-            };
-            if reply["id"] != id {
-                continue;
-            }
-            assert!(reply.get("error").is_none(), "{method}: {reply}");
-            return reply["result"].clone();
-        }
-    }
-
-    /// The text of every element in [`FIGURES`] (absent: not on the page yet).
-    fn figures(&mut self) -> Figures {
-        let expression = format!(
-            "JSON.stringify(Object.fromEntries({}.map(id => [id, document.getElementById(id)?.textContent])))",
-            json!(FIGURES)
-        );
-        let result = self.call(
-            "Runtime.evaluate",
-            json!({"expression": expression, "returnByValue": true}),
-        );
-        let text = result["result"]["value"]
-            .as_str()
-            .unwrap_or_else(|| panic!("evaluation failed: {result}"));
-        Figures(serde_json::from_str(text).unwrap())
-    }
-
-    /// Reads the page until `ready` holds for its figures; fails, showing
-    /// them, after [`DEADLINE`]. `between` runs before every read.
-    fn wait_until(
-        &mut self,
-        what: &str,
-        mut between: impl FnMut(),
-        mut ready: impl FnMut(&Figures) -> bool,
-    ) -> Figures {
-        let deadline = Instant::now() + DEADLINE;
-        loop {
-            between();
-            let figures = self.figures();
-            if ready(&figures) {
-                return figures;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the page never showed {what}: {:?}",
-                figures.0
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        // Asked to close, Chromium ends and reaps its own helpers; dropping
-        // `process` next kills whatever is left.
-        let close = json!({"id": 0, "method": "Browser.close"}).to_string();
-        if self.devtools.send(Message::text(close)).is_ok() {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline && matches!(self.process.child.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-    }
-}
-
-/// Waits for Chromium to write its DevTools port and connects to it.
-fn connect_devtools(profile: &std::path::Path, dir: &std::path::Path) -> Ws {
-    let deadline = Instant::now() + DEADLINE;
-    let port_file = profile.join("DevToolsActivePort");
-    loop {
-        // Two lines, the port and the browser's WebSocket path, written
-        // once DevTools listens; a partly written file is read again.
-        if let Ok(text) = std::fs::read_to_string(&port_file) {
-            if let Some((port, path)) = text.split_once('\n') {
-                let url = format!("ws://127.0.0.1:{port}{}", path.trim());
-                let (devtools, _) = tungstenite::connect(url).expect("connect to DevTools");
-                common::set_timeout(&devtools, DEADLINE);
-                return devtools;
-            }
-        }
-        let log = || std::fs::read_to_string(dir.join("chromium.log")).unwrap_or_default();
-        assert!(
-            Instant::now() < deadline,
-            "chromium never opened DevTools; its log:\n{}",
-            log()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+/// Reads the page until `ready` holds for its figures; `between` runs
+/// before every read.
+fn wait_for_figures(
+    browser: &mut Browser,
+    what: &str,
+    between: impl FnMut(),
+    mut ready: impl FnMut(&Figures) -> bool,
+) -> Figures {
+    let value = browser.wait_until(what, &figures_expression(), between, |v| {
+        ready(&figures_of(v))
+    });
+    figures_of(&value)
 }
 
 /// The page's figures by element id, as shown.
@@ -268,7 +81,8 @@ fn the_page_follows_connections_and_deliveries_live() {
     let node = Node::start(&["--workers", "2"]);
     let mut browser = Browser::open(&format!("http://{}/status", node.admin));
 
-    let idle = browser.wait_until(
+    let idle = wait_for_figures(
+        &mut browser,
         "a first snapshot",
         || {},
         |f| f.number("connections").is_some(),
@@ -296,7 +110,8 @@ fn the_page_follows_connections_and_deliveries_live() {
     // some read, and the counts must reach what was opened.
     let mut published = 0;
     let mut delivering = false;
-    let live = browser.wait_until(
+    let live = wait_for_figures(
+        &mut browser,
         "3 WebSocket and 2 SSE subscribers, and deliveries",
         || {
             published += 1;
