@@ -1,71 +1,69 @@
 //! myriad-bench: the load tools of the seeds as one multi-process CLI,
 //! `myriad bench <workload>`.
 //!
-//! Map of the crate, from the command line down to the sockets:
-//! - [`cli`]: the command line ([`BenchCommand`]), every option and default.
-//! - [`workloads`]: connect-rate, subscribers, publishers, broadcast, run
-//!   and churn; each file holds its worker-side driver and its coordinator.
-//! - [`monitor`], [`fleet`], [`progress`], [`admin`]: the coordinator — worker
-//!   processes, the per-second timeline, live progress, the server's /stats.
-//! - [`child`]: the worker process: its JSON-lines protocol and main loop.
-//! - [`engine`] and [`conn`]: one mio event loop per worker, connections in a
-//!   slab, each a compact state machine over the shared protocol crate.
-//! - [`http`]: the client side of HTTP/1.1 (response heads, the requests of
-//!   the receive-only transports) and one pure reader per transport:
-//!   Server-Sent Events, chunked NDJSON, long-poll answers.
-//! - Pure planning and math, each with its own tests: [`plan`] (processes
-//!   against the open-file cap), [`pacing`] (open-loop schedules),
-//!   [`pattern`] (subjects and who subscribes to what), [`continuity`]
-//!   (one subscriber's offsets of one subject, across reconnects),
-//!   [`addr`] (targets, source addresses and ports), [`histogram`] (HDR
-//!   ship and merge), [`payload`] (timestamps in and out of messages),
-//!   [`profile`] (other servers' dialects), [`counters`], [`clock`],
-//!   [`sys`].
-//! - [`report`]: the terminal summary, `--json` and `--html`.
+//! Map of the crate, in layers from the bottom up. A module imports only
+//! from its own layer or those below it (`tests/layers.rs` checks), and a
+//! workload's file never imports another workload's:
+//! 1. [`util`], the helpers, each pure or a leaf with its own tests:
+//!    planning ([`util::plan`]: processes against the open-file cap),
+//!    open-loop schedules ([`util::pacing`]), subjects and who subscribes
+//!    to what ([`util::pattern`]), continuity across reconnects
+//!    ([`util::continuity`]), targets and source ports ([`util::addr`]),
+//!    HDR ship and merge ([`util::histogram`]), numbers for people
+//!    ([`util::fmt`]), timestamps in messages ([`util::payload`]), other
+//!    servers' dialects ([`util::profile`]), the client side of HTTP/1.1
+//!    with one pure reader per receive-only transport ([`util::http`]),
+//!    /stats figures ([`util::stats`]), counters, clocks, errors, and this
+//!    process's usage ([`util::sys`]).
+//! 2. The data between layers: [`schema`], the JSON lines the coordinator
+//!    and its workers exchange (spec, tasks, control, snapshots, final
+//!    reports), and [`outcome`], a finished run as plain data for the
+//!    report.
+//! 3. [`worker`], the worker process (`bench __worker`): its loop, the mio
+//!    engine and connection state machine, the subscribing connections,
+//!    and one driver per workload in `worker/workloads/`.
+//! 4. [`coordinator`], the `myriad bench` process: the command line
+//!    ([`BenchCommand`]), worker processes, the per-second monitor, live
+//!    progress, the server's /stats, and one coordinator per workload in
+//!    `coordinator/workloads/`.
+//! 5. [`report`]: the terminal summary, `--json` and `--html`, built from
+//!    an [`outcome::Outcome`].
+//!
+//! This file, above them all, only dispatches the command line.
 
-pub mod addr;
-pub mod admin;
-pub mod child;
-pub mod cli;
-pub mod clock;
-pub mod conn;
-pub mod continuity;
-pub mod counters;
-pub mod engine;
-pub mod error;
-pub mod fleet;
-pub mod histogram;
-pub mod http;
-pub mod monitor;
-pub mod pacing;
-pub mod pattern;
-pub mod payload;
-pub mod plan;
-pub mod profile;
-pub mod progress;
+pub mod coordinator;
+pub mod outcome;
 pub mod report;
-pub mod sys;
-pub mod workloads;
+pub mod schema;
+pub mod util;
+pub mod worker;
 
 use std::process::ExitCode;
 
-pub use cli::BenchCommand;
-use cli::Workload;
+pub use coordinator::cli::BenchCommand;
+use coordinator::cli::Workload;
+use coordinator::workloads as w;
+use report::Report;
 
 /// Runs `myriad bench …`: a workload (printing its summary and writing its
 /// reports, then failing if the run failed its checks), or, when
 /// re-executed as a worker, the worker loop.
 pub fn run(cmd: BenchCommand) -> ExitCode {
-    let result = match &cmd.workload {
-        Workload::Worker => return child::worker_main(),
-        Workload::ConnectRate(a) => workloads::connect_rate::run(&cmd, a),
-        Workload::Subscribers(a) => workloads::subscribers::run(&cmd, a),
-        Workload::Publishers(a) => workloads::publishers::run(&cmd, a),
-        Workload::Broadcast(a) => workloads::broadcast::run(&cmd, a),
-        Workload::Run(a) => workloads::run::run(&cmd, a),
-        Workload::Churn(a) => workloads::churn::run(&cmd, a),
+    let outcome = match &cmd.workload {
+        Workload::Worker => return worker::process::worker_main(),
+        Workload::ConnectRate(a) => w::connect_rate::run(&cmd, a),
+        Workload::Subscribers(a) => w::subscribers::run(&cmd, a),
+        Workload::Publishers(a) => w::publishers::run(&cmd, a),
+        Workload::Broadcast(a) => w::broadcast::run(&cmd, a),
+        Workload::Run(a) => w::run::run(&cmd, a),
+        Workload::Churn(a) => w::churn::run(&cmd, a),
     };
-    match result.and_then(|report| report.emit(&cmd).and_then(|()| report.verdict())) {
+    let g = &cmd.global;
+    let result = outcome.and_then(Report::build).and_then(|report| {
+        report.emit(g.json.as_deref(), g.html.as_deref())?;
+        report.verdict()
+    });
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("myriad bench: {e}");

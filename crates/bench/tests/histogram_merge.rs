@@ -3,9 +3,9 @@
 //! value. Exercised through the real worker message (JSON line, V2 +
 //! base64), as a worker would send it.
 
-use myriad_bench::child::{Done, Msg};
-use myriad_bench::counters::Counters;
-use myriad_bench::histogram;
+use myriad_bench::schema::{Done, Msg};
+use myriad_bench::util::counters::Counters;
+use myriad_bench::util::histogram;
 
 /// A worker's final report carrying `values` as its latency histogram.
 fn done_line(values: &[u64]) -> String {

@@ -1,7 +1,7 @@
 //! Open-loop pacing: the schedule math that decides when every event is
 //! due, independent of when (or whether) earlier events were sent.
 
-use myriad_bench::pacing::{Schedule, Share};
+use myriad_bench::util::pacing::{Schedule, Share};
 
 #[test]
 fn shares_rebuild_the_global_schedule() {

@@ -1,8 +1,8 @@
 //! Subject patterns as seed 001 writes them, and the agreement between
 //! worker processes and the coordinator about who subscribes to what.
 
-use myriad_bench::pattern::{publish_subject, AssignMode, Assignment, Pattern, PublishOrder};
-use myriad_bench::plan::split;
+use myriad_bench::util::pattern::{publish_subject, AssignMode, Assignment, Pattern, PublishOrder};
+use myriad_bench::util::plan::split;
 
 #[test]
 fn seed_001_patterns() {

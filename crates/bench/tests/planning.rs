@@ -1,7 +1,7 @@
 //! Multi-process planning within the open-file cap: how many worker
 //! processes for N connections, and what each one holds.
 
-use myriad_bench::plan::{
+use myriad_bench::util::plan::{
     connect_rate_concurrency, conns_per_process, processes_for, split, RESERVED_FDS,
 };
 
@@ -36,7 +36,7 @@ fn small_runs_use_one_process() {
 
 #[test]
 fn the_cap_this_process_sees_is_respected() {
-    let cap = myriad_bench::plan::fd_cap();
+    let cap = myriad_bench::util::plan::fd_cap();
     assert!(cap > RESERVED_FDS);
     let per = conns_per_process(cap);
     let procs = processes_for(3 * per + 1, per);

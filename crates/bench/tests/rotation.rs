@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
-use myriad_bench::addr::{route, PortCursor, Sources};
-use myriad_bench::plan::port_capacity;
+use myriad_bench::util::addr::{route, PortCursor, Sources};
+use myriad_bench::util::plan::port_capacity;
 
 #[test]
 fn a_hundred_thousand_over_twenty_sources() {

@@ -8,11 +8,10 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use crate::error::BenchError;
-use crate::histogram::{fmt_micros, Summary};
-use crate::progress::thousands;
-use crate::report::summary::bytes;
 use crate::report::Report;
+use crate::util::error::BenchError;
+use crate::util::fmt::{bytes, fmt_micros, thousands};
+use crate::util::histogram::Summary;
 
 /// Plot size, pixels.
 const W: f64 = 880.0;
@@ -57,7 +56,7 @@ pub fn render(r: &Report) -> String {
     );
     o += &headline(r);
     let tl = &r.timeline;
-    let pts = |f: &dyn Fn(&crate::report::Sample) -> Option<f64>| -> Vec<(f64, f64)> {
+    let pts = |f: &dyn Fn(&crate::outcome::Sample) -> Option<f64>| -> Vec<(f64, f64)> {
         tl.iter().filter_map(|s| Some((s.t, f(s)?))).collect()
     };
     o += &chart(

@@ -3,8 +3,8 @@
 
 use std::path::Path;
 
-use crate::error::BenchError;
 use crate::report::Report;
+use crate::util::error::BenchError;
 
 /// Writes `r` to `path` as pretty JSON.
 pub fn write(r: &Report, path: &Path) -> Result<(), BenchError> {

@@ -2,129 +2,30 @@
 //! the JSON file and the HTML page are all rendered from, so the three can
 //! never disagree.
 //!
-//! Workloads fill the parts they measure; everything common (totals,
-//! merged histograms, the bench's own cost, the server's /stats, the
-//! timeline) is collected here from the monitor.
+//! Layer 5, the top: built from an [`Outcome`], the plain data the
+//! coordinator fills; everything common (totals, merged histograms, rates,
+//! the bench's own cost, the server's /stats) is computed here. Must not
+//! import the coordinator or the worker: a report renders a run, it does
+//! not take part in one.
 
 pub mod html;
 pub mod json;
 pub mod summary;
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::admin::ServerFigures;
-use crate::cli::BenchCommand;
-use crate::clock::Span;
-use crate::counters::Counters;
-use crate::error::BenchError;
-use crate::histogram::{self, Micros, Summary};
-use crate::monitor::{Monitor, Role};
-use crate::sys::ListenCounters;
-use crate::workloads::Setup;
-
-/// Latency percentiles of one timeline interval, µs.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct LatencyPoint {
-    /// Median.
-    pub p50_us: u64,
-    /// 90th percentile.
-    pub p90_us: u64,
-    /// 99th percentile.
-    pub p99_us: u64,
-    /// Maximum.
-    pub max_us: u64,
-}
-
-impl LatencyPoint {
-    /// The point of histogram `h` (not empty).
-    pub fn of(h: &Micros) -> LatencyPoint {
-        LatencyPoint {
-            p50_us: h.value_at_quantile(0.5),
-            p90_us: h.value_at_quantile(0.9),
-            p99_us: h.value_at_quantile(0.99),
-            max_us: h.max(),
-        }
-    }
-}
-
-/// The server's figures at one timeline point.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct ServerPoint {
-    /// Connections it reports.
-    pub connections: u64,
-    /// Its RSS, bytes.
-    pub rss_bytes: u64,
-    /// CPU seconds per second (1.0 = one core busy).
-    pub cpu_per_s: f64,
-    /// Messages it wrote per second.
-    pub messages_out_per_s: f64,
-    /// write/writev calls per second that carried them.
-    pub socket_writes_per_s: f64,
-    /// RSS per open connection.
-    pub rss_per_connection: Option<f64>,
-}
-
-/// One second of the run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Sample {
-    /// Seconds since the run began.
-    pub t: f64,
-    /// Connections held by the bench.
-    pub open: u64,
-    /// Connections in setup.
-    pub in_setup: u64,
-    /// WebSocket upgrades completed per second.
-    pub upgraded_per_s: f64,
-    /// Failures per second.
-    pub failures_per_s: f64,
-    /// Failures so far.
-    pub failures: u64,
-    /// Deliveries received per second.
-    pub messages_in_per_s: f64,
-    /// Publishes sent per second.
-    pub published_per_s: f64,
-    /// Churn: reconnects made per second.
-    pub reconnects_per_s: f64,
-    /// Delivery latency of the interval.
-    pub latency: Option<LatencyPoint>,
-    /// The bench's RSS (all workers), bytes.
-    pub bench_rss_bytes: u64,
-    /// The bench's CPU seconds per second.
-    pub bench_cpu_per_s: f64,
-    /// The server's figures, with --admin-url.
-    pub server: Option<ServerPoint>,
-}
-
-/// A connect-rate schedule phase, planned and achieved.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PhaseReport {
-    /// ramp-up, sustain or ramp-down.
-    pub name: String,
-    /// Length, seconds.
-    pub secs: f64,
-    /// Mean arrival rate the schedule asked for.
-    pub planned_per_s: f64,
-    /// Upgrades completed in the phase.
-    pub upgrades: u64,
-    /// Upgrades per second achieved.
-    pub achieved_per_s: f64,
-}
-
-/// Did every published message reach every subscriber?
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Deliveries {
-    /// Messages published.
-    pub published: u64,
-    /// Deliveries expected: Σ over publishes of the subject's subscribers.
-    pub expected: Option<u64>,
-    /// Deliveries received with a timestamp.
-    pub received: u64,
-    /// Whether `expected` is exact (no publisher connection was lost).
-    pub exact: bool,
-}
+use crate::outcome::{ChurnReport, Deliveries, Outcome, PhaseReport, Role, Sample};
+use crate::schema::merge_histograms;
+use crate::util::clock::Span;
+use crate::util::counters::Counters;
+use crate::util::error::BenchError;
+use crate::util::histogram::{self, Summary};
+use crate::util::stats::ServerFigures;
+use crate::util::sys::ListenCounters;
 
 /// Broadcast (seed 002) figures.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -139,100 +40,6 @@ pub struct BroadcastReport {
     pub until_last: Summary,
     /// Deliveries per second while messages were arriving.
     pub deliveries_per_s: f64,
-}
-
-/// How many of something per event (publications per replay), from a
-/// histogram of counts.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Sizes {
-    /// Events recorded.
-    pub count: u64,
-    /// Arithmetic mean.
-    pub mean: f64,
-    /// Median.
-    pub p50: u64,
-    /// 99th percentile.
-    pub p99: u64,
-    /// Largest.
-    pub max: u64,
-}
-
-impl Sizes {
-    /// The figures of `h`; all zero when it is empty.
-    pub fn of(h: &Micros) -> Sizes {
-        if h.is_empty() {
-            return Sizes::default();
-        }
-        Sizes {
-            count: h.len(),
-            mean: h.mean(),
-            p50: h.value_at_quantile(0.5),
-            p99: h.value_at_quantile(0.99),
-            max: h.max(),
-        }
-    }
-}
-
-/// Churn figures: reconnects, recoveries, and whether every subscriber got
-/// every message of its subjects once, in order.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ChurnReport {
-    /// Reconnects per second asked for, all subscribers together.
-    pub reconnect_rate: f64,
-    /// Subscriptions (subscriber × subject) followed to the end.
-    pub subscriptions: u64,
-    /// Reconnects made.
-    pub reconnects: u64,
-    /// Reconnects due while their subscriber was still away or waiting for
-    /// answers, not made.
-    pub reconnects_skipped: u64,
-    /// Reconnects whose new connection had every subject answered.
-    pub reconnected: u64,
-    /// Resubscribes with `since` answered `recovered: true`.
-    pub recovered: u64,
-    /// Resubscribes with `since` answered `recovered: false`.
-    pub unrecovered: u64,
-    /// recovered / (recovered + unrecovered), percent.
-    pub recovered_percent: Option<f64>,
-    /// Deliveries that were replays of recoveries.
-    pub replayed: u64,
-    /// Publications replayed per recovered resubscribe.
-    pub replay: Sizes,
-    /// Deliveries of an offset already received.
-    pub duplicates: u64,
-    /// Deliveries past the next offset.
-    pub gaps: u64,
-    /// Publications some subscriber never received: skipped by gaps and
-    /// failed recoveries, plus `short_at_end`.
-    pub lost: u64,
-    /// Of `lost`, those a subscription had not reached when the run ended:
-    /// its subject's last offset (where it joined plus what the publishers
-    /// published to it) less the last offset it received.
-    pub short_at_end: u64,
-    /// Positions a subscriber could not continue from (another epoch, a
-    /// delivery of a subject it held no position in), where what it missed
-    /// cannot be counted.
-    pub broken: u64,
-}
-
-impl ChurnReport {
-    /// What went wrong, one phrase each; empty when every subscriber got
-    /// every message of its subjects exactly once, in order.
-    pub fn problems(&self) -> Vec<String> {
-        let unanswered = self.reconnects.saturating_sub(self.reconnected);
-        [
-            (self.lost, "messages lost"),
-            (self.duplicates, "duplicates"),
-            (self.gaps, "gaps"),
-            (self.unrecovered, "resubscribes not recovered"),
-            (self.broken, "positions that could not be followed"),
-            (unanswered, "reconnects never answered"),
-        ]
-        .into_iter()
-        .filter(|&(n, _)| n > 0)
-        .map(|(n, what)| format!("{n} {what}"))
-        .collect()
-    }
 }
 
 /// What the bench itself cost.
@@ -348,29 +155,22 @@ pub struct Report {
 }
 
 impl Report {
-    /// The common part of a report from a finished monitor of a run set up
-    /// by `setup`; the workload fills in the rest. `measured_secs` is the
-    /// span rates are taken over when no span of deliveries is known.
-    pub fn collect(
-        cmd: &BenchCommand,
-        setup: &Setup,
-        m: &Monitor,
-        measured_secs: f64,
-    ) -> Result<Report, BenchError> {
-        let hists = merged_histograms(m)?;
+    /// The report of a finished run: the figures computed from `o`, the
+    /// plain data its coordinator collected.
+    pub fn build(o: Outcome) -> Result<Report, BenchError> {
+        let hists = merge_histograms(o.finished.iter().map(|(_, d)| d))?;
         let mut totals = Counters::default();
         let (mut rss_peak, mut cpu, mut cpu_user) = (0, 0.0, 0.0);
         let (mut sub_rss, mut sub_conns, mut sub_cpu) = (0i64, 0u64, 0.0);
         let (mut received, mut sent) = (None, None);
-        for w in &m.workers {
-            let Some(d) = &w.done else { continue };
+        for (role, d) in &o.finished {
             totals.add(&d.counters);
             received = Span::union(received, d.received);
             sent = Span::union(sent, d.sent);
             rss_peak += d.rss_peak;
             cpu += d.cpu_end;
             cpu_user += d.cpu_user_end;
-            if w.role == Role::Subscribers {
+            if *role == Role::Subscribers {
                 sub_rss += d.rss_ready as i64 - d.rss_start as i64;
                 sub_conns += d.conns_ready;
                 sub_cpu += d.cpu_end - d.cpu_ready;
@@ -382,6 +182,7 @@ impl Report {
                 .filter(|h| !h.is_empty())
                 .map(histogram::summary)
         };
+        let measured_secs = o.measured_secs;
         let per_s = |v: u64| {
             if measured_secs > 0.0 {
                 v as f64 / measured_secs
@@ -389,30 +190,32 @@ impl Report {
                 0.0
             }
         };
-        let messages_in = m.totals(Some(Role::Subscribers)).messages_in;
+        let messages_in = o.subscriber_messages_in;
         let bench = SelfCost {
-            processes: m.workers.len() as u64,
-            fd_cap: setup.fd_cap,
-            conns_per_process: setup.per_process,
+            processes: o.processes,
+            fd_cap: o.fd_cap,
+            conns_per_process: o.conns_per_process,
             rss_peak_bytes: rss_peak,
             rss_per_conn_bytes: (sub_conns > 0).then(|| sub_rss.max(0) as f64 / sub_conns as f64),
             cpu_secs: cpu,
             cpu_user_secs: cpu_user,
             cpu_us_per_message_in: (messages_in > 0).then(|| sub_cpu * 1e6 / messages_in as f64),
         };
-        let server = m
-            .admin
-            .as_ref()
-            .map(|a| server_report(a.first.clone(), a.final_answers(), &m.samples));
+        let server = o
+            .server_stats
+            .map(|s| server_report(s.before, s.after, &o.timeline));
+        let messages_in_per_s = received
+            .and_then(|r| r.rate(totals.messages_in))
+            .unwrap_or_else(|| per_s(totals.messages_in));
         Ok(Report {
             tool: format!("myriad bench {}", env!("CARGO_PKG_VERSION")),
-            workload: workload_name(cmd),
-            config: serde_json::to_value(cmd)?,
-            profile: setup.profile.name.clone(),
-            started_unix: setup.started_unix,
-            duration_secs: m.elapsed(),
+            workload: o.workload,
+            config: o.config,
+            profile: o.profile,
+            started_unix: o.started_unix,
+            duration_secs: o.duration_secs,
             measured_secs,
-            setup_secs: m.setup_secs,
+            setup_secs: o.setup_secs,
             failures: totals.failure_table().into_iter().collect(),
             latency: summary("latency"),
             connect: summary("connect"),
@@ -421,21 +224,25 @@ impl Report {
             http_response: summary("ack"),
             resubscribe: summary("resubscribe"),
             handshakes_per_s: per_s(totals.upgraded),
-            messages_in_per_s: received
-                .and_then(|r| r.rate(totals.messages_in))
-                .unwrap_or_else(|| per_s(totals.messages_in)),
+            messages_in_per_s,
             published_per_s: sent
                 .and_then(|r| r.rate(totals.published))
                 .unwrap_or_else(|| per_s(totals.published)),
             totals,
-            phases: Vec::new(),
-            listen_queue: None,
-            deliveries: None,
-            broadcast: None,
-            churn: None,
+            phases: o.phases,
+            listen_queue: o.listen_queue,
+            deliveries: o.deliveries,
+            broadcast: o.broadcast.map(|b| BroadcastReport {
+                messages: b.messages,
+                subscribers: b.subscribers,
+                complete: b.complete,
+                until_last: b.until_last,
+                deliveries_per_s: messages_in_per_s,
+            }),
+            churn: o.churn,
             bench,
             server,
-            timeline: m.samples.clone(),
+            timeline: o.timeline,
         })
     }
 
@@ -455,12 +262,12 @@ impl Report {
     }
 
     /// Prints the summary and writes the files the options ask for.
-    pub fn emit(&self, cmd: &BenchCommand) -> Result<(), BenchError> {
+    pub fn emit(&self, json: Option<&Path>, html: Option<&Path>) -> Result<(), BenchError> {
         print!("{}", summary::render(self));
-        if let Some(path) = &cmd.global.json {
+        if let Some(path) = json {
             json::write(self, path)?;
         }
-        if let Some(path) = &cmd.global.html {
+        if let Some(path) = html {
             html::write(self, path)?;
         }
         Ok(())
@@ -475,27 +282,6 @@ impl Report {
             _ => Ok(()),
         }
     }
-}
-
-/// Every histogram the workers shipped in their final reports, merged by
-/// name (latency, connect, handshake, lag, ack, replay, resubscribe).
-pub fn merged_histograms(m: &Monitor) -> Result<BTreeMap<String, Micros>, BenchError> {
-    let mut hists: BTreeMap<String, Micros> = BTreeMap::new();
-    for d in m.workers.iter().filter_map(|w| w.done.as_ref()) {
-        for (name, text) in &d.histograms {
-            let h = hists.entry(name.clone()).or_insert_with(histogram::new);
-            histogram::merge_encoded(h, text)?;
-        }
-    }
-    Ok(hists)
-}
-
-/// The workload's subcommand name.
-fn workload_name(cmd: &BenchCommand) -> String {
-    serde_json::to_value(&cmd.workload)
-        .ok()
-        .and_then(|v| v["workload"].as_str().map(str::to_owned))
-        .unwrap_or_default()
 }
 
 /// Server figures from the first and last /stats and the timeline.

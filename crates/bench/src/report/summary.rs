@@ -2,9 +2,9 @@
 
 use std::fmt::Write;
 
-use crate::histogram::{fmt_micros, Summary};
-use crate::progress::thousands;
 use crate::report::Report;
+use crate::util::fmt::{bytes, fmt_micros, thousands};
+use crate::util::histogram::Summary;
 
 /// The summary table as text.
 pub fn render(r: &Report) -> String {
@@ -200,17 +200,4 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(o);
     }
     o
-}
-
-/// Bytes for people: `812 B`, `3.4 KiB`, `45.2 MiB`.
-pub fn bytes(v: f64) -> String {
-    if v < 1024.0 {
-        format!("{v:.0} B")
-    } else if v < 1024.0 * 1024.0 {
-        format!("{:.1} KiB", v / 1024.0)
-    } else if v < 1024.0 * 1024.0 * 1024.0 {
-        format!("{:.1} MiB", v / (1024.0 * 1024.0))
-    } else {
-        format!("{:.2} GiB", v / (1024.0 * 1024.0 * 1024.0))
-    }
 }

@@ -1,0 +1,222 @@
+//! The subscribing connections every receiving workload holds (Benchsub,
+//! seed 001): N long-lived connections, each subscribed to its subjects,
+//! timing every delivery against the timestamp it carries.
+//!
+//! [`SubscribeDriver`] opens its slice of the connection indices with a
+//! bounded number of handshakes in flight, retries failed set-ups, then
+//! holds the connections and records the latency of every delivery in an
+//! HDR histogram (and, for broadcast, which message reached how many
+//! subscribers and how late the last one was). It is the worker side of
+//! `subscribers`, `broadcast` and `run` as it stands, and the base that
+//! `workloads/churn.rs` wraps; it sits below the workloads so that no
+//! workload imports another. Knows nothing of the coordinator.
+
+use std::collections::HashMap;
+
+use crate::schema::{BroadcastTally, Spec, SubscribeTask, SubscribeTransport, SETUP_ATTEMPTS};
+use crate::util::clock::Span;
+use crate::util::counters::Counters;
+use crate::util::error::BenchError;
+use crate::util::histogram::{self, Micros};
+use crate::util::payload::StampFinder;
+use crate::util::profile::{Template, Values};
+use crate::worker::conn::{Handler, Opening, Outcome, Wire};
+use crate::worker::driver::{Driver, RoleResult};
+use crate::worker::engine::Engine;
+
+/// The worker side of subscribers.
+pub struct SubscribeDriver {
+    task: SubscribeTask,
+    subscribe: Option<Template>,
+    stamps: StampFinder,
+    /// Next position in `0..count` to open.
+    next: u64,
+    /// Indices whose set-up failed and are due another try.
+    retry: Vec<u32>,
+    /// Set-up attempts so far of indices that failed at least once.
+    attempts: HashMap<u32, u8>,
+    /// Monotonic ns of the first connect, for --connect-rate.
+    first_ns: Option<u64>,
+    /// connect() calls made, for --connect-rate.
+    opens: u64,
+    latency: Micros,
+    interval: Micros,
+    tally: Option<BroadcastTally>,
+    /// When the first and last delivery arrived.
+    received: Option<Span>,
+    stopped: bool,
+    /// Scratch for subject choice and rendering.
+    subject_ids: Vec<u64>,
+    subject_names: Vec<String>,
+}
+
+impl SubscribeDriver {
+    /// A driver for `task` under `spec`'s profile.
+    pub fn new(task: SubscribeTask, spec: &Spec) -> Result<SubscribeDriver, BenchError> {
+        let subscribe = match (&task.assignment, &spec.profile.subscribe) {
+            (Some(_), Some(t)) => Some(Template::compile("subscribe", t)?),
+            _ => None,
+        };
+        let tally = task.broadcast_messages.map(|k| BroadcastTally {
+            count: vec![0; k as usize],
+            max_us: vec![0; k as usize],
+        });
+        Ok(SubscribeDriver {
+            subscribe,
+            stamps: StampFinder::new(&spec.profile.timestamp_marker),
+            next: 0,
+            retry: Vec::new(),
+            attempts: HashMap::new(),
+            first_ns: None,
+            opens: 0,
+            latency: histogram::new(),
+            interval: histogram::new(),
+            tally,
+            received: None,
+            stopped: false,
+            subject_ids: Vec::new(),
+            subject_names: Vec::new(),
+            task,
+        })
+    }
+
+    /// A set-up failed: try again later, or give up after a few attempts.
+    fn setup_failed(&mut self, index: u32) {
+        let tries = self.attempts.entry(index).or_insert(0);
+        *tries += 1;
+        if *tries < SETUP_ATTEMPTS {
+            self.retry.push(index);
+        }
+    }
+
+    /// Connection `index` ended before it was set up, or was lost: set it
+    /// up again later, unless the worker is stopping.
+    pub(super) fn retry_later(&mut self, index: u32) {
+        if !self.stopped {
+            self.setup_failed(index);
+        }
+    }
+
+    /// Connection `index` is set up again: the next failure starts a fresh
+    /// count of attempts (a churning subscriber sets up many times).
+    pub(super) fn set_up(&mut self, index: u32) {
+        self.attempts.remove(&index);
+    }
+
+    /// Whether --connect-rate allows another connect() now.
+    fn rate_allows(&mut self, now: u64) -> bool {
+        if self.task.connect_rate <= 0.0 {
+            return true;
+        }
+        let t0 = *self.first_ns.get_or_insert(now);
+        let allowed = ((now - t0) as f64 / 1e9 * self.task.connect_rate) as u64 + 1;
+        self.opens < allowed
+    }
+}
+
+impl Handler for SubscribeDriver {
+    fn on_open(&mut self, _key: usize, index: u32, _now_ns: u64, out: &mut Opening) {
+        // Over an HTTP transport the request subscribes, live from now.
+        let ws = self.task.transport == SubscribeTransport::Ws;
+        let (Some(tpl), Some(a), true) = (&self.subscribe, &self.task.assignment, ws) else {
+            return;
+        };
+        a.subjects_for(u64::from(index), &mut self.subject_ids);
+        self.subject_names.clear();
+        self.subject_names
+            .extend(self.subject_ids.iter().map(|&s| a.pattern.subject(s)));
+        tpl.render(
+            &Values {
+                subjects: &self.subject_names,
+                data: "",
+                id: 1,
+            },
+            out.message(),
+        );
+    }
+
+    fn on_message(&mut self, _index: u32, data: &[u8], now_real: u64, _: &mut Counters) -> bool {
+        let Some(stamp) = self.stamps.find(data) else {
+            return false;
+        };
+        // A stamp from the future (clock adjusted mid-run) counts as 0.
+        let us = now_real.saturating_sub(stamp.ts_ns) / 1000;
+        Span::extend(&mut self.received, now_real);
+        histogram::record(&mut self.latency, us);
+        histogram::record(&mut self.interval, us);
+        if let (Some(t), Some(n)) = (&mut self.tally, stamp.n) {
+            if let Some(c) = t.count.get_mut(n as usize) {
+                *c += 1;
+                t.max_us[n as usize] = t.max_us[n as usize].max(us);
+            }
+        }
+        true
+    }
+
+    fn on_raw(&mut self, _: u32, _: &[u8], _: u64, _: &mut Counters) -> usize {
+        0
+    }
+
+    fn on_closed(&mut self, _key: usize, index: u32, _outcome: Outcome, was_open: bool) {
+        if !was_open {
+            self.retry_later(index);
+        }
+    }
+}
+
+impl Driver for SubscribeDriver {
+    fn tick(&mut self, engine: &mut Engine) -> Option<u64> {
+        if self.stopped {
+            return None;
+        }
+        let now = engine.refresh_now();
+        while engine.in_setup() < self.task.in_flight as usize
+            && (self.next < self.task.count || !self.retry.is_empty())
+        {
+            if !self.rate_allows(now) {
+                // The next connect is allowed one rate-period later.
+                return Some(now + (1e9 / self.task.connect_rate) as u64);
+            }
+            let index = match self.retry.pop() {
+                Some(i) => i,
+                None => {
+                    self.next += 1;
+                    (self.task.first + self.next - 1) as u32
+                }
+            };
+            self.opens += 1;
+            if engine.open(index, Wire::from(self.task.transport)).is_err() {
+                self.setup_failed(index);
+            }
+        }
+        None
+    }
+
+    fn start(&mut self, _engine: &mut Engine) {}
+
+    fn stop(&mut self, _engine: &mut Engine) {
+        self.stopped = true;
+    }
+
+    fn is_ready(&self, engine: &Engine) -> bool {
+        self.next == self.task.count && self.retry.is_empty() && engine.in_setup() == 0
+    }
+
+    fn is_done(&self, _engine: &Engine) -> bool {
+        self.stopped
+    }
+
+    fn take_interval(&mut self) -> Option<Micros> {
+        let fresh = histogram::new();
+        Some(std::mem::replace(&mut self.interval, fresh))
+    }
+
+    fn finish(self) -> RoleResult {
+        RoleResult {
+            latency: Some(self.latency),
+            broadcast: self.tally,
+            received: self.received,
+            ..RoleResult::default()
+        }
+    }
+}

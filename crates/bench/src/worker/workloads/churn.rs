@@ -1,0 +1,837 @@
+//! `myriad bench churn`: subscribers on subjects with history disconnect
+//! and reconnect at a steady rate, resubscribing with `since` set to the
+//! last position they received, while publishers keep publishing; every
+//! subscriber must get every message of its subjects exactly once, in
+//! offset order, across its reconnects.
+//!
+//! This is the worker side ([`ChurnDriver`]), a subscriber worker plus
+//! churn: a [`SubscribeDriver`] sets connections up (and up again after failures)
+//! and times live deliveries, while this file keeps, per subscriber, its
+//! current connection and one [`Continuity`] per subject, and fires the
+//! reconnect schedule. The schedule is open-loop, each worker firing its
+//! share of the global rate round-robin over its own subscribers, so every
+//! subscriber in the run reconnects once per N / R seconds. A reconnect
+//! closes the socket (close handshake or reset), stays away `--offline`,
+//! opens a new connection and resubscribes each subject from the last
+//! position it received: a `subscribe` with `since` per subject over
+//! WebSocket, the positions as one cursor in an HTTP transport's request
+//! (`Last-Event-ID` for Server-Sent Events, `since` for streams and polls).
+//! The answers and deliveries are read with the protocol crate's parser and
+//! checked. Over WebSocket, SSE and streams each subject is answered with a
+//! `subscribed` that says whether it recovered and where its replay ends. A
+//! long-poll tells only a failed recovery: its answer is the cursor closing
+//! the first poll of the connection, before which every delivery is the
+//! replay. The coordinator side is `coordinator/workloads/churn.rs`.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use myriad_protocol::cursor::parse_cursor;
+use myriad_protocol::message::{
+    encode_subscribe, encode_subscribe_since, parse_server_message, ServerMessage,
+};
+use myriad_protocol::position::Position;
+
+use crate::schema::{ChurnTask, CloseMode, Spec, SubscribeTransport};
+use crate::util::continuity::{Continuity, Delivery, Resumed};
+use crate::util::counters::Counters;
+use crate::util::error::BenchError;
+use crate::util::histogram::{self, Micros};
+use crate::util::pacing::Schedule;
+use crate::util::pattern::Pattern;
+use crate::worker::conn::{Handler, Opening, Outcome, Wire};
+use crate::worker::driver::{Driver, RoleResult, MAX_BATCH};
+use crate::worker::engine::Engine;
+use crate::worker::subscriber::SubscribeDriver;
+
+/// The id every subscribe carries: without one the server sends no
+/// `subscribed`, whose position the check needs. Answers are matched to
+/// subjects by name, so one id serves all.
+const REQUEST_ID: u64 = 1;
+
+/// One subject of a subscriber.
+#[derive(Debug)]
+struct Stream {
+    /// Its index in the run's pattern.
+    subject: u64,
+    /// Present from its first `subscribed` answer (or poll cursor) on.
+    continuity: Option<Continuity>,
+    /// Long-poll: while the first poll of a reconnect is unanswered, the
+    /// deliveries of its replay so far; None otherwise, and once a failed
+    /// recovery was told.
+    replay: Option<u64>,
+}
+
+/// One churning subscriber.
+#[derive(Debug, Default)]
+struct Subscriber {
+    /// Its current connection from the upgrade on; None while it is away,
+    /// connecting, or given up.
+    key: Option<usize>,
+    /// `subscribed` answers its current connection is still owed.
+    awaiting: u32,
+    /// Wall clock at the connect() of its reconnect in progress; 0 when
+    /// none is.
+    reconnect_real: u64,
+    /// Its subjects, in assignment order.
+    streams: Vec<Stream>,
+}
+
+/// What one server message was to a subscriber.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Heard {
+    /// The first `subscribed` of one of its subjects: it joined the stream.
+    Joined,
+    /// The answer to a resubscribe with `since`, and whether it said
+    /// `recovered: true`.
+    Resumed { resumed: Resumed, recovered: bool },
+    /// A delivery of one of its subjects.
+    Delivery(Delivery),
+    /// A delivery of a subject it holds no position in.
+    Stray,
+    /// A long-poll answer's closing cursor: a position per subject.
+    Polled(Vec<Option<Position>>),
+    /// Anything else: ok, pong, an error reply, a `subscribed` it did not
+    /// ask for, or text that does not parse.
+    Other,
+}
+
+impl Subscriber {
+    /// Writes how a new connection subscribes into `out`. Over WebSocket:
+    /// one `subscribe` for the subjects it has not joined yet, one
+    /// resubscribe with `since` per subject it has; over an HTTP transport,
+    /// the position of each subject it has joined. Returns the answers the
+    /// connection is owed: a `subscribed` per subject, or a long-poll's
+    /// first answer.
+    fn open(&mut self, pattern: &Pattern, transport: SubscribeTransport, out: &mut Opening) -> u32 {
+        match transport {
+            SubscribeTransport::Ws => self.write_subscribes(pattern, out),
+            SubscribeTransport::Sse | SubscribeTransport::Stream => self.write_resume(out),
+            SubscribeTransport::Poll => {
+                self.write_resume(out);
+                for s in &mut self.streams {
+                    s.replay = s.continuity.map(|_| 0);
+                }
+                return 1;
+            }
+        }
+        self.streams.len() as u32
+    }
+
+    /// The subscribe commands of a WebSocket connection.
+    fn write_subscribes(&self, pattern: &Pattern, out: &mut Opening) {
+        let fresh: Vec<String> = self
+            .streams
+            .iter()
+            .filter(|s| s.continuity.is_none())
+            .map(|s| pattern.subject(s.subject))
+            .collect();
+        if !fresh.is_empty() {
+            let names: Vec<&str> = fresh.iter().map(String::as_str).collect();
+            out.message()
+                .push_str(&encode_subscribe(&names, Some(REQUEST_ID)));
+        }
+        for s in &self.streams {
+            if let Some(c) = &s.continuity {
+                out.message().push_str(&encode_subscribe_since(
+                    &pattern.subject(s.subject),
+                    c.last(),
+                    Some(REQUEST_ID),
+                ));
+            }
+        }
+    }
+
+    /// Where an HTTP transport's request resumes each subject.
+    fn write_resume(&self, out: &mut Opening) {
+        out.resume_from(self.streams.iter().map(|s| Some(s.continuity?.last())));
+    }
+
+    /// Reads one message from the server and checks it against the
+    /// subject's continuity.
+    fn hear(&mut self, pattern: &Pattern, data: &[u8]) -> Heard {
+        let parsed = std::str::from_utf8(data)
+            .ok()
+            .and_then(|text| parse_server_message(text).ok());
+        match parsed {
+            Some(ServerMessage::Delivery {
+                subject, position, ..
+            }) => {
+                let Some(Stream {
+                    continuity: Some(c),
+                    replay,
+                    ..
+                }) = self.stream(pattern, &subject)
+                else {
+                    return Heard::Stray;
+                };
+                let mut delivery = c.deliver(position);
+                if let (Delivery::Next { replayed }, Some(count)) = (&mut delivery, replay) {
+                    *replayed = true;
+                    *count += 1;
+                }
+                Heard::Delivery(delivery)
+            }
+            Some(ServerMessage::Subscribed {
+                subject,
+                position,
+                recovered,
+                ..
+            }) => {
+                let Some(stream) = self.stream(pattern, &subject) else {
+                    return Heard::Other;
+                };
+                match &mut stream.continuity {
+                    None => {
+                        stream.continuity = Some(Continuity::joined(position));
+                        Heard::Joined
+                    }
+                    Some(c) => {
+                        let recovered = recovered == Some(true);
+                        if !recovered {
+                            stream.replay = None;
+                        }
+                        Heard::Resumed {
+                            resumed: c.resume(position, recovered),
+                            recovered,
+                        }
+                    }
+                }
+            }
+            Some(ServerMessage::Poll { since }) => match parse_cursor(&since, self.streams.len()) {
+                Ok(cursor) => Heard::Polled(cursor),
+                Err(_) => Heard::Other,
+            },
+            _ => Heard::Other,
+        }
+    }
+
+    /// Takes a long-poll answer's closing `cursor`: subjects not joined yet
+    /// join where it says, and the replay of each subject whose recovery
+    /// was not reported failed is over; `recovered` is told its size.
+    /// Returns whether every subject has joined.
+    fn polled(&mut self, cursor: &[Option<Position>], mut recovered: impl FnMut(u64)) -> bool {
+        for (stream, &at) in self.streams.iter_mut().zip(cursor) {
+            if stream.continuity.is_none() {
+                stream.continuity = at.map(Continuity::joined);
+            }
+            if let Some(replay) = stream.replay.take() {
+                recovered(replay);
+            }
+        }
+        self.streams.iter().all(|s| s.continuity.is_some())
+    }
+
+    /// Its stream of subject `name`.
+    fn stream(&mut self, pattern: &Pattern, name: &str) -> Option<&mut Stream> {
+        let subject = pattern.index_of(name)?;
+        self.streams.iter_mut().find(|s| s.subject == subject)
+    }
+}
+
+/// The worker side of churn.
+pub struct ChurnDriver {
+    /// Sets connections up and up again, and times live deliveries.
+    inner: SubscribeDriver,
+    /// The run's subjects.
+    pattern: Pattern,
+    /// Global index of its first subscriber.
+    first: u64,
+    /// How its subscribers receive.
+    transport: SubscribeTransport,
+    subs: Vec<Subscriber>,
+    /// Subscribers whose current connection is still owed answers. The
+    /// worker is ready only at zero: every subscription has joined its
+    /// stream before publishing starts, which the end check relies on.
+    unsettled: usize,
+    reconnects: Schedule,
+    /// Events in `reconnects`.
+    events: u64,
+    /// Next reconnect event.
+    k: u64,
+    started_ns: Option<u64>,
+    stopped: bool,
+    offline_ns: u64,
+    /// Close with a reset instead of a close handshake.
+    reset: bool,
+    /// (back at, subscriber) of those away between close and reconnect.
+    away: BinaryHeap<Reverse<(u64, u32)>>,
+    /// Publications replayed per recovered resubscribe.
+    replay: Micros,
+    /// From a reconnect's connect() to each `subscribed` answer, µs.
+    resubscribe: Micros,
+}
+
+impl ChurnDriver {
+    /// A driver for `task` under `spec`'s profile.
+    pub fn new(task: ChurnTask, spec: &Spec) -> Result<ChurnDriver, BenchError> {
+        let assignment =
+            task.subscribe.assignment.clone().ok_or_else(|| {
+                BenchError::Config("churn needs subscribers with subjects".into())
+            })?;
+        let mut ids = Vec::new();
+        let subs = (0..task.subscribe.count)
+            .map(|i| {
+                assignment.subjects_for(task.subscribe.first + i, &mut ids);
+                Subscriber {
+                    streams: ids
+                        .iter()
+                        .map(|&subject| Stream {
+                            subject,
+                            continuity: None,
+                            replay: None,
+                        })
+                        .collect(),
+                    ..Subscriber::default()
+                }
+            })
+            .collect();
+        Ok(ChurnDriver {
+            inner: SubscribeDriver::new(task.subscribe.clone(), spec)?,
+            pattern: assignment.pattern,
+            first: task.subscribe.first,
+            transport: task.subscribe.transport,
+            subs,
+            unsettled: 0,
+            events: task.reconnects.total_events(),
+            reconnects: task.reconnects,
+            k: 0,
+            started_ns: None,
+            stopped: false,
+            offline_ns: (task.offline * 1e9) as u64,
+            reset: task.close == CloseMode::Reset,
+            away: BinaryHeap::new(),
+            replay: histogram::new(),
+            resubscribe: histogram::new(),
+        })
+    }
+
+    /// Position in `subs` of global connection `index`, if it is ours.
+    fn local(&self, index: u32) -> Option<usize> {
+        let i = u64::from(index).checked_sub(self.first)?;
+        (i < self.subs.len() as u64).then_some(i as usize)
+    }
+
+    /// Global connection index of subscriber `i`.
+    fn index(&self, i: usize) -> u32 {
+        (self.first + i as u64) as u32
+    }
+
+    /// Subscriber `i`'s current connection is owed `answers`.
+    fn owe(&mut self, i: usize, answers: u32) {
+        let sub = &mut self.subs[i];
+        match (sub.awaiting > 0, answers > 0) {
+            (false, true) => self.unsettled += 1,
+            (true, false) => self.unsettled -= 1,
+            _ => {}
+        }
+        sub.awaiting = answers;
+    }
+
+    /// One of subscriber `i`'s answers came; with the last, its connection
+    /// is set up, and a reconnect in progress is done.
+    fn answered(&mut self, i: usize, counters: &mut Counters) {
+        let sub = &mut self.subs[i];
+        if sub.awaiting == 0 {
+            return;
+        }
+        sub.awaiting -= 1;
+        if sub.awaiting > 0 {
+            return;
+        }
+        self.unsettled -= 1;
+        if sub.reconnect_real > 0 {
+            sub.reconnect_real = 0;
+            counters.reconnected += 1;
+        }
+        let index = self.index(i);
+        self.inner.set_up(index);
+    }
+
+    /// Makes the reconnects that are due, a batch at most: each closes its
+    /// subscriber's connection and sends it away until it is due back. A
+    /// subscriber still away or owed answers skips its turn. Returns when
+    /// the next is due.
+    fn reconnect_due(&mut self, engine: &mut Engine, start: u64, now: u64) -> Option<u64> {
+        let count = self.subs.len() as u64;
+        for _ in 0..MAX_BATCH {
+            if self.k >= self.events || count == 0 {
+                return None;
+            }
+            let due = start
+                + self
+                    .reconnects
+                    .due(self.k)
+                    .map_or(0, |d| d.as_nanos() as u64);
+            if due > now {
+                return Some(due);
+            }
+            let i = (self.k % count) as usize;
+            self.k += 1;
+            let sub = &mut self.subs[i];
+            let Some(key) = sub.key.filter(|_| sub.awaiting == 0) else {
+                engine.cx.counters.reconnects_skipped += 1;
+                continue;
+            };
+            // No longer its connection: whatever that one still brings
+            // (the conn ignores it while closing) and its end are not ours.
+            sub.key = None;
+            engine.cx.counters.reconnects += 1;
+            let index = self.index(i);
+            engine.close(key, index, self.reset, self);
+            self.away.push(Reverse((now + self.offline_ns, i as u32)));
+        }
+        Some(now) // more are due: back after a look at the sockets
+    }
+
+    /// Opens a new connection for each subscriber whose time away is over,
+    /// a batch at most. Returns when the next is due back.
+    fn bring_back(&mut self, engine: &mut Engine, now: u64) -> Option<u64> {
+        for _ in 0..MAX_BATCH {
+            let &Reverse((at, i)) = self.away.peek()?;
+            if at > now {
+                return Some(at);
+            }
+            self.away.pop();
+            let i = i as usize;
+            self.subs[i].reconnect_real = engine.epoch().real_at(now);
+            let index = self.index(i);
+            // A failed open is counted by the engine and retried like a
+            // failed set-up.
+            if engine.open(index, Wire::from(self.transport)).is_err() {
+                self.inner.retry_later(index);
+            }
+        }
+        Some(now)
+    }
+}
+
+/// The earlier of two due times.
+fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+impl Handler for ChurnDriver {
+    fn on_open(&mut self, key: usize, index: u32, _now_ns: u64, out: &mut Opening) {
+        let Some(i) = self.local(index) else {
+            return;
+        };
+        self.subs[i].key = Some(key);
+        let answers = self.subs[i].open(&self.pattern, self.transport, out);
+        self.owe(i, answers);
+    }
+
+    fn on_message(
+        &mut self,
+        index: u32,
+        data: &[u8],
+        now_real: u64,
+        counters: &mut Counters,
+    ) -> bool {
+        let Some(i) = self.local(index) else {
+            return false;
+        };
+        // A long-poll's connection is answered by its first poll's cursor.
+        let by_subscribed = self.transport != SubscribeTransport::Poll;
+        match self.subs[i].hear(&self.pattern, data) {
+            Heard::Joined => {
+                if by_subscribed {
+                    self.answered(i, counters);
+                }
+                false
+            }
+            Heard::Resumed { resumed, recovered } => {
+                if recovered {
+                    counters.recovered += 1;
+                } else {
+                    counters.unrecovered += 1;
+                }
+                match resumed {
+                    Resumed::Recovered { replay } => histogram::record(&mut self.replay, replay),
+                    Resumed::Unrecovered { missed } => counters.missed += missed,
+                    Resumed::NewEpoch => counters.broken += 1,
+                }
+                let began = self.subs[i].reconnect_real;
+                if began > 0 {
+                    histogram::record(&mut self.resubscribe, now_real.saturating_sub(began) / 1000);
+                }
+                if by_subscribed {
+                    self.answered(i, counters);
+                }
+                false
+            }
+            Heard::Polled(cursor) => {
+                let sub = &mut self.subs[i];
+                let began = sub.reconnect_real;
+                let (replay, resubscribe) = (&mut self.replay, &mut self.resubscribe);
+                let joined = sub.polled(&cursor, |size| {
+                    counters.recovered += 1;
+                    histogram::record(replay, size);
+                    histogram::record(resubscribe, now_real.saturating_sub(began) / 1000);
+                });
+                if joined {
+                    self.answered(i, counters);
+                }
+                false
+            }
+            Heard::Delivery(delivery) => {
+                match delivery {
+                    // Timed as in `subscribers`; a replay's timestamp says
+                    // how long the subscriber was away, not how fast the
+                    // server delivers, so it is counted instead.
+                    Delivery::Next { replayed: false } => {
+                        self.inner.on_message(index, data, now_real, counters);
+                    }
+                    Delivery::Next { replayed: true } => counters.replayed += 1,
+                    Delivery::Duplicate => counters.duplicates += 1,
+                    Delivery::Gap { missed } => {
+                        counters.gaps += 1;
+                        counters.missed += missed;
+                    }
+                    Delivery::NewEpoch => counters.broken += 1,
+                }
+                true
+            }
+            Heard::Stray => {
+                counters.broken += 1;
+                true
+            }
+            Heard::Other => false,
+        }
+    }
+
+    fn on_raw(&mut self, _: u32, _: &[u8], _: u64, _: &mut Counters) -> usize {
+        0
+    }
+
+    fn on_closed(&mut self, key: usize, index: u32, outcome: Outcome, was_open: bool) {
+        let Some(i) = self.local(index) else {
+            return;
+        };
+        // Only settled connections are closed on purpose, and they stop
+        // being the subscriber's when they are: an end in set-up, or of the
+        // connection it holds, is its current connection failing.
+        if was_open && self.subs[i].key != Some(key) {
+            return;
+        }
+        self.subs[i].key = None;
+        self.owe(i, 0);
+        self.inner.on_closed(key, index, outcome, false);
+    }
+}
+
+impl Driver for ChurnDriver {
+    fn tick(&mut self, engine: &mut Engine) -> Option<u64> {
+        let setup = self.inner.tick(engine);
+        let Some(start) = self.started_ns.filter(|_| !self.stopped) else {
+            return setup;
+        };
+        let now = engine.refresh_now();
+        let reconnect = self.reconnect_due(engine, start, now);
+        let back = self.bring_back(engine, now);
+        earliest(setup, earliest(reconnect, back))
+    }
+
+    fn start(&mut self, engine: &mut Engine) {
+        self.started_ns = Some(engine.refresh_now());
+        self.inner.start(engine);
+    }
+
+    fn stop(&mut self, engine: &mut Engine) {
+        self.stopped = true;
+        self.inner.stop(engine);
+    }
+
+    fn is_ready(&self, engine: &Engine) -> bool {
+        self.inner.is_ready(engine) && self.unsettled == 0
+    }
+
+    fn is_done(&self, engine: &Engine) -> bool {
+        self.inner.is_done(engine)
+    }
+
+    fn take_interval(&mut self) -> Option<Micros> {
+        self.inner.take_interval()
+    }
+
+    fn finish(self) -> RoleResult {
+        let reached = self
+            .subs
+            .iter()
+            .flat_map(|s| &s.streams)
+            .filter_map(|s| Some(s.continuity?.reached(s.subject)))
+            .collect();
+        RoleResult {
+            replay: Some(self.replay),
+            resubscribe: Some(self.resubscribe),
+            reached: Some(reached),
+            ..self.inner.finish()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{SubscribeTask, Task};
+    use crate::util::addr::{PortMode, Sources};
+    use crate::util::pattern::{AssignMode, Assignment};
+    use crate::util::profile::Profile;
+
+    /// A worker of two subscribers (global 10 and 11), two subjects each
+    /// out of /p/s{1..3}, over WebSocket.
+    fn driver() -> ChurnDriver {
+        driver_over(SubscribeTransport::Ws)
+    }
+
+    /// The same, receiving over `transport`.
+    fn driver_over(transport: SubscribeTransport) -> ChurnDriver {
+        let subscribe = SubscribeTask {
+            first: 10,
+            count: 2,
+            assignment: Some(Assignment {
+                pattern: "/p/s{1..3}".parse().unwrap(),
+                per_conn: 2,
+                mode: AssignMode::OneToOne,
+                seed: 1,
+            }),
+            in_flight: 10,
+            connect_rate: 0.0,
+            broadcast_messages: None,
+            transport,
+        };
+        // Its share of 10 reconnects/s for 1 s over a group of 4 (the
+        // coordinator's `ChurnPlan::task`).
+        let task = ChurnTask {
+            subscribe,
+            reconnects: Schedule::constant(5.0, 1.0),
+            offline: 0.0,
+            close: CloseMode::Reset,
+        };
+        let spec = Spec {
+            worker: 0,
+            workers: 1,
+            targets: Vec::new(),
+            sources: Sources::default(),
+            port_mode: PortMode::Auto,
+            max_conns: 10,
+            setup_timeout: 1.0,
+            profile: Profile::load("myriad").unwrap(),
+            seed: 1,
+            task: Task::Churn(task.clone()),
+        };
+        ChurnDriver::new(task, &spec).unwrap()
+    }
+
+    /// Feeds one server text to subscriber 10; returns whether it counted
+    /// as a delivery.
+    fn hear(d: &mut ChurnDriver, counters: &mut Counters, text: &str) -> bool {
+        d.on_message(10, text.as_bytes(), 2_000_000, counters)
+    }
+
+    fn opening(d: &mut ChurnDriver, key: usize) -> Vec<String> {
+        let mut out = Opening::default();
+        d.on_open(key, 10, 0, &mut out);
+        out.messages().map(str::to_owned).collect()
+    }
+
+    /// What subscriber 10's HTTP transport request resumes from (offsets).
+    fn http_opening(d: &mut ChurnDriver, key: usize) -> Vec<Option<u64>> {
+        let mut out = Opening::default();
+        d.on_open(key, 10, 0, &mut out);
+        assert_eq!(out.messages().count(), 0, "the request subscribes");
+        out.resumes()
+            .iter()
+            .map(|p| Some(p.as_ref()?.offset))
+            .collect()
+    }
+
+    const EPOCH: &str = "00000000000000ab";
+
+    fn poll_end(cursor: &str) -> String {
+        format!(r#"{{"op":"poll","since":"{cursor}"}}"#)
+    }
+
+    fn subscribed(subject: &str, offset: u64, recovered: Option<bool>) -> String {
+        let recovered = recovered.map_or(String::new(), |r| format!(",\"recovered\":{r}"));
+        format!(
+            r#"{{"op":"subscribed","id":1,"subject":"{subject}","epoch":"{EPOCH}","offset":{offset}{recovered}}}"#
+        )
+    }
+
+    fn msg(subject: &str, offset: u64) -> String {
+        format!(
+            r#"{{"op":"msg","subject":"{subject}","epoch":"{EPOCH}","offset":{offset},"data":{{"ts":1000,"n":{offset},"pad":"x"}}}}"#
+        )
+    }
+
+    #[test]
+    fn a_subscriber_joins_then_resumes_each_subject_with_since() {
+        let mut d = driver();
+        let mut c = Counters::default();
+        // Subscriber 10 holds subjects 20 and 21 mod 3: /p/s3 and /p/s1.
+        assert_eq!(
+            opening(&mut d, 7),
+            [r#"{"op":"subscribe","subjects":["/p/s3","/p/s1"],"id":1}"#]
+        );
+        assert_eq!(d.unsettled, 1);
+        assert!(!hear(&mut d, &mut c, &subscribed("/p/s3", 5, None)));
+        assert_eq!(d.unsettled, 1, "one answer still owed");
+        assert!(!hear(&mut d, &mut c, &subscribed("/p/s1", 0, None)));
+        assert_eq!(d.unsettled, 0, "ready to start");
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 6)));
+        assert!(hear(&mut d, &mut c, &msg("/p/s1", 1)));
+        // The connection is closed on purpose and a new one opens.
+        d.subs[0].key = None;
+        d.subs[0].reconnect_real = 1_000_000;
+        assert_eq!(
+            opening(&mut d, 8),
+            [
+                format!(
+                    r#"{{"op":"subscribe","subject":"/p/s3","since":{{"epoch":"{EPOCH}","offset":6}},"id":1}}"#
+                ),
+                format!(
+                    r#"{{"op":"subscribe","subject":"/p/s1","since":{{"epoch":"{EPOCH}","offset":1}},"id":1}}"#
+                ),
+            ]
+        );
+        assert!(!hear(&mut d, &mut c, &subscribed("/p/s3", 8, Some(true))));
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 7)), "replayed");
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 8)), "replayed");
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 9)), "live");
+        assert_eq!(c.reconnected, 0, "one subject still unanswered");
+        assert!(!hear(&mut d, &mut c, &subscribed("/p/s1", 1, Some(true))));
+        assert_eq!(
+            (c.recovered, c.unrecovered, c.replayed, c.reconnected),
+            (2, 0, 2, 1)
+        );
+        assert_eq!((c.duplicates, c.gaps, c.missed, c.broken), (0, 0, 0, 0));
+        assert_eq!(d.replay.len(), 2);
+        assert_eq!((d.replay.min(), d.replay.max()), (0, 2));
+        assert_eq!(d.resubscribe.len(), 2);
+        assert_eq!(d.resubscribe.max(), 1_000, "1 ms from connect to answer");
+        let reached = d.finish().reached.unwrap();
+        let ends: Vec<(u64, u64, u64)> = reached
+            .iter()
+            .map(|r| (r.subject, r.first_offset, r.last_offset))
+            .collect();
+        assert_eq!(ends, [(2, 5, 9), (0, 0, 1)], "subscriber 11 never joined");
+    }
+
+    #[test]
+    fn over_server_sent_events_one_cursor_resumes_every_subject() {
+        let mut d = driver_over(SubscribeTransport::Sse);
+        let mut c = Counters::default();
+        // Subscriber 10 holds /p/s3 and /p/s1, in that order.
+        assert_eq!(http_opening(&mut d, 7), [None, None], "live from now");
+        hear(&mut d, &mut c, &subscribed("/p/s3", 5, None));
+        assert_eq!(d.unsettled, 1, "one answer still owed");
+        hear(&mut d, &mut c, &subscribed("/p/s1", 0, None));
+        assert_eq!(d.unsettled, 0);
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 6)));
+        d.subs[0].key = None;
+        d.subs[0].reconnect_real = 1_000_000;
+        assert_eq!(http_opening(&mut d, 8), [Some(6), Some(0)]);
+        assert!(!hear(&mut d, &mut c, &subscribed("/p/s3", 7, Some(true))));
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 7)), "replayed");
+        assert!(!hear(&mut d, &mut c, &subscribed("/p/s1", 0, Some(true))));
+        assert_eq!((c.recovered, c.replayed, c.reconnected), (2, 1, 1));
+        assert_eq!((c.duplicates, c.gaps, c.missed, c.broken), (0, 0, 0, 0));
+    }
+
+    #[test]
+    fn a_long_poll_is_answered_by_the_cursor_closing_its_first_poll() {
+        let mut d = driver_over(SubscribeTransport::Poll);
+        let mut c = Counters::default();
+        assert_eq!(http_opening(&mut d, 7), [None, None]);
+        assert_eq!(d.unsettled, 1);
+        hear(&mut d, &mut c, &poll_end(&format!("{EPOCH}:5,")));
+        assert_eq!(d.unsettled, 1, "/p/s1 has no position yet");
+        hear(&mut d, &mut c, &poll_end(&format!("{EPOCH}:5,{EPOCH}:0")));
+        assert_eq!(d.unsettled, 0, "every subject joined");
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 6)));
+        assert_eq!(c.replayed, 0, "live, so timed");
+        d.subs[0].key = None;
+        d.subs[0].reconnect_real = 1_000_000;
+        assert_eq!(http_opening(&mut d, 8), [Some(6), Some(0)]);
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 7)));
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 8)));
+        let gone = subscribed("/p/s1", 4, Some(false));
+        assert!(!hear(&mut d, &mut c, &gone), "its history is gone");
+        assert_eq!(c.reconnected, 0, "answered by the cursor only");
+        hear(&mut d, &mut c, &poll_end(&format!("{EPOCH}:8,{EPOCH}:4")));
+        assert_eq!(
+            (
+                c.recovered,
+                c.unrecovered,
+                c.replayed,
+                c.missed,
+                c.reconnected
+            ),
+            (1, 1, 2, 4, 1)
+        );
+        assert_eq!((d.replay.len(), d.replay.max()), (1, 2));
+        assert_eq!(d.resubscribe.len(), 2, "one per subject");
+        // The next polls are live again.
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 9)));
+        hear(&mut d, &mut c, &poll_end(&format!("{EPOCH}:9,{EPOCH}:4")));
+        assert_eq!((c.replayed, c.recovered, c.reconnected), (2, 1, 1));
+        assert_eq!((c.duplicates, c.gaps, c.broken), (0, 0, 0));
+    }
+
+    #[test]
+    fn losses_duplicates_and_strays_are_counted() {
+        let mut d = driver();
+        let mut c = Counters::default();
+        opening(&mut d, 7);
+        hear(&mut d, &mut c, &subscribed("/p/s3", 0, None));
+        hear(&mut d, &mut c, &subscribed("/p/s1", 0, None));
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 1)));
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 1)));
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 4)));
+        assert!(hear(&mut d, &mut c, &msg("/p/s2", 1)), "not its subject");
+        assert_eq!((c.duplicates, c.gaps, c.missed, c.broken), (1, 1, 2, 1));
+        d.subs[0].key = None;
+        opening(&mut d, 8);
+        hear(&mut d, &mut c, &subscribed("/p/s3", 10, Some(false)));
+        hear(
+            &mut d,
+            &mut c,
+            &subscribed("/p/s1", 3, Some(false)).replace(EPOCH, "00000000000000cd"),
+        );
+        assert_eq!((c.unrecovered, c.missed, c.broken), (2, 2 + 6, 2));
+        assert_eq!(c.reconnected, 0, "not a timed reconnect");
+        let unasked = subscribed("/p/s2", 1, None);
+        for other in [
+            r#"{"op":"ok","id":1}"#,
+            r#"{"op":"pong","id":2}"#,
+            r#"{"op":"error","id":1,"code":"invalid_position","message":"x"}"#,
+            "not json",
+            unasked.as_str(),
+        ] {
+            assert!(!hear(&mut d, &mut c, other), "{other}");
+        }
+        assert_eq!(c.recovered + c.unrecovered, 2, "nothing else counted");
+    }
+
+    #[test]
+    fn a_connection_failing_in_set_up_owes_nothing_more() {
+        let mut d = driver();
+        opening(&mut d, 7);
+        assert_eq!(d.unsettled, 1);
+        d.on_closed(
+            7,
+            10,
+            Outcome::Failed(crate::util::counters::Failure::Timeout),
+            false,
+        );
+        assert_eq!((d.unsettled, d.subs[0].key), (0, None));
+        // An old connection's end, after it was replaced, changes nothing.
+        opening(&mut d, 9);
+        d.on_closed(7, 10, Outcome::Clean, true);
+        assert_eq!((d.unsettled, d.subs[0].key), (1, Some(9)));
+    }
+}
