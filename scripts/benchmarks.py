@@ -290,6 +290,9 @@ for _t, _name in (("sse", "Server-Sent Events"), ("stream", "HTTP streaming (chu
     SCENARIOS[f"broadcast-saturating-{_t}"] = _over(
         _t, "broadcast-saturating", f"broadcast-saturating with the 10,000 subscribers on {_name}"
     )
+    SCENARIOS[f"broadcast-moderate-{_t}"] = _over(
+        _t, "broadcast-moderate", f"broadcast-moderate with the 10,000 subscribers on {_name}"
+    )
 SCENARIOS["broadcast-poll"] = {
     "what": "long-poll: 1,000 subscribers polling one subject in a loop, 100 publishes/s of 512 B for 20 s",
     "nodes": [["--poll-timeout", "2"]],
