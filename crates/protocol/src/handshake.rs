@@ -1,7 +1,8 @@
-//! The HTTP/1.1 opening handshake (RFC 6455 §4): parse and validate the
-//! client's upgrade request, compute the accept key, and write the 101 or
-//! error response; plus the client half used by the bench and the built-in
-//! client.
+//! The HTTP/1.1 request every client connection opens with: parse its head
+//! ([`parse_request`], for every transport), validate it as a WebSocket
+//! upgrade (RFC 6455 §4, [`RequestHead::upgrade`]), compute the accept key,
+//! and write the 101 or error response; plus the client half used by the
+//! bench and the built-in client.
 //!
 //! This module owns the bytes of the handshake only. It must not do I/O or
 //! routing: which paths exist, which subprotocol to pick and whether an

@@ -139,7 +139,7 @@ impl Metrics {
             ("messages_in", "WebSocket messages received from clients"),
             (
                 "messages_out",
-                "WebSocket data messages queued to clients (deliveries, replies, echoes)",
+                "Data messages queued to clients on every transport (deliveries, replies, echoes)",
             ),
             ("bytes_in", "Bytes read from client sockets"),
             ("bytes_out", "Bytes written to client sockets"),

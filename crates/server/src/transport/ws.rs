@@ -2,8 +2,9 @@
 //!
 //! A publication's buffer already holds its text frame (see
 //! `publication.rs`), so sending it is a reference-count increment. The
-//! read side (upgrade, frames in, close handshake) lives in the worker's
-//! `read` module, which is where bytes from the socket are parsed.
+//! upgrade is answered by the worker's `request` module and the read side
+//! (frames in, close handshake) lives in its `read` module, which is where
+//! bytes from the socket are parsed.
 
 use bytes::Bytes;
 use myriad_protocol::close::CloseReason;
