@@ -100,7 +100,10 @@ impl Worker {
                 self.end_after(id, Bytes::from(preflight_response(config)), None);
                 Some(buf.len())
             }
-            Endpoint::Http(TransportKind::Poll) if self.conns[id as usize].pending_bytes() > 0 => {
+            Endpoint::Http(kind)
+                if kind.get().capabilities().answers_once
+                    && self.conns[id as usize].pending_bytes() > 0 =>
+            {
                 // The previous answer is not out yet: the client pipelined.
                 let response =
                     error_response(400, "pipelined", "wait for the previous answer", &[]);
