@@ -1,0 +1,120 @@
+//! The [`Store`] contract: what every graph backend keeps.
+//!
+//! # The contract
+//! The conformance suite (`crate::conformance`) checks each clause; every
+//! store runs it unchanged.
+//! 1. **Users.** A user is known once it has been added, or once it has
+//!    been an end of an edge that was followed or loaded. Known users stay
+//!    known (an unfollow does not forget them).
+//! 2. **Batches are atomic and idempotent.** `follow`, `unfollow`,
+//!    `add_users` and `load` apply every entry of a batch or, when any
+//!    entry is refused, none. Following an edge that exists, or unfollowing
+//!    one that does not, is accepted and changes nothing; the answer counts
+//!    only what changed.
+//! 3. **Refusals.** A user cannot follow itself ([`StoreError::SelfFollow`],
+//!    naming the entry), and no user may follow more than
+//!    [`StoreOptions::max_following`] others ([`StoreError::FollowingLimit`]).
+//! 4. **Reads page by id.** `followers` and `following` answer ids in
+//!    ascending order, after `after` when given, at most `limit` of them,
+//!    so a hub with a million followers is read in pages, each a bounded
+//!    amount of work. `users` pages the known users the same way.
+//! 5. **Durability.** A batch is durable once its call returns `Ok`: it
+//!    survives the process being killed at any moment after that, and a
+//!    batch whose call had not returned is either wholly there or wholly
+//!    absent after a restart.
+//!
+//! Calls block; the node runs its store on a thread of its own, never on a
+//! worker.
+
+use thiserror::Error;
+
+use crate::user::{Edge, UserId};
+
+/// How a store is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// Clause 3: the most users one user may follow.
+    pub max_following: u64,
+    /// Memory the store may keep as a page cache, in bytes.
+    pub cache_bytes: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            max_following: 5_000,
+            cache_bytes: 64 << 20,
+        }
+    }
+}
+
+/// A user's follower and following counts.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    pub followers: u64,
+    pub following: u64,
+}
+
+/// The whole graph's size.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Totals {
+    pub users: u64,
+    pub edges: u64,
+}
+
+/// Why a store refused or failed a call.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// Entry `index` of the batch has a user following itself.
+    #[error("entry {index}: user {user} cannot follow itself")]
+    SelfFollow { index: usize, user: UserId },
+    /// The batch would leave `user` following more than `limit` users.
+    #[error("user {user} would follow more than {limit} users")]
+    FollowingLimit { user: UserId, limit: u64 },
+    /// The backend failed; nothing of the batch was applied.
+    #[error("graph store failed: {0}")]
+    Backend(String),
+}
+
+/// A follow-graph backend; see the module contract.
+pub trait Store: Send {
+    /// Makes `users` known; answers how many were new.
+    fn add_users(&mut self, users: &[UserId]) -> Result<u64, StoreError>;
+
+    /// Adds `edges`; answers how many were new.
+    fn follow(&mut self, edges: &[Edge]) -> Result<u64, StoreError>;
+
+    /// Removes `edges`; answers how many existed.
+    fn unfollow(&mut self, edges: &[Edge]) -> Result<u64, StoreError>;
+
+    /// Bulk-adds a whole dataset: `users` and `edges` in one atomic step,
+    /// with the same refusals as `follow`. Answers how many edges were new.
+    /// Stores may take a faster path than `follow` here, because a dataset
+    /// is large and arrives whole.
+    fn load(&mut self, users: Vec<UserId>, edges: Vec<Edge>) -> Result<u64, StoreError>;
+
+    /// Who follows `user`, ascending, after `after`, at most `limit`.
+    fn followers(
+        &mut self,
+        user: UserId,
+        after: Option<UserId>,
+        limit: usize,
+    ) -> Result<Vec<UserId>, StoreError>;
+
+    /// Whom `user` follows, ascending, after `after`, at most `limit`.
+    fn following(
+        &mut self,
+        user: UserId,
+        after: Option<UserId>,
+        limit: usize,
+    ) -> Result<Vec<UserId>, StoreError>;
+
+    /// Known users, ascending, after `after`, at most `limit`.
+    fn users(&mut self, after: Option<UserId>, limit: usize) -> Result<Vec<UserId>, StoreError>;
+
+    fn contains(&mut self, user: UserId) -> Result<bool, StoreError>;
+
+    fn counts(&mut self, user: UserId) -> Result<Counts, StoreError>;
+
+    fn totals(&mut self) -> Result<Totals, StoreError>;
+}
