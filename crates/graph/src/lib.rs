@@ -6,11 +6,13 @@
 //! user connects, and writes follows and unfollows through it.
 //!
 //! - [`user`]: user ids and edges, with their range rules.
+//! - [`edgelist`]: the text file a graph is generated into and loaded from.
 //! - [`store`]: the [`Store`] contract every backend keeps.
 //! - [`sqlite`]: the embedded default, one SQLite file in WAL mode.
 //! - `conformance` (tests, or the `conformance` feature): the suite that
 //!   states the contract; every store runs it unchanged.
 
+pub mod edgelist;
 pub mod sqlite;
 pub mod store;
 pub mod user;
