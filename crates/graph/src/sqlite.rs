@@ -17,6 +17,9 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use crate::store::{Counts, Store, StoreError, StoreOptions, Totals};
 use crate::user::{Edge, UserId};
 
+/// The graph's file name inside a node's data directory.
+pub const FILE_NAME: &str = "graph.sqlite3";
+
 const SCHEMA: &str = "
     CREATE TABLE IF NOT EXISTS users (id INTEGER PRIMARY KEY);
     CREATE TABLE IF NOT EXISTS follows (
