@@ -22,7 +22,7 @@ fn websocket_round_trip_with_positions() {
         );
         assert_eq!(
             recv(&mut publisher),
-            json!({"op": "ok", "id": 10 + i, "epoch": epoch, "offset": i + 1})
+            json!({"op": "ok", "id": 10 + i, "epoch": epoch, "offset": i + 1, "reached": 1})
         );
     }
     for i in 0..3 {

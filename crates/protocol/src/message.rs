@@ -48,6 +48,10 @@ pub enum Command<'a> {
         since: Option<Position>,
         limit: Option<u64>,
     },
+    /// Publish `data` to the feed of the connection's user (`@<user>`), so
+    /// that it reaches everyone following that user and the user's own
+    /// connections.
+    Send { id: Option<u64>, data: &'a RawValue },
     /// Application-level ping, answered with a pong.
     Ping { id: Option<u64> },
 }
@@ -60,6 +64,7 @@ impl Command<'_> {
             | Command::Unsubscribe { id, .. }
             | Command::Publish { id, .. }
             | Command::History { id, .. }
+            | Command::Send { id, .. }
             | Command::Ping { id } => *id,
         }
     }
@@ -84,11 +89,15 @@ pub enum ErrorCode {
     PublishFailed,
     /// The engine could not answer a subscribe or history request.
     Unavailable,
+    /// A publish to a user's feed (`@…`): only `send` publishes there.
+    ReservedSubject,
+    /// A `send` on a connection that does not act as a user.
+    NoUser,
 }
 
 impl ErrorCode {
     /// Every code, for metrics registration and documentation.
-    pub const ALL: [ErrorCode; 8] = [
+    pub const ALL: [ErrorCode; 10] = [
         ErrorCode::InvalidJson,
         ErrorCode::UnknownOp,
         ErrorCode::MissingField,
@@ -97,6 +106,8 @@ impl ErrorCode {
         ErrorCode::InvalidPosition,
         ErrorCode::PublishFailed,
         ErrorCode::Unavailable,
+        ErrorCode::ReservedSubject,
+        ErrorCode::NoUser,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -109,6 +120,8 @@ impl ErrorCode {
             ErrorCode::InvalidPosition => "invalid_position",
             ErrorCode::PublishFailed => "publish_failed",
             ErrorCode::Unavailable => "unavailable",
+            ErrorCode::ReservedSubject => "reserved_subject",
+            ErrorCode::NoUser => "no_user",
         }
     }
 }
@@ -200,10 +213,23 @@ pub fn parse_command(text: &str, max_subject_len: usize) -> Result<Command<'_>, 
             })?;
             subject::validate(&subject, max_subject_len)
                 .map_err(|e| CommandError::subject(id, e))?;
+            if subject::is_feed(&subject) {
+                return Err(CommandError::new(
+                    id,
+                    ErrorCode::ReservedSubject,
+                    "a user's feed takes only \"send\" from that user",
+                ));
+            }
             let data = raw.data.ok_or_else(|| {
                 CommandError::new(id, ErrorCode::MissingField, "\"data\" is required")
             })?;
             Ok(Command::Publish { id, subject, data })
+        }
+        "send" => {
+            let data = raw.data.ok_or_else(|| {
+                CommandError::new(id, ErrorCode::MissingField, "\"data\" is required")
+            })?;
+            Ok(Command::Send { id, data })
         }
         "history" => {
             let since = since_of(id, raw.since)?;
@@ -402,16 +428,24 @@ pub fn encode_history<'a>(
     out
 }
 
-/// `{"op":"ok","id":N}`, or `{"op":"ok","id":N,"epoch":E,"offset":N}` for
-/// a publish that got a position.
-pub fn encode_ok(id: u64, position: Option<Position>) -> String {
+/// `{"op":"ok","id":N,"epoch":E,"offset":O,"reached":R}`: a publish's or
+/// send's answer. `reached` counts the connections on this node it was
+/// handed to; the position is left out when it got none (no subscriber and
+/// no history).
+pub fn encode_published(id: u64, position: Option<Position>, reached: u32) -> String {
     match position {
         Some(position) => format!(
-            "{{\"op\":\"ok\",\"id\":{id},{}}}",
+            "{{\"op\":\"ok\",\"id\":{id},{},\"reached\":{reached}}}",
             position_fields(position)
         ),
-        None => format!("{{\"op\":\"ok\",\"id\":{id}}}"),
+        None => format!("{{\"op\":\"ok\",\"id\":{id},\"reached\":{reached}}}"),
     }
+}
+
+/// `{"op":"ok","id":N}`: a subscribe's or unsubscribe's answer when there
+/// is nothing else to say.
+pub fn encode_ok(id: u64) -> String {
+    format!("{{\"op\":\"ok\",\"id\":{id}}}")
 }
 
 /// `{"op":"pong"}` or `{"op":"pong","id":N}`.
@@ -561,6 +595,8 @@ pub enum ServerMessage<'a> {
         id: Option<u64>,
         /// The position a publish got.
         position: Option<Position>,
+        /// Connections on the node a publish or send was handed to.
+        reached: Option<u64>,
     },
     Pong {
         id: Option<u64>,
@@ -601,6 +637,8 @@ struct RawServerMessage<'a> {
     message: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
     since: Option<Cow<'a, str>>,
+    #[serde(default)]
+    reached: Option<u64>,
 }
 
 /// Why a server message could not be understood by a client.
@@ -653,6 +691,7 @@ pub fn parse_server_message(text: &str) -> Result<ServerMessage<'_>, ServerMessa
         "ok" => Ok(ServerMessage::Ok {
             id: raw.id,
             position: raw.epoch.zip(raw.offset).map(|(e, o)| Position::new(e, o)),
+            reached: raw.reached,
         }),
         "pong" => Ok(ServerMessage::Pong { id: raw.id }),
         "error" => Ok(ServerMessage::Error {
@@ -869,10 +908,35 @@ mod tests {
     }
 
     #[test]
+    fn send_publishes_to_the_users_feed_and_feeds_refuse_publish() {
+        assert!(matches!(
+            parse_command(r#"{"op":"send","id":4,"data":{"x":1}}"#, MAX).unwrap(),
+            Command::Send { id: Some(4), data } if data.get() == r#"{"x":1}"#
+        ));
+        let no_data = parse_command(r#"{"op":"send","id":5}"#, MAX).unwrap_err();
+        assert_eq!(
+            (no_data.id, no_data.code),
+            (Some(5), ErrorCode::MissingField)
+        );
+        let feed =
+            parse_command(r#"{"op":"publish","id":6,"subject":"@17","data":1}"#, MAX).unwrap_err();
+        assert_eq!((feed.id, feed.code), (Some(6), ErrorCode::ReservedSubject));
+        // Reading a feed is allowed.
+        assert!(parse_command(r#"{"op":"subscribe","subjects":["@17"]}"#, MAX).is_ok());
+        let ok = encode_published(9, Some(Position::new(Epoch(3), 4)), 12);
+        assert!(matches!(
+            parse_server_message(&ok).unwrap(),
+            ServerMessage::Ok { id: Some(9), position: Some(p), reached: Some(12) }
+                if p == Position::new(Epoch(3), 4)
+        ));
+    }
+
+    #[test]
     fn replies_are_json() {
         for text in [
-            encode_ok(1, None),
-            encode_ok(1, Some(Position::new(Epoch(3), 4))),
+            encode_ok(1),
+            encode_published(1, None, 0),
+            encode_published(1, Some(Position::new(Epoch(3), 4)), 7),
             encode_pong(Some(2)),
             encode_pong(None),
             encode_error(Some(3), ErrorCode::UnknownOp, "unknown op \"x\""),

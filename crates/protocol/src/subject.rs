@@ -4,9 +4,21 @@
 //! alphabet deliberately has no `"`, `\\` or control characters, so a valid
 //! subject can be copied into a JSON string without escaping (the delivery
 //! encoder relies on this), and no `*`, `>`, `?`, `#` or `%`, which stay
-//! reserved for wildcards and future syntax.
+//! reserved for wildcards and future syntax. Subjects starting with `@` are
+//! users' feeds ([`FEED_PREFIX`]).
 
 use thiserror::Error;
+
+/// What starts a user's feed subject, `@<user id>`: the subject that
+/// "send as user" publishes to and that followers are subscribed to.
+/// Clients may read a feed like any subject, but only `send` (or the admin
+/// API's `publish_as`) publishes to one.
+pub const FEED_PREFIX: char = '@';
+
+/// Whether `subject` is a user's feed (see [`FEED_PREFIX`]).
+pub fn is_feed(subject: &str) -> bool {
+    subject.starts_with(FEED_PREFIX)
+}
 
 /// The default maximum subject length in bytes (`--max-subject-len`).
 pub const DEFAULT_MAX_SUBJECT_LEN: usize = 128;

@@ -172,6 +172,21 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_HISTORY_MAX_BYTES", default_value_t = 256 << 20)]
     pub history_max_bytes: usize,
 
+    /// Directory of the node's persistent state (the follow graph), created
+    /// if missing. One node at a time may use it.
+    #[arg(long, env = "MYRIAD_DATA_DIR", default_value = "myriad-data")]
+    pub data_dir: PathBuf,
+
+    /// Memory the follow graph's page cache may take, in MiB.
+    #[arg(long, env = "MYRIAD_GRAPH_CACHE_MB", default_value_t = 64)]
+    pub graph_cache_mb: usize,
+
+    /// The most users one user may follow; a follow past it is refused
+    /// (HTTP 422, `following_limit`). Also bounds the feeds a connection is
+    /// subscribed to when its user connects.
+    #[arg(long, env = "MYRIAD_MAX_FOLLOWING", default_value_t = 5_000)]
+    pub max_following: u64,
+
     /// Per-prefix settings (`[[namespace]]` tables, config file only).
     #[arg(skip)]
     pub namespace: Vec<Namespace>,

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use crossbeam_channel::{Receiver, Sender};
 
 use crate::engine::{Attached, ConnAnswer};
+use crate::feeds::FeedChange;
 use crate::publication::Publication;
 
 /// Number of shards engines split their subject maps into; a power of two
@@ -33,6 +34,9 @@ pub enum Event {
     Attached(Box<Attached>),
     /// A connection's publish or history request is answered.
     Answer(Box<ConnAnswer>),
+    /// A connection's user follows or unfollows someone, or has just
+    /// connected: feeds to add or drop (from the graph keeper).
+    Feeds(Box<FeedChange>),
 }
 
 /// A worker's inbound queue and the means to wake it.

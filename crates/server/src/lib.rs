@@ -25,6 +25,7 @@ pub mod admin;
 pub mod config;
 pub mod conn;
 pub mod engine;
+pub mod feeds;
 pub mod history;
 pub mod hub;
 pub mod listener;
@@ -49,9 +50,11 @@ use tracing::{error, info, warn};
 pub use config::Config;
 
 use crate::engine::MemoryEngine;
+use crate::feeds::{Feeds, Keeper};
 use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::worker::{Shared, Worker};
+use myriad_graph::{sqlite, SqliteStore, StoreOptions};
 
 /// Why the node could not start or stopped abnormally.
 #[derive(Debug, Error)]
@@ -77,6 +80,13 @@ pub enum ServeError {
     },
     #[error("worker {0} panicked")]
     WorkerPanicked(usize),
+    #[error("cannot open the data directory {path}: {source}")]
+    DataDir {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot open the follow graph: {0}")]
+    Graph(#[from] myriad_graph::StoreError),
 }
 
 /// Runs a node with `config` until SIGTERM or SIGINT, then shuts down
@@ -119,7 +129,9 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(ServeError::Poll)?;
     let (hub, mailboxes) = Hub::new(wakers, config.mailbox_high_water);
+    let feeds = open_feeds(&config, Arc::clone(&hub))?;
     let shared = Arc::new(Shared {
+        feeds,
         engine: Arc::new(MemoryEngine::new(
             Arc::clone(&hub),
             config.namespaces(),
@@ -188,6 +200,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     if let Ok(Err(e)) = admin.join() {
         error!(error = %e, "admin listener failed");
     }
+    shared.feeds.stop();
     info!("myriad stopped");
     outcome
 }
@@ -195,6 +208,20 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
 /// Descriptors kept back from connections: listeners, epoll and wake-up fds,
 /// the admin API and its clients, stdio, and room to accept a connection only
 /// to refuse it with 503 once the node is full.
+/// Opens the follow graph in the data directory and starts its keeper.
+fn open_feeds(config: &Config, hub: Arc<Hub>) -> Result<Feeds, ServeError> {
+    std::fs::create_dir_all(&config.data_dir).map_err(|source| ServeError::DataDir {
+        path: config.data_dir.clone(),
+        source,
+    })?;
+    let options = StoreOptions {
+        max_following: config.max_following,
+        cache_bytes: config.graph_cache_mb << 20,
+    };
+    let store = SqliteStore::open(&config.data_dir.join(sqlite::FILE_NAME), options)?;
+    Ok(Keeper::start(Box::new(store), hub, config.max_following)?)
+}
+
 const RESERVED_FDS: u64 = 256;
 
 /// How many client connections the node admits: `max_connections`, lowered

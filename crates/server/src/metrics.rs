@@ -60,6 +60,21 @@ pub enum ErrorKind {
     ApiBadRequest,
     /// A `/status/events` stream was refused: `max_status_streams` are open.
     TooManyStatusStreams,
+    /// A follow-graph request of the admin API was refused or failed
+    /// (labelled `graph_<code>`, one of [`ErrorKind::GRAPH_LABELS`]).
+    Graph(&'static str),
+}
+
+impl ErrorKind {
+    /// Every label a follow-graph refusal or failure is counted under.
+    pub const GRAPH_LABELS: [&'static str; 6] = [
+        "graph_invalid_user",
+        "graph_unknown_user",
+        "graph_self_follow",
+        "graph_following_limit",
+        "graph_store_failed",
+        "graph_not_settled",
+    ];
 }
 
 impl ErrorKind {
@@ -80,6 +95,7 @@ impl ErrorKind {
             ErrorKind::ApiUnauthorized => "api_unauthorized",
             ErrorKind::ApiBadRequest => "api_bad_request",
             ErrorKind::TooManyStatusStreams => "too_many_status_streams",
+            ErrorKind::Graph(label) => label,
         }
     }
 }
@@ -124,6 +140,17 @@ pub struct Metrics {
     errors: Family<KindLabel, Counter>,
     publishes: Counter<u64, AtomicU64>,
     publishes_unrouted: Counter<u64, AtomicU64>,
+    feeds: FeedMetrics,
+}
+
+/// The follow graph's series.
+#[derive(Default)]
+struct FeedMetrics {
+    sends: Counter<u64, AtomicU64>,
+    follows: Counter<u64, AtomicU64>,
+    unfollows: Counter<u64, AtomicU64>,
+    users_known: Gauge,
+    users_present: Gauge,
 }
 
 impl Metrics {
@@ -245,6 +272,32 @@ impl Metrics {
             "Publications evicted from history to stay within history_max_bytes",
             history.evictions.clone(),
         );
+        let feeds = FeedMetrics::default();
+        registry.register(
+            "feed_sends",
+            "Sends as a user (the send command and /api/publish_as)",
+            feeds.sends.clone(),
+        );
+        registry.register(
+            "follows",
+            "Follow edges added to the graph",
+            feeds.follows.clone(),
+        );
+        registry.register(
+            "unfollows",
+            "Follow edges removed from the graph",
+            feeds.unfollows.clone(),
+        );
+        registry.register(
+            "graph_users",
+            "Users the follow graph knows",
+            feeds.users_known.clone(),
+        );
+        registry.register(
+            "users_present",
+            "Users with at least one connection on this node",
+            feeds.users_present.clone(),
+        );
         Metrics {
             registry,
             history,
@@ -253,6 +306,7 @@ impl Metrics {
             errors,
             publishes,
             publishes_unrouted,
+            feeds,
         }
     }
 
@@ -267,6 +321,26 @@ impl Metrics {
                 reason: reason.name(),
             })
             .inc();
+    }
+
+    pub fn feed_send(&self) {
+        self.feeds.sends.inc();
+    }
+
+    /// Counts a follow or unfollow batch's changed edges.
+    pub fn graph_changed(&self, follow: bool, edges: u64) {
+        let counter = if follow {
+            &self.feeds.follows
+        } else {
+            &self.feeds.unfollows
+        };
+        counter.inc_by(edges);
+    }
+
+    /// Copies the graph's gauges in, before metrics are read.
+    pub fn mirror_feeds(&self, users_known: u64, users_present: usize) {
+        self.feeds.users_known.set(users_known as i64);
+        self.feeds.users_present.set(users_present as i64);
     }
 
     pub fn error(&self, kind: ErrorKind) {
@@ -355,6 +429,7 @@ impl ErrorKind {
             crate::transport::http::RequestError::LABELS
                 .map(|label| ErrorKind::Request(label).label()),
         );
+        labels.extend(ErrorKind::GRAPH_LABELS);
         labels.extend(
             [
                 ErrorKind::OverCapacity,

@@ -7,21 +7,23 @@
 //! that is null unless used. The cursor exists only for transports that
 //! hand the client its positions as one value (Server-Sent Events ids,
 //! long-poll answers; see `myriad_protocol::cursor`): a WebSocket client
-//! reads the position of every message itself. Authentication will fill
-//! the identity (see docs/architecture.md, "Session and transport");
-//! nothing sets it yet.
+//! reads the position of every message itself. The identity is the user a
+//! connection acts as: set when a WebSocket opens with `?user=` (see
+//! `worker::feeds`); authentication will bind it to a verified token (see
+//! docs/architecture.md, "Session and transport").
 
 use std::sync::Arc;
 
+use myriad_graph::UserId;
 use myriad_protocol::cursor::write_cursor;
 use myriad_protocol::position::Position;
 use smallvec::SmallVec;
 
-/// Who a connection acts as, once authentication says so.
+/// Who a connection acts as.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
-    /// The user id (a token's `sub`).
-    pub user: Box<str>,
+    /// The user, whose feed `send` publishes to.
+    pub user: UserId,
 }
 
 /// The position reached in each subscription, in subscription order.
@@ -36,7 +38,8 @@ pub struct Session {
     pub subscriptions: SmallVec<[Arc<str>; 1]>,
     /// Kept only for transports that resume by cursor.
     cursor: Option<Box<Cursor>>,
-    /// Set by authentication; `None` for anonymous connections.
+    /// `None` for anonymous connections. Boxed: most connections have none,
+    /// and a null pointer is the smallest way to say so.
     pub identity: Option<Box<Identity>>,
 }
 

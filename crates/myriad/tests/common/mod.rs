@@ -24,11 +24,21 @@ pub struct Node {
     pub child: Child,
     pub ws: SocketAddr,
     pub admin: SocketAddr,
+    /// The node's own data directory, removed with it, unless the test
+    /// gave one (`--data-dir`) to outlive the node.
+    _data_dir: Option<tempfile::TempDir>,
 }
 
 impl Node {
-    /// Starts `myriad serve` with `extra` flags (plus ephemeral ports).
+    /// Starts `myriad serve` with `extra` flags (plus ephemeral ports, and a
+    /// fresh data directory unless `extra` names one).
     pub fn start(extra: &[&str]) -> Node {
+        let data_dir = (!extra.contains(&"--data-dir"))
+            .then(|| tempfile::tempdir().expect("a data directory"));
+        let mut own_dir = Vec::new();
+        if let Some(dir) = &data_dir {
+            own_dir = vec!["--data-dir".to_owned(), dir.path().display().to_string()];
+        }
         let mut child = Command::new(env!("CARGO_BIN_EXE_myriad"))
             .args([
                 "serve",
@@ -38,6 +48,7 @@ impl Node {
                 "127.0.0.1:0",
             ])
             .args(extra)
+            .args(&own_dir)
             .env("MYRIAD_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -54,6 +65,7 @@ impl Node {
             ws: ready["ws"].as_str().unwrap().parse().unwrap(),
             admin: ready["admin"].as_str().unwrap().parse().unwrap(),
             child,
+            _data_dir: data_dir,
         }
     }
 

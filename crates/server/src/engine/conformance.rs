@@ -219,6 +219,7 @@ impl Sim {
                     .push(a.to.conn);
             }
             Event::Answer(_) => panic!("no connection request asked for an answer"),
+            Event::Feeds(_) => panic!("engines never send feed changes"),
         }
     }
 

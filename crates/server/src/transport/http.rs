@@ -5,6 +5,7 @@
 //! Pure: a request head in, a [`StreamRequest`] or a [`RequestError`] out.
 //! The worker decides what to do with either.
 
+use myriad_graph::{UserId, UserIdError};
 use myriad_protocol::close::{CloseReason, HttpEnding};
 use myriad_protocol::cursor::{parse_cursor, CursorError};
 use myriad_protocol::handshake::{http_response, RequestHead};
@@ -52,11 +53,15 @@ pub enum RequestError {
         source_name: &'static str,
         error: CursorError,
     },
+    #[error("user: {0}")]
+    InvalidUser(UserIdError),
+    #[error("user {0} is not in the follow graph")]
+    UnknownUser(UserId),
 }
 
 impl RequestError {
     /// Every metric label, `request_` and the code.
-    pub const LABELS: [&'static str; 8] = [
+    pub const LABELS: [&'static str; 10] = [
         "request_method_not_allowed",
         "request_body_not_allowed",
         "request_unknown_parameter",
@@ -65,6 +70,8 @@ impl RequestError {
         "request_invalid_subject",
         "request_too_many_subscriptions",
         "request_invalid_position",
+        "request_invalid_user",
+        "request_unknown_user",
     ];
 
     /// The label this refusal is counted under in `myriad_errors_total`.
@@ -78,6 +85,7 @@ impl RequestError {
     pub fn status(&self) -> u16 {
         match self {
             RequestError::MethodNotAllowed => 405,
+            RequestError::UnknownUser(_) => 404,
             _ => 400,
         }
     }
@@ -95,6 +103,8 @@ impl RequestError {
             }
             RequestError::TooManySubjects { .. } => "too_many_subscriptions",
             RequestError::InvalidPosition { .. } => "invalid_position",
+            RequestError::InvalidUser(_) => "invalid_user",
+            RequestError::UnknownUser(_) => "unknown_user",
         }
     }
 
@@ -128,6 +138,21 @@ pub fn reason_phrase(status: u16) -> &'static str {
         503 => "Service Unavailable",
         _ => "Error",
     }
+}
+
+/// The user a WebSocket upgrade asks to act as (`?user=ID`), if any. Other
+/// query parameters are the application's and are left alone.
+pub fn parse_user(query: Option<&str>) -> Result<Option<UserId>, RequestError> {
+    let mut user = None;
+    for (name, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
+        if name == "user" {
+            if user.is_some() {
+                return Err(RequestError::RepeatedParameter("user"));
+            }
+            user = Some(value.parse().map_err(RequestError::InvalidUser)?);
+        }
+    }
+    Ok(user)
 }
 
 /// Reads the subjects and resume positions of a `GET` to an HTTP
@@ -269,6 +294,29 @@ mod tests {
         let text = format!("GET {target} HTTP/1.1\r\nHost: x\r\n{extra}\r\n");
         let head = parse_request(text.as_bytes(), 8192).unwrap().unwrap();
         parse_stream_request(&head, &Config::default())
+    }
+
+    #[test]
+    fn the_user_parameter_is_a_user_id_given_once() {
+        assert_eq!(parse_user(None), Ok(None));
+        assert_eq!(parse_user(Some("x=1&y")), Ok(None));
+        assert_eq!(
+            parse_user(Some("token=a&user=17")),
+            Ok(Some(UserId::new(17).unwrap()))
+        );
+        let bad = parse_user(Some("user=-3")).unwrap_err();
+        assert_eq!((bad.status(), bad.label()), (400, "request_invalid_user"));
+        let huge = parse_user(Some("user=9007199254740992")).unwrap_err();
+        assert_eq!(huge.code(), "invalid_user");
+        assert_eq!(
+            parse_user(Some("user=1&user=2")),
+            Err(RequestError::RepeatedParameter("user"))
+        );
+        let unknown = RequestError::UnknownUser(UserId::new(5).unwrap());
+        assert_eq!(
+            (unknown.status(), unknown.label()),
+            (404, "request_unknown_user")
+        );
     }
 
     #[test]

@@ -16,10 +16,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use myriad_protocol::message::{
-    encode_error, encode_history, encode_ok, encode_pong, encode_subscribed, parse_command,
-    Command, ErrorCode,
+    encode_error, encode_history, encode_ok, encode_pong, encode_published, encode_subscribed,
+    parse_command, Command, ErrorCode,
 };
 use myriad_protocol::position::Position;
+use myriad_protocol::subject::is_feed;
 
 use super::{Flow, Worker};
 use crate::conn::flags;
@@ -55,10 +56,11 @@ impl Worker {
                     }
                 }
                 let limit = self.shared.config.max_subscriptions;
-                if held.len() + new.len() > limit {
+                // Feeds the graph added are bounded by max_following instead.
+                let held = held.iter().filter(|s| !is_feed(s)).count();
+                if held + new.len() > limit {
                     let detail = format!(
-                        "{} held + {} new would pass the limit of {limit}",
-                        held.len(),
+                        "{held} held + {} new would pass the limit of {limit}",
                         new.len()
                     );
                     self.refuse(id, request, ErrorCode::TooManySubscriptions, &detail);
@@ -100,12 +102,13 @@ impl Worker {
                 let reply = Reply::Conn(self.request_of(id, request));
                 self.shared.engine.history(query, reply, &mut self.wakeups);
             }
+            Command::Send { data, .. } => return self.send_as_user(id, request, data),
             Command::Ping { .. } => self.send_reply(id, encode_pong(request).as_bytes()),
         }
         Flow::Continue
     }
 
-    fn request_of(&self, conn: ConnId, request: Option<u64>) -> ConnRequest {
+    pub(super) fn request_of(&self, conn: ConnId, request: Option<u64>) -> ConnRequest {
         ConnRequest {
             worker: self.index,
             conn,
@@ -116,11 +119,17 @@ impl Worker {
 
     fn acknowledge(&mut self, id: ConnId, request: Option<u64>) {
         if let Some(request) = request {
-            self.send_reply(id, encode_ok(request, None).as_bytes());
+            self.send_reply(id, encode_ok(request).as_bytes());
         }
     }
 
-    fn refuse(&mut self, id: ConnId, request: Option<u64>, code: ErrorCode, detail: &str) {
+    pub(super) fn refuse(
+        &mut self,
+        id: ConnId,
+        request: Option<u64>,
+        code: ErrorCode,
+        detail: &str,
+    ) {
         self.shared.metrics.error(ErrorKind::Command(code));
         self.send_reply(id, encode_error(request, code, detail).as_bytes());
     }
@@ -199,8 +208,10 @@ impl Worker {
             conn.session.advance(&attached.subject, attachment.position);
         }
         // Asked or not, the transport says whether the client must hear of
-        // it (every transport tells a failed recovery).
-        if attached.to.request.is_some() || kind.get().announces(recovered) {
+        // it (every transport tells a failed recovery). A feed is always
+        // told where the client can answer: the server may have added it.
+        let feed = is_feed(&attached.subject) && kind.get().capabilities().bidirectional;
+        if attached.to.request.is_some() || feed || kind.get().announces(recovered) {
             let reply = encode_subscribed(
                 attached.to.request,
                 &attached.subject,
@@ -265,7 +276,9 @@ impl Worker {
         match answer {
             Answer::Published(Ok(published)) => {
                 if let Some(request) = to.request {
-                    self.send_reply(to.conn, encode_ok(request, published.position).as_bytes());
+                    let reply =
+                        encode_published(request, published.position, published.subscribers);
+                    self.send_reply(to.conn, reply.as_bytes());
                 }
             }
             Answer::Published(Err(e)) => {
@@ -299,7 +312,7 @@ impl Worker {
         self.send_reply(to.conn, &body);
     }
 
-    fn remove_subscription(&mut self, id: ConnId, subject: &str) {
+    pub(super) fn remove_subscription(&mut self, id: ConnId, subject: &str) {
         if let Some(name) = self.conns[id as usize].session.remove(subject) {
             self.forget(id, &name);
         }

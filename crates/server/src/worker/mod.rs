@@ -22,6 +22,7 @@
 
 mod attaching;
 mod commands;
+mod feeds;
 mod read;
 mod request;
 
@@ -43,6 +44,7 @@ use tracing::{debug, warn};
 use crate::config::Config;
 use crate::conn::{flags, Conn, Phase};
 use crate::engine::Engine;
+use crate::feeds::Feeds;
 use crate::hub::{Event, Hub, Wakeups};
 use crate::metrics::{ErrorKind, Metrics, WorkerMetrics};
 use crate::outbound::Flushed;
@@ -81,6 +83,8 @@ pub struct Shared {
     pub config: Config,
     pub hub: Arc<Hub>,
     pub engine: Arc<dyn Engine>,
+    /// The follow graph's keeper, presence and known users.
+    pub feeds: Feeds,
     pub metrics: Arc<Metrics>,
     /// Open client connections on the node, checked against `max_connections`.
     pub connections: AtomicUsize,
@@ -435,6 +439,10 @@ impl Worker {
                     self.on_answer(*answer);
                     continue;
                 }
+                Event::Feeds(change) => {
+                    self.on_feed_change(*change);
+                    continue;
+                }
             };
             // Each transport's form of it, made once for every recipient here.
             let mut forms: [Option<Bytes>; TransportKind::COUNT] = Default::default();
@@ -647,6 +655,10 @@ impl Worker {
         // No epoll_ctl(DEL): the descriptor is never duplicated, so closing it
         // (dropping the Conn) removes it from epoll, one syscall cheaper.
         let conn = self.conns.remove(id as usize);
+        if let Some(identity) = &conn.session.identity {
+            let gone = self.request_of(id, None);
+            self.shared.feeds.presence.remove(identity.user, &gone);
+        }
         self.queued_frames -= conn.outbound.as_ref().map_or(0, |out| out.len());
         self.shared.connections.fetch_sub(1, Ordering::Relaxed);
         self.metrics.connections.dec();

@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use myriad_graph::UserId;
 use myriad_protocol::close::CloseReason;
 use myriad_protocol::handshake::{parse_request, switching_protocols};
 
@@ -21,7 +22,8 @@ use crate::conn::{flags, Phase};
 use crate::metrics::ErrorKind;
 use crate::registry::ConnId;
 use crate::transport::http::{
-    error_response, parse_stream_request, preflight_response, StreamRequest,
+    error_response, parse_stream_request, parse_user, preflight_response, RequestError,
+    StreamRequest,
 };
 use crate::transport::TransportKind;
 
@@ -82,12 +84,26 @@ impl Worker {
         match endpoint {
             Endpoint::WebSocket(phase) => match head.upgrade() {
                 Ok(upgrade) => {
+                    let user = match self.user_of(head.query) {
+                        Ok(user) => user,
+                        Err(e) => {
+                            self.refuse_request(
+                                id,
+                                ErrorKind::Request(e.label()),
+                                e.response(config),
+                            );
+                            return Some(buf.len());
+                        }
+                    };
                     self.set_transport(id, TransportKind::WebSocket);
                     let now = self.clock.now;
                     let conn = &mut self.conns[id as usize];
                     conn.enter(phase, now);
                     conn.last_message = now;
                     self.send(id, Bytes::from(switching_protocols(upgrade.key, None)));
+                    if let Some(user) = user {
+                        self.open_as_user(id, user);
+                    }
                     Some(upgrade.header_len)
                 }
                 Err(e) => {
@@ -120,6 +136,17 @@ impl Worker {
                     Some(buf.len())
                 }
             },
+        }
+    }
+
+    /// The known user a WebSocket upgrade asks to act as, if any.
+    fn user_of(&self, query: Option<&str>) -> Result<Option<UserId>, RequestError> {
+        let user = parse_user(query)?;
+        match user {
+            Some(user) if !self.shared.feeds.known.contains(user) => {
+                Err(RequestError::UnknownUser(user))
+            }
+            _ => Ok(user),
         }
     }
 

@@ -1,4 +1,5 @@
 //! The admin/API listener: the HTTP publish and history API for backends,
+//! the follow graph's API ([`graph`]),
 //! `/stats`, `/metrics`, `/healthz`, and the routes to the live status page
 //! (`/status`, `/status/events`, served by [`status`]).
 //!
@@ -34,7 +35,10 @@ use serde_json::value::RawValue;
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
+mod graph;
+
 use crate::engine::{HistoryQuery, Published, Reply};
+use crate::feeds::{Direction, Relation};
 use crate::hub::Wakeups;
 use crate::metrics::ErrorKind;
 use crate::process;
@@ -119,11 +123,20 @@ async fn route(
 async fn whole_reply(req: Request<Incoming>, shared: &Shared, started: Instant) -> HttpReply {
     match (req.method(), req.uri().path()) {
         (&Method::POST, "/api/publish") => publish(req, shared).await,
+        (&Method::POST, "/api/publish_as") => graph::publish_as(req, shared).await,
+        (&Method::POST, "/api/follow") => graph::change(req, shared, Direction::Follow).await,
+        (&Method::POST, "/api/unfollow") => graph::change(req, shared, Direction::Unfollow).await,
+        (&Method::POST, "/api/users") => graph::add_users(req, shared).await,
+        (&Method::GET, "/api/followers") => graph::read(req, shared, Relation::Followers).await,
+        (&Method::GET, "/api/following") => graph::read(req, shared, Relation::Following).await,
         (&Method::GET, "/api/history") => history(req, shared).await,
         (&Method::GET, "/stats") => json_reply(StatusCode::OK, &stats(shared, started)),
         (&Method::GET, "/status") => status::page(),
         (&Method::GET, "/metrics") => {
             shared.metrics.mirror_engine(&shared.engine.stats());
+            shared
+                .metrics
+                .mirror_feeds(shared.feeds.known.count(), shared.feeds.presence.users());
             let mut reply = Response::new(Full::new(Bytes::from(shared.metrics.render())));
             reply.headers_mut().insert(
                 CONTENT_TYPE,
@@ -142,8 +155,9 @@ async fn whole_reply(req: Request<Incoming>, shared: &Shared, started: Instant) 
         }
         (
             _,
-            "/api/publish" | "/api/history" | "/stats" | "/metrics" | "/healthz" | "/status"
-            | "/status/events",
+            "/api/publish" | "/api/history" | "/api/publish_as" | "/api/follow" | "/api/unfollow"
+            | "/api/users" | "/api/followers" | "/api/following" | "/stats" | "/metrics"
+            | "/healthz" | "/status" | "/status/events",
         ) => text_reply(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"),
         _ => text_reply(StatusCode::NOT_FOUND, "not found\n"),
     }
@@ -181,18 +195,19 @@ fn refuse_unauthorized(req: &Request<Incoming>, shared: &Shared) -> Option<HttpR
     ))
 }
 
-async fn publish(req: Request<Incoming>, shared: &Shared) -> HttpReply {
+/// An authorized request's whole body, within `max_http_body`.
+async fn read_body(req: Request<Incoming>, shared: &Shared) -> Result<Bytes, HttpReply> {
     if let Some(refusal) = refuse_unauthorized(&req, shared) {
-        return refusal;
+        return Err(refusal);
     }
-    let body = match Limited::new(req.into_body(), shared.config.max_http_body)
+    match Limited::new(req.into_body(), shared.config.max_http_body)
         .collect()
         .await
     {
-        Ok(collected) => collected.to_bytes(),
+        Ok(collected) => Ok(collected.to_bytes()),
         Err(e) => {
             shared.metrics.error(ErrorKind::ApiBadRequest);
-            return if e.is::<http_body_util::LengthLimitError>() {
+            Err(if e.is::<http_body_util::LengthLimitError>() {
                 error_reply(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     "body_too_large",
@@ -200,15 +215,25 @@ async fn publish(req: Request<Incoming>, shared: &Shared) -> HttpReply {
                 )
             } else {
                 error_reply(StatusCode::BAD_REQUEST, "bad_body", &e.to_string())
-            };
+            })
         }
+    }
+}
+
+/// The refusal of a body that is not JSON of the expected shape.
+fn bad_json(shared: &Shared, error: &serde_json::Error) -> HttpReply {
+    shared.metrics.error(ErrorKind::ApiBadRequest);
+    error_reply(StatusCode::BAD_REQUEST, "invalid_json", &error.to_string())
+}
+
+async fn publish(req: Request<Incoming>, shared: &Shared) -> HttpReply {
+    let body = match read_body(req, shared).await {
+        Ok(body) => body,
+        Err(reply) => return reply,
     };
     let request: PublishRequest<'_> = match serde_json::from_slice(&body) {
         Ok(r) => r,
-        Err(e) => {
-            shared.metrics.error(ErrorKind::ApiBadRequest);
-            return error_reply(StatusCode::BAD_REQUEST, "invalid_json", &e.to_string());
-        }
+        Err(e) => return bad_json(shared, &e),
     };
     let (items, batch) = match request {
         PublishRequest {
@@ -235,6 +260,14 @@ async fn publish(req: Request<Incoming>, shared: &Shared) -> HttpReply {
         if let Err(e) = subject::validate(&item.subject, shared.config.max_subject_len) {
             shared.metrics.error(ErrorKind::ApiBadRequest);
             return error_reply(StatusCode::BAD_REQUEST, "invalid_subject", &e.to_string());
+        }
+        if subject::is_feed(&item.subject) {
+            shared.metrics.error(ErrorKind::ApiBadRequest);
+            return error_reply(
+                StatusCode::BAD_REQUEST,
+                "reserved_subject",
+                &format!("{}: a user's feed takes only /api/publish_as", item.subject),
+            );
         }
     }
     let mut wakeups = Wakeups::default();
@@ -445,6 +478,10 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
             "evictions": history.evictions,
         },
         "slow_consumer_disconnects": s.closed(CloseReason::SlowConsumer),
+        "graph": {
+            "users": shared.feeds.known.count(),
+            "users_present": shared.feeds.presence.users(),
+        },
         "transports": TransportKind::ALL
             .iter()
             .map(|kind| {

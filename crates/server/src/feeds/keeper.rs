@@ -1,0 +1,246 @@
+//! The keeper: the one thread that holds the graph [`Store`].
+//!
+//! Store calls block (SQLite reads pages from disk, a network store waits
+//! for a round trip), so they never run on a worker or on the admin
+//! listener's event loop: both hand the keeper a [`Job`] and go on. Sends
+//! never come here at all (see the module above).
+//!
+//! Being one thread is what keeps feeds right without locks across the
+//! store and the workers. Every follow, unfollow and connect-time read is
+//! applied in one order, and the keeper tells a worker about each in that
+//! order, through the worker's mailbox. So when a connection opens while
+//! its user's follows are changing, the read of whom the user follows and
+//! each change reach its worker in the order they happened in the store,
+//! and the worker ends with the store's answer: a change made before the
+//! read is in the read, and one made after arrives after it. A connection
+//! is in [`Presence`] before its read is asked for, so no change can fall
+//! between the two.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender};
+use myriad_graph::{Edge, Store, StoreError, UserId};
+use tokio::sync::oneshot;
+use tracing::warn;
+
+use super::{
+    settling, Applied, Direction, FeedChange, Feeds, FeedsError, KnownUsers, Presence, Relation,
+};
+use crate::engine::ConnRequest;
+use crate::hub::{Event, Hub, Wakeups};
+
+/// Rows per store read when paging through a user's followings at connect.
+const OPEN_PAGE: usize = 1_000;
+
+/// Users read per page when loading the known users at start.
+const KNOWN_PAGE: usize = 100_000;
+
+/// Work for the keeper.
+pub(crate) enum Job {
+    /// A connection of `user` opened: tell its worker whom the user follows.
+    Open {
+        user: UserId,
+        to: ConnRequest,
+    },
+    Change {
+        direction: Direction,
+        edges: Vec<Edge>,
+        reply: oneshot::Sender<Result<Applied, FeedsError>>,
+    },
+    AddUsers {
+        users: Vec<UserId>,
+        reply: oneshot::Sender<Result<u64, FeedsError>>,
+    },
+    Read {
+        relation: Relation,
+        user: UserId,
+        after: Option<UserId>,
+        limit: usize,
+        reply: oneshot::Sender<Result<Vec<UserId>, FeedsError>>,
+    },
+    Stop,
+}
+
+/// The keeper's queue and thread, as the node holds them.
+pub(crate) struct Handle {
+    jobs: Sender<Job>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Handle {
+    pub(crate) fn send(&self, job: Job) {
+        // Fails only once the keeper has stopped, at shutdown; a job's
+        // reply channel then closes, which its caller reports.
+        let _ = self.jobs.send(job);
+    }
+
+    pub(crate) fn stop(&self) {
+        self.send(Job::Stop);
+        if let Some(thread) = self.thread.lock().expect("keeper lock poisoned").take() {
+            if thread.join().is_err() {
+                warn!("the graph keeper panicked");
+            }
+        }
+    }
+}
+
+/// The keeper thread's state.
+pub struct Keeper {
+    store: Box<dyn Store>,
+    hub: Arc<Hub>,
+    presence: Arc<Presence>,
+    known: Arc<KnownUsers>,
+    max_following: u64,
+}
+
+impl Keeper {
+    /// Loads the known users from `store` and starts the keeper thread.
+    pub fn start(
+        mut store: Box<dyn Store>,
+        hub: Arc<Hub>,
+        max_following: u64,
+    ) -> Result<Feeds, StoreError> {
+        let known = Arc::new(KnownUsers::default());
+        let mut after = None;
+        loop {
+            let page = store.users(after, KNOWN_PAGE)?;
+            after = page.last().copied();
+            let full = page.len() == KNOWN_PAGE;
+            known.extend(page);
+            if !full {
+                break;
+            }
+        }
+        let presence = Arc::new(Presence::default());
+        let keeper = Keeper {
+            store,
+            hub,
+            presence: Arc::clone(&presence),
+            known: Arc::clone(&known),
+            max_following,
+        };
+        let (jobs, queue) = crossbeam_channel::unbounded();
+        let thread = std::thread::Builder::new()
+            .name("myriad-graph".into())
+            .spawn(move || keeper.run(queue))
+            .map_err(|e| StoreError::Backend(format!("cannot start the graph keeper: {e}")))?;
+        Ok(Feeds {
+            keeper: Handle {
+                jobs,
+                thread: Mutex::new(Some(thread)),
+            },
+            presence,
+            known,
+        })
+    }
+
+    fn run(mut self, queue: Receiver<Job>) {
+        while let Ok(job) = queue.recv() {
+            match job {
+                Job::Open { user, to } => self.open(user, to),
+                Job::Change {
+                    direction,
+                    edges,
+                    reply,
+                } => {
+                    let _ = reply.send(self.change(direction, &edges));
+                }
+                Job::AddUsers { users, reply } => {
+                    let added = self.store.add_users(&users).map_err(FeedsError::from);
+                    if added.is_ok() {
+                        self.known.extend(users);
+                    }
+                    let _ = reply.send(added);
+                }
+                Job::Read {
+                    relation,
+                    user,
+                    after,
+                    limit,
+                    reply,
+                } => {
+                    let page = match relation {
+                        Relation::Followers => self.store.followers(user, after, limit),
+                        Relation::Following => self.store.following(user, after, limit),
+                    };
+                    let _ = reply.send(page.map_err(FeedsError::from));
+                }
+                Job::Stop => return,
+            }
+        }
+    }
+
+    fn open(&mut self, user: UserId, to: ConnRequest) {
+        let mut feeds = Vec::new();
+        let mut after = None;
+        while (feeds.len() as u64) < self.max_following {
+            let page = match self.store.following(user, after, OPEN_PAGE) {
+                Ok(page) => page,
+                Err(e) => {
+                    warn!(%user, error = %e, "cannot read whom a connecting user follows");
+                    break;
+                }
+            };
+            after = page.last().copied();
+            let full = page.len() == OPEN_PAGE;
+            feeds.extend(page);
+            if !full {
+                break;
+            }
+        }
+        feeds.truncate(self.max_following as usize);
+        let change = FeedChange {
+            to,
+            direction: Direction::Follow,
+            feeds,
+            ack: None,
+        };
+        let mut wakeups = Wakeups::default();
+        self.hub
+            .send(to.worker, Event::Feeds(Box::new(change)), &mut wakeups);
+        self.hub.wake(wakeups);
+    }
+
+    fn change(&mut self, direction: Direction, edges: &[Edge]) -> Result<Applied, FeedsError> {
+        let changed = match direction {
+            Direction::Follow => self.store.follow(edges)?,
+            Direction::Unfollow => self.store.unfollow(edges)?,
+        };
+        if direction == Direction::Follow {
+            self.known
+                .extend(edges.iter().flat_map(|e| [e.follower, e.followee]));
+        }
+        // Every edge of the batch, changed or not, is sent on: a connection
+        // that already agrees ignores it, and one that had drifted is put
+        // right. Grouped per connection, one event each.
+        let mut per_conn: HashMap<(usize, u32, u32), FeedChange> = HashMap::new();
+        let (maker, settled) = settling();
+        for edge in edges {
+            for to in self.presence.connections(edge.follower) {
+                per_conn
+                    .entry((to.worker, to.conn, to.life))
+                    .or_insert_with(|| FeedChange {
+                        to,
+                        direction,
+                        feeds: Vec::new(),
+                        ack: Some(maker.ack()),
+                    })
+                    .feeds
+                    .push(edge.followee);
+            }
+        }
+        drop(maker);
+        let mut wakeups = Wakeups::default();
+        for (_, change) in per_conn {
+            self.hub.send(
+                change.to.worker,
+                Event::Feeds(Box::new(change)),
+                &mut wakeups,
+            );
+        }
+        self.hub.wake(wakeups);
+        Ok(Applied { changed, settled })
+    }
+}

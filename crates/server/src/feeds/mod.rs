@@ -1,0 +1,219 @@
+//! Feeds: the follow graph wired into delivery ("send as user X").
+//!
+//! User X's feed is the subject `@X`. A connection that acts as a user is
+//! subscribed, through the ordinary subscription path, to its own feed and
+//! to the feed of everyone its user follows; sending as X is publishing to
+//! `@X`. So a send costs what any publish to a subject with that many
+//! subscribers costs, fans out per worker like every other publication, and
+//! touches no graph data: nothing on the send path looks up followers, takes
+//! a graph lock, or waits on disk. docs/architecture.md ("Feeds") gives the
+//! measurements behind choosing this over expanding followers on each send.
+//!
+//! This module owns what the graph needs beyond the engine:
+//! - [`Keeper`](keeper): the one thread that holds the [`Store`]. It reads
+//!   whom a user follows when the user connects and applies follows and
+//!   unfollows, telling the workers of affected connections in the same
+//!   order, so a connection's feeds never disagree with the graph.
+//! - [`Presence`](presence): which users are connected to this node, on
+//!   which connections.
+//! - [`KnownUsers`]: the ids the graph knows, kept in memory so that a
+//!   connect or a send can be refused for an unknown user without a read.
+//!
+//! [`Store`]: myriad_graph::Store
+
+pub mod keeper;
+pub mod presence;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use myriad_graph::{Edge, StoreError, UserId};
+use myriad_protocol::subject::FEED_PREFIX;
+use roaring::RoaringTreemap;
+use tokio::sync::oneshot;
+
+use crate::engine::ConnRequest;
+pub use keeper::Keeper;
+pub use presence::Presence;
+
+/// The subject of `user`'s feed.
+pub fn feed_subject(user: UserId) -> String {
+    format!("{FEED_PREFIX}{user}")
+}
+
+/// The ids the graph knows (contract clause 1 of `myriad_graph::store`).
+/// A compressed bitmap: a million dense ids take about 130 KB.
+#[derive(Debug, Default)]
+pub struct KnownUsers(RwLock<RoaringTreemap>);
+
+impl KnownUsers {
+    pub fn contains(&self, user: UserId) -> bool {
+        self.0
+            .read()
+            .expect("known-users lock poisoned")
+            .contains(user.get())
+    }
+
+    pub fn extend(&self, users: impl IntoIterator<Item = UserId>) {
+        let mut known = self.0.write().expect("known-users lock poisoned");
+        for user in users {
+            known.insert(user.get());
+        }
+    }
+
+    pub fn count(&self) -> u64 {
+        self.0.read().expect("known-users lock poisoned").len()
+    }
+}
+
+/// Which way a change goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Follow,
+    Unfollow,
+}
+
+/// A change to one connection's feed subscriptions, for its worker.
+#[derive(Debug)]
+pub struct FeedChange {
+    pub to: ConnRequest,
+    pub direction: Direction,
+    /// The users whose feeds to add or drop.
+    pub feeds: Vec<UserId>,
+    /// Held until the worker has applied the change (or dropped it: the
+    /// connection is gone), which is what a follow's acknowledgement waits
+    /// for.
+    pub ack: Option<Ack>,
+}
+
+/// One outstanding application of a follow or unfollow batch; the batch is
+/// settled when every `Ack` made for it has been dropped.
+#[derive(Debug)]
+pub struct Ack(Arc<Settling>);
+
+#[derive(Debug)]
+struct Settling {
+    left: AtomicUsize,
+    done: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+impl Drop for Ack {
+    fn drop(&mut self) {
+        if self.0.left.fetch_sub(1, Ordering::AcqRel) == 1 {
+            if let Some(done) = self.0.done.lock().expect("ack lock poisoned").take() {
+                // The waiter may have given up; then nobody needs to hear.
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+/// Makes acks for one batch; `settled` fires once the last is dropped
+/// (at once when none was made).
+fn settling() -> (AckMaker, oneshot::Receiver<()>) {
+    let (tx, rx) = oneshot::channel();
+    let state = Arc::new(Settling {
+        // The maker holds one count until it is finished.
+        left: AtomicUsize::new(1),
+        done: Mutex::new(Some(tx)),
+    });
+    (AckMaker(Ack(state)), rx)
+}
+
+/// Hands out [`Ack`]s for one batch; dropping it says no more will come.
+#[derive(Debug)]
+struct AckMaker(Ack);
+
+impl AckMaker {
+    fn ack(&self) -> Ack {
+        self.0 .0.left.fetch_add(1, Ordering::AcqRel);
+        Ack(Arc::clone(&self.0 .0))
+    }
+}
+
+/// A follow or unfollow batch, as applied.
+#[derive(Debug)]
+pub struct Applied {
+    /// Edges that changed (new follows, or removed ones).
+    pub changed: u64,
+    /// Fires when every connected follower's worker has applied the batch.
+    pub settled: oneshot::Receiver<()>,
+}
+
+/// A paged read of the graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Relation {
+    Followers,
+    Following,
+}
+
+/// What the rest of the node holds of the feeds: a handle to the keeper,
+/// presence, and the known users.
+pub struct Feeds {
+    keeper: keeper::Handle,
+    pub presence: Arc<Presence>,
+    pub known: Arc<KnownUsers>,
+}
+
+impl Feeds {
+    /// A connection of `user` opened: its worker hears which feeds to add.
+    pub fn opened(&self, user: UserId, to: ConnRequest) {
+        self.keeper.send(keeper::Job::Open { user, to });
+    }
+
+    /// Applies a follow or unfollow batch.
+    pub async fn change(
+        &self,
+        direction: Direction,
+        edges: Vec<Edge>,
+    ) -> Result<Applied, FeedsError> {
+        let (reply, answer) = oneshot::channel();
+        self.keeper.send(keeper::Job::Change {
+            direction,
+            edges,
+            reply,
+        });
+        answer.await.map_err(|_| FeedsError::Stopped)?
+    }
+
+    /// Makes `users` known; answers how many were new.
+    pub async fn add_users(&self, users: Vec<UserId>) -> Result<u64, FeedsError> {
+        let (reply, answer) = oneshot::channel();
+        self.keeper.send(keeper::Job::AddUsers { users, reply });
+        answer.await.map_err(|_| FeedsError::Stopped)?
+    }
+
+    /// One page of a user's followers or followings.
+    pub async fn read(
+        &self,
+        relation: Relation,
+        user: UserId,
+        after: Option<UserId>,
+        limit: usize,
+    ) -> Result<Vec<UserId>, FeedsError> {
+        let (reply, answer) = oneshot::channel();
+        self.keeper.send(keeper::Job::Read {
+            relation,
+            user,
+            after,
+            limit,
+            reply,
+        });
+        answer.await.map_err(|_| FeedsError::Stopped)?
+    }
+
+    /// Stops the keeper once it has finished the jobs already sent, and
+    /// waits for it.
+    pub fn stop(&self) {
+        self.keeper.stop();
+    }
+}
+
+/// Why a feeds request failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FeedsError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("the graph keeper has stopped")]
+    Stopped,
+}

@@ -1,0 +1,85 @@
+//! A connection acting as a user: present on the node, subscribed to the
+//! feeds its user follows (kept in step with the graph by the keeper's
+//! changes), and sending to its own feed.
+//!
+//! Feed subscriptions are ordinary subscriptions of subjects `@<user>`,
+//! made through [`Worker::add_subscription`] like a client's, so fan-out,
+//! limits on the outbound queue and cleanup at close need nothing of
+//! their own. They are not counted against `max_subscriptions` (the graph
+//! has its own bound, `max_following`).
+
+use myriad_graph::UserId;
+use myriad_protocol::message::ErrorCode;
+use serde_json::value::RawValue;
+
+use super::{Flow, Worker};
+use crate::engine::Reply;
+use crate::feeds::{feed_subject, Direction, FeedChange};
+use crate::registry::ConnId;
+use crate::session::Identity;
+
+impl Worker {
+    /// Opens `id` as `user`. The connection is present on the node before
+    /// the keeper is asked whom its user follows (see `feeds::keeper`), and
+    /// gets its own feed at once.
+    pub(super) fn open_as_user(&mut self, id: ConnId, user: UserId) {
+        self.conns[id as usize].session.identity = Some(Box::new(Identity { user }));
+        let me = self.request_of(id, None);
+        self.shared.feeds.presence.add(user, me);
+        self.add_subscription(id, &feed_subject(user), None, None);
+        self.shared.feeds.opened(user, me);
+    }
+
+    /// Applies a change from the keeper. A change for a connection that has
+    /// closed since is dropped, which settles its part of the batch too.
+    pub(super) fn on_feed_change(&mut self, change: FeedChange) {
+        let id = change.to.conn;
+        let same_life = self.lives.get(id as usize) == Some(&change.to.life);
+        if !same_life
+            || !self
+                .conns
+                .get(id as usize)
+                .is_some_and(|c| c.phase.is_open())
+        {
+            return;
+        }
+        for &user in &change.feeds {
+            let subject = feed_subject(user);
+            match change.direction {
+                Direction::Follow => {
+                    if !self.conns[id as usize].session.holds(&subject) {
+                        self.add_subscription(id, &subject, None, None);
+                    }
+                }
+                Direction::Unfollow => self.remove_subscription(id, &subject),
+            }
+        }
+        // `change.ack` is dropped here, after the attaches: an engine places
+        // a subject's later publications behind an attach (its contract,
+        // clause 3), so a send acknowledged after this reaches the feed.
+    }
+
+    /// `send`: publishes `data` to the feed of the connection's user.
+    pub(super) fn send_as_user(
+        &mut self,
+        id: ConnId,
+        request: Option<u64>,
+        data: &RawValue,
+    ) -> Flow {
+        let Some(identity) = self.conns[id as usize].session.identity.as_deref() else {
+            let detail = "send needs a connection opened as a user (?user=ID)";
+            self.refuse(id, request, ErrorCode::NoUser, detail);
+            return Flow::Continue;
+        };
+        let subject = feed_subject(identity.user);
+        self.shared.metrics.feed_send();
+        let reply = Reply::Conn(self.request_of(id, request));
+        self.shared
+            .engine
+            .publish(&subject, data.get(), reply, &mut self.wakeups);
+        if self.shared.engine.congested() {
+            return Flow::Pause;
+        }
+        Flow::Continue
+    }
+}
