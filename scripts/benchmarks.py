@@ -32,6 +32,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -338,7 +339,9 @@ def start_node(binary, flags):
         [binary, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", *flags],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-        env={**os.environ, "MYRIAD_LOG": "warn"},
+        # A data directory of its own (through the environment, which older
+        # builds compared as a baseline ignore).
+        env={**os.environ, "MYRIAD_LOG": "warn", "MYRIAD_DATA_DIR": tempfile.mkdtemp(prefix="myriad-")},
     )
     ready = json.loads(proc.stdout.readline())
     return proc, ready["ws"], ready["admin"]

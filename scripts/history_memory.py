@@ -18,6 +18,7 @@ import os
 import signal
 import statistics
 import subprocess
+import tempfile
 import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,7 +42,7 @@ def run_once(binary, count, subjects):
          "--workers", "1", "--history-size", "1000", "--history-ttl", "0s",
          "--history-max-bytes", str(4 << 30)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        env={**os.environ, "MYRIAD_LOG": "warn"},
+        env={**os.environ, "MYRIAD_LOG": "warn", "MYRIAD_DATA_DIR": tempfile.mkdtemp(prefix="myriad-")},
     )
     try:
         admin = json.loads(node.stdout.readline())["admin"]

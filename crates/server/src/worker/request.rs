@@ -101,7 +101,8 @@ impl Worker {
                     conn.enter(phase, now);
                     conn.last_message = now;
                     self.send(id, Bytes::from(switching_protocols(upgrade.key, None)));
-                    if let Some(user) = user {
+                    // The echo endpoint carries no pub/sub, so no feeds.
+                    if let (Some(user), Phase::PubSub) = (user, phase) {
                         self.open_as_user(id, user);
                     }
                     Some(upgrade.header_len)
