@@ -13,8 +13,11 @@
 //!    ([`util::fmt`]), timestamps in messages ([`util::payload`]), other
 //!    servers' dialects ([`util::profile`]), the client side of HTTP/1.1
 //!    with one pure reader per receive-only transport ([`util::http`]),
-//!    /stats figures ([`util::stats`]), counters, clocks, errors, and this
-//!    process's usage ([`util::sys`]).
+//!    /stats figures ([`util::stats`]), the follow graph and who sends
+//!    ([`util::graph`]), received offsets ([`util::offsets`]), the social
+//!    workload's judge of every send ([`util::judge`]) and its follow churn
+//!    ([`util::toggles`]), counters, clocks, errors, and this process's
+//!    usage ([`util::sys`]).
 //! 2. The data between layers: [`schema`], the JSON lines the coordinator
 //!    and its workers exchange (spec, tasks, control, snapshots, final
 //!    reports), and [`outcome`], a finished run as plain data for the
@@ -57,6 +60,7 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
         Workload::Broadcast(a) => w::broadcast::run(&cmd, a),
         Workload::Run(a) => w::run::run(&cmd, a),
         Workload::Churn(a) => w::churn::run(&cmd, a),
+        Workload::Social(a) => w::social::run(&cmd, a),
     };
     let g = &cmd.global;
     let result = outcome.and_then(Report::build).and_then(|report| {

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use crate::schema::Done;
 use crate::util::histogram::{Micros, Summary};
+use crate::util::judge::Tally;
 use crate::util::sys::ListenCounters;
 
 /// What a worker does, for grouping figures.
@@ -68,6 +69,8 @@ pub struct Outcome {
     pub broadcast: Option<Broadcast>,
     /// churn figures.
     pub churn: Option<ChurnReport>,
+    /// social figures.
+    pub social: Option<SocialReport>,
 }
 
 /// /stats of every node before the load and at the end.
@@ -284,5 +287,95 @@ impl ChurnReport {
         .filter(|&(n, _)| n > 0)
         .map(|(n, what)| format!("{n} {what}"))
         .collect()
+    }
+}
+
+/// Social figures: the graph, the sends, the follow churn, and the verdict
+/// on every (send, connection) pair.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SocialReport {
+    /// Users in the graph file.
+    pub graph_users: u64,
+    /// Edges in the graph file.
+    pub graph_edges: u64,
+    /// Connected users.
+    pub users: u64,
+    /// Connections each holds.
+    pub connections_per_user: u64,
+    /// Edges among the connected users at the start.
+    pub edges_among_users: u64,
+    /// How senders were drawn (uniform, degree).
+    pub sender: String,
+    /// Sends per second asked for.
+    pub rate: f64,
+    /// Sends fired.
+    pub sends: u64,
+    /// Sends answered `ok`.
+    pub acked: u64,
+    /// Sends answered with an error.
+    pub refused: u64,
+    /// Sends fired and never answered.
+    pub unanswered: u64,
+    /// Sends due from a connection that was gone, not made.
+    pub not_made: u64,
+    /// Connections the node said the answered sends reached, summed.
+    pub reached: u64,
+    /// The verdict on every (send, connection) pair.
+    #[serde(flatten)]
+    pub tally: Tally,
+    /// Follow and unfollow operations per second asked for.
+    pub follow_rate: f64,
+    /// Follows made.
+    pub follows: u64,
+    /// Unfollows made.
+    pub unfollows: u64,
+    /// Admin requests that carried them.
+    pub follow_requests: u64,
+    /// Of those, not answered 2xx: their edges are in flight from then on.
+    pub follow_requests_failed: u64,
+    /// Time from a follow or unfollow request to its answer.
+    pub follow_latency: Summary,
+    /// `subscribed` notices the connections had for follows made.
+    pub follow_notices: u64,
+    /// Notices owed: one per connection of the follower per follow made.
+    pub follow_notices_expected: u64,
+    /// Feeds a connection was subscribed to at connect that its user does
+    /// not follow in the file (or twice): the node holds another graph.
+    pub feeds_mismatched: u64,
+    /// Connections that never had all their feeds at connect.
+    pub not_set_up: u64,
+    /// The node's CPU seconds from the first send until the drain ended.
+    pub server_cpu_secs: Option<f64>,
+    /// Of that, per answered send, µs.
+    pub server_cpu_us_per_send: Option<f64>,
+    /// Of that, per delivery received, µs.
+    pub server_cpu_us_per_delivery: Option<f64>,
+}
+
+impl SocialReport {
+    /// What went wrong, one phrase each; empty when every connection got
+    /// every send it was owed exactly once and nothing else, and every
+    /// request was answered.
+    pub fn problems(&self) -> Vec<String> {
+        let notices = self.follow_notices.abs_diff(self.follow_notices_expected);
+        let mut out = self.tally.problems();
+        out.extend(
+            [
+                (self.refused, "sends refused"),
+                (self.unanswered, "sends never answered"),
+                (self.not_made, "sends not made (their connection was gone)"),
+                (self.follow_requests_failed, "follow requests failed"),
+                (notices, "follow notices missing or extra"),
+                (
+                    self.feeds_mismatched,
+                    "feeds at connect not in the graph file",
+                ),
+                (self.not_set_up, "connections never set up"),
+            ]
+            .into_iter()
+            .filter(|&(n, _)| n > 0)
+            .map(|(n, what)| format!("{n} {what}")),
+        );
+        out
     }
 }

@@ -22,7 +22,9 @@ use crate::util::addr::{PortMode, Sources, Target};
 use crate::util::clock::Span;
 use crate::util::continuity::Reached;
 use crate::util::counters::Counters;
+use crate::util::graph::Senders;
 use crate::util::histogram::{self, HistogramError, Micros};
+use crate::util::judge::{FeedReceipt, SendRecord};
 use crate::util::pacing::{Schedule, Share};
 use crate::util::pattern::{Assignment, Pattern, PublishOrder};
 use crate::util::profile::Profile;
@@ -64,6 +66,9 @@ pub enum Task {
     Churn(ChurnTask),
     /// Paced publishing.
     Publish(PublishTask),
+    /// Users of a follow graph that send as themselves and receive the
+    /// feeds they follow.
+    Social(SocialTask),
 }
 
 /// Coordinator → worker, after the spec.
@@ -191,6 +196,60 @@ pub struct ChurnTask {
     pub close: CloseMode,
 }
 
+/// One social worker's job: some of the connected users, every connection
+/// of each, and the sends of those users.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SocialTask {
+    /// Slot of its first user among the connected users; user slot s holds
+    /// connections `s × conns_per_user ..` of the run.
+    pub first_user: u64,
+    /// Its users, in slot order.
+    pub users: Vec<SocialUser>,
+    /// Connections each user holds.
+    pub conns_per_user: u32,
+    /// Handshakes in flight at most.
+    pub in_flight: u32,
+    /// New connections per second at most (0: no limit).
+    pub connect_rate: f64,
+    /// When every send of the run is due; a worker fires those whose
+    /// sender it holds.
+    pub sends: Schedule,
+    /// Who sends each send (a user slot).
+    pub senders: Senders,
+    /// Size of each send's data, bytes.
+    pub size: usize,
+}
+
+/// A connected user, as its worker needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SocialUser {
+    /// Its id: connections ask for `?user=ID`.
+    pub id: u64,
+    /// Whom it follows in the graph file, ascending: with its own, the
+    /// feeds each connection must be subscribed to before the run starts.
+    pub follows: Vec<u64>,
+}
+
+/// What a social worker's users sent and its connections received.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SocialDone {
+    /// Every send answered with a position.
+    pub sends: Vec<SendRecord>,
+    /// Sends fired but never answered.
+    pub unanswered: u64,
+    /// Every connection it held (set up or not), with what it received.
+    pub receipts: Vec<ConnReceipts>,
+}
+
+/// What one connection received, feed by feed.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ConnReceipts {
+    /// The connection's global index (its user is slot index ÷ connections per user).
+    pub index: u64,
+    /// Its feeds, one entry per (feed, epoch).
+    pub feeds: Vec<FeedReceipt>,
+}
+
 /// How a connection ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -272,6 +331,8 @@ pub struct Done {
     pub sent: Option<Span>,
     /// Where each subscription joined and stopped (churn).
     pub reached: Option<Vec<Reached>>,
+    /// Sends and receipts (social).
+    pub social: Option<SocialDone>,
     /// RSS before any connection, bytes.
     pub rss_start: u64,
     /// RSS when set-up finished, bytes.

@@ -25,6 +25,7 @@ fn done_line(values: &[u64]) -> String {
         received: None,
         sent: None,
         reached: None,
+        social: None,
         rss_start: 0,
         rss_ready: 0,
         conns_ready: 0,

@@ -1,10 +1,13 @@
-//! The server's own figures: a background poller of myriad's `GET /stats`.
+//! The coordinator's client of the node's admin API: a background poller
+//! of myriad's `GET /stats`, and the `POST`s a workload makes itself (the
+//! social workload's follows and unfollows).
 //!
-//! A tiny blocking HTTP/1.1 client on its own thread, once a second, so a
-//! slow admin endpoint never stalls the coordinator. A run may load several
-//! nodes; their figures are summed, as one system under test. The report
-//! reads the first and latest answers and the timeline reads each one;
-//! what they say is read by [`ServerFigures`](crate::util::stats::ServerFigures).
+//! A tiny blocking HTTP/1.1 client; the poller runs on its own thread,
+//! once a second, so a slow admin endpoint never stalls the coordinator. A
+//! run may load several nodes; their figures are summed, as one system
+//! under test. The report reads the first and latest answers and the
+//! timeline reads each one; what they say is read by
+//! [`ServerFigures`](crate::util::stats::ServerFigures).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -18,6 +21,42 @@ use crate::util::addr::Target;
 
 /// Bound on one /stats request.
 const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Bound on one POST: a batch of follows is written to the node's store
+/// before it is answered.
+const POST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// POSTs the JSON `body` to `path` on `target`, with `headers` (whole
+/// lines, each ending in CRLF; may be empty). Returns the status and the
+/// body as JSON (`Null` when it is not JSON).
+pub fn post_json(
+    target: &Target,
+    path: &str,
+    headers: &str,
+    body: &str,
+) -> std::io::Result<(u16, Value)> {
+    let mut s = TcpStream::connect_timeout(&target.addr, POST_TIMEOUT)?;
+    s.set_read_timeout(Some(POST_TIMEOUT))?;
+    s.set_write_timeout(Some(POST_TIMEOUT))?;
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        target.host,
+        body.len()
+    )?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "not an HTTP response");
+    let status = raw
+        .get(9..12)
+        .and_then(|code| std::str::from_utf8(code).ok()?.parse().ok())
+        .ok_or_else(bad)?;
+    let at = memchr::memmem::find(&raw, b"\r\n\r\n").ok_or_else(bad)? + 4;
+    Ok((
+        status,
+        serde_json::from_slice(&raw[at..]).unwrap_or(Value::Null),
+    ))
+}
 
 /// GETs `path` from `target` and parses the body as JSON.
 pub fn get_json(target: &Target, path: &str) -> Option<Value> {

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::schema::{CloseMode, PublishTransport, SubscribeTransport};
 use crate::util::addr::{AddrError, PortMode, Sources, Target};
+use crate::util::graph::SenderChoice;
 use crate::util::pattern::{AssignMode, Assignment, Pattern, PublishOrder};
 
 /// Load-test a WebSocket pub/sub server: myriad by default, or another via
@@ -52,6 +53,11 @@ pub enum Workload {
     /// each must get every message of its subjects exactly once, in order,
     /// across its reconnects.
     Churn(ChurnArgs),
+    /// Users of a follow graph (an edge-list file the node has loaded)
+    /// connect as themselves and send as themselves at a rate, while
+    /// follows and unfollows go on: every connection must get every send
+    /// of the users it follows, and its own, exactly once.
+    Social(SocialArgs),
     /// Internal: a worker process; reads its task from stdin.
     #[command(name = "__worker", hide = true)]
     Worker,
@@ -347,6 +353,54 @@ pub struct ChurnArgs {
     pub duration: Secs,
 }
 
+/// `social` options.
+#[derive(Debug, Clone, Args, Serialize)]
+pub struct SocialArgs {
+    /// The follow graph: an edge-list file, one `follower followee` pair a
+    /// line (`myriad graph generate` writes one). The node must hold the
+    /// same graph (`myriad graph load`, or --load-graph).
+    #[arg(long)]
+    pub graph: PathBuf,
+    /// Connected users, drawn from the file's users with --seed (default:
+    /// every user in the file).
+    #[arg(long)]
+    pub users: Option<u64>,
+    /// Connections each connected user holds; a send reaches all of them.
+    #[arg(long, default_value_t = 1)]
+    pub connections_per_user: u32,
+    /// Sends per second, all users together, each through the sending
+    /// user's own WebSocket connection.
+    #[arg(long, default_value_t = 1000.0)]
+    pub rate: f64,
+    /// How each send's sender is drawn among the connected users.
+    #[arg(long, value_enum, default_value_t = SenderChoice::Uniform)]
+    pub sender: SenderChoice,
+    /// Size of each send's data, bytes (timestamp inside, random padding).
+    #[arg(long, default_value_t = 512)]
+    pub size: usize,
+    /// Follow and unfollow operations per second through the admin API
+    /// while sending (needs --admin-url): follows of pairs of connected
+    /// users that are not edges, and unfollows of edges, in turn.
+    #[arg(long, default_value_t = 0.0)]
+    pub follow_rate: f64,
+    /// Load the graph file into the node through the admin API before
+    /// connecting (needs --admin-url); for small graphs, where
+    /// `myriad graph load` is not at hand.
+    #[arg(long)]
+    pub load_graph: bool,
+    /// Cap on new connections per second while setting up (0: only the
+    /// in-flight bound applies).
+    #[arg(long, default_value_t = 0.0)]
+    pub connect_rate: f64,
+    /// How long to send.
+    #[arg(long, default_value = "10s")]
+    pub duration: Secs,
+    /// After the last send is due, wait at most this long for every
+    /// answer and delivery.
+    #[arg(long, default_value = "5s")]
+    pub drain: Secs,
+}
+
 /// A duration in seconds, written `2s`, `500ms`, `1.5m`, `1h` or `3` (seconds).
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -514,6 +568,34 @@ mod tests {
         };
         assert_eq!(r.subs.receive.http_path(), None, "WebSocket by default");
         assert_eq!(r.subs.receive.first_answer_secs(), 0.0);
+    }
+
+    #[test]
+    fn social_parses_with_its_graph() {
+        let b = parse(&[
+            "social",
+            "--graph",
+            "/tmp/g.txt",
+            "--users",
+            "300",
+            "--rate",
+            "500",
+            "--sender",
+            "degree",
+            "--follow-rate",
+            "50",
+            "--load-graph",
+        ]);
+        let Workload::Social(s) = &b.workload else {
+            panic!()
+        };
+        assert_eq!(s.graph, PathBuf::from("/tmp/g.txt"));
+        assert_eq!((s.users, s.connections_per_user), (Some(300), 1));
+        assert_eq!((s.rate, s.sender), (500.0, SenderChoice::Degree));
+        assert_eq!((s.follow_rate, s.load_graph), (50.0, true));
+        assert_eq!((s.duration, s.drain), (Secs(10.0), Secs(5.0)));
+        let json = serde_json::to_value(&b).unwrap();
+        assert_eq!(json["workload"]["workload"], "social");
     }
 
     #[test]

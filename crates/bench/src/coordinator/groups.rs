@@ -473,16 +473,26 @@ impl ChurnPlan {
     }
 }
 
-/// Waits for the set-up of `group`, noting how long it took; proceeds with
-/// what is up after a bound that scales with the population.
+/// Waits for the set-up of `group` ([`await_set_up`]).
 pub fn await_subscribers(
     m: &mut Monitor,
     cmd: &BenchCommand,
     group: &SubscriberGroup,
 ) -> Result<(), BenchError> {
+    await_set_up(m, cmd, group.conns, group.receive.first_answer_secs())
+}
+
+/// Waits for the set-up of `conns` subscribing connections, each allowed
+/// `extra_secs` beyond connect and handshake, noting how long it took;
+/// proceeds with what is up after a bound that scales with the population.
+pub fn await_set_up(
+    m: &mut Monitor,
+    cmd: &BenchCommand,
+    conns: u64,
+    extra_secs: f64,
+) -> Result<(), BenchError> {
     let t0 = m.elapsed();
-    let conns = group.conns;
-    let attempt = cmd.global.connect_timeout.0 + group.receive.first_answer_secs();
+    let attempt = cmd.global.connect_timeout.0 + extra_secs;
     let bound = attempt * f64::from(SETUP_ATTEMPTS) + 10.0 + conns as f64 / 500.0;
     let ready = m.wait_for(Some(bound), |m| m.all_ready(Role::Subscribers))?;
     let c = m.totals(Some(Role::Subscribers));
@@ -539,6 +549,7 @@ pub fn outcome(
         deliveries: None,
         broadcast: None,
         churn: None,
+        social: None,
     })
 }
 

@@ -224,6 +224,21 @@ fn headline(r: &Report) -> String {
             "lost / duplicated".into(),
         ));
     }
+    if let Some(so) = &r.social {
+        cards.push((format!("{:.0}/s", r.published_per_s), "sends".into()));
+        cards.push((
+            format!(
+                "{} / {} / {}",
+                thousands(so.tally.lost),
+                thousands(so.tally.duplicated),
+                thousands(so.tally.unexpected)
+            ),
+            "lost / duplicated / unexpected".into(),
+        ));
+        if let Some(us) = so.server_cpu_us_per_send {
+            cards.push((format!("{us:.1} µs"), "server CPU per send".into()));
+        }
+    }
     if let Some(per) = r.bench.rss_per_conn_bytes {
         cards.push((bytes(per), "bench RSS per connection".into()));
     }
@@ -294,6 +309,52 @@ fn tables(r: &Report) -> String {
                 ("broken", c.broken),
             ],
         );
+        o += "</table>";
+    }
+    if let Some(so) = &r.social {
+        o += "<h2>Social</h2><table>";
+        let t = &so.tally;
+        count_rows(
+            &mut o,
+            &[
+                ("users in the graph", so.graph_users),
+                ("edges in the graph", so.graph_edges),
+                ("connected users", so.users),
+                ("connections per user", so.connections_per_user),
+                ("edges among connected users", so.edges_among_users),
+                ("sends fired", so.sends),
+                ("sends answered ok", so.acked),
+                ("sends refused", so.refused),
+                ("sends never answered", so.unanswered),
+                ("sends not made", so.not_made),
+                ("connections reached (node's count)", so.reached),
+                ("deliveries owed", t.expected),
+                ("delivered", t.delivered),
+                ("lost", t.lost),
+                ("duplicated", t.duplicated),
+                ("unexpected", t.unexpected),
+                ("in flight, not judged", t.in_flight),
+                ("in flight, delivered", t.in_flight_delivered),
+                ("sends given a taken offset", t.clashes),
+                ("follows", so.follows),
+                ("unfollows", so.unfollows),
+                ("follow requests", so.follow_requests),
+                ("follow requests failed", so.follow_requests_failed),
+                ("follow notices", so.follow_notices),
+                ("follow notices owed", so.follow_notices_expected),
+                ("feeds not in the graph file", so.feeds_mismatched),
+                ("connections never set up", so.not_set_up),
+            ],
+        );
+        if let Some(cpu) = so.server_cpu_secs {
+            let per = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2} µs"));
+            let _ = write!(
+                o,
+                "<tr><td>server CPU while sending</td><td>{cpu:.2} s</td></tr><tr><td>per send</td><td>{}</td></tr><tr><td>per delivery</td><td>{}</td></tr>",
+                per(so.server_cpu_us_per_send),
+                per(so.server_cpu_us_per_delivery)
+            );
+        }
         o += "</table>";
     }
     let t = &r.totals;

@@ -18,7 +18,7 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::outcome::{ChurnReport, Deliveries, Outcome, PhaseReport, Role, Sample};
+use crate::outcome::{ChurnReport, Deliveries, Outcome, PhaseReport, Role, Sample, SocialReport};
 use crate::schema::merge_histograms;
 use crate::util::clock::Span;
 use crate::util::counters::Counters;
@@ -146,6 +146,8 @@ pub struct Report {
     pub broadcast: Option<BroadcastReport>,
     /// churn figures.
     pub churn: Option<ChurnReport>,
+    /// social figures.
+    pub social: Option<SocialReport>,
     /// The bench's own cost.
     pub bench: SelfCost,
     /// The server's figures (with --admin-url).
@@ -240,6 +242,7 @@ impl Report {
                 deliveries_per_s: messages_in_per_s,
             }),
             churn: o.churn,
+            social: o.social,
             bench,
             server,
             timeline: o.timeline,
@@ -276,10 +279,13 @@ impl Report {
     /// Whether the run passed what it verifies: an error naming every
     /// problem otherwise, so the command exits non-zero after reporting.
     pub fn verdict(&self) -> Result<(), BenchError> {
-        let problems = self.churn.as_ref().map(ChurnReport::problems);
-        match problems {
-            Some(p) if !p.is_empty() => Err(BenchError::Checks(p.join(", "))),
-            _ => Ok(()),
+        let problems: Vec<String> = (self.churn.iter().flat_map(ChurnReport::problems))
+            .chain(self.social.iter().flat_map(SocialReport::problems))
+            .collect();
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(BenchError::Checks(problems.join(", ")))
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use std::fmt::Write;
 
+use crate::outcome::SocialReport;
 use crate::report::Report;
 use crate::util::fmt::{bytes, fmt_micros, thousands};
 use crate::util::histogram::Summary;
@@ -132,6 +133,9 @@ pub fn render(r: &Report) -> String {
         };
         let _ = writeln!(o, "verdict      {verdict}");
     }
+    if let Some(so) = &r.social {
+        social(&mut o, r, so);
+    }
     for p in &r.phases {
         let _ = writeln!(
             o,
@@ -200,4 +204,77 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(o);
     }
     o
+}
+
+/// The social workload's lines: the graph, the sends, the follow churn, the
+/// verdict on every (send, connection) pair, and what the node spent.
+fn social(o: &mut String, r: &Report, so: &SocialReport) {
+    let _ = writeln!(
+        o,
+        "social       {} users × {} connection(s) from a graph of {} users and {} edges ({} among them); senders {}",
+        thousands(so.users),
+        so.connections_per_user,
+        thousands(so.graph_users),
+        thousands(so.graph_edges),
+        thousands(so.edges_among_users),
+        so.sender
+    );
+    let _ = writeln!(
+        o,
+        "sends        fired {} ({:.0}/s, {:.0}/s asked)  answered {}  refused {}  unanswered {}  not made {}  reached {} (node's count)",
+        thousands(so.sends),
+        r.published_per_s,
+        so.rate,
+        thousands(so.acked),
+        thousands(so.refused),
+        thousands(so.unanswered),
+        thousands(so.not_made),
+        thousands(so.reached)
+    );
+    let t = &so.tally;
+    let _ = writeln!(
+        o,
+        "deliveries   owed {}  delivered {} ({:.0}/s)  lost {}  duplicated {}  unexpected {}  in flight, not judged {} ({} delivered)",
+        thousands(t.expected),
+        thousands(t.delivered),
+        r.messages_in_per_s,
+        thousands(t.lost),
+        thousands(t.duplicated),
+        thousands(t.unexpected),
+        thousands(t.in_flight),
+        thousands(t.in_flight_delivered)
+    );
+    if so.follow_requests > 0 {
+        let l = &so.follow_latency;
+        let _ = writeln!(
+            o,
+            "follows      {} follows, {} unfollows ({:.0}/s asked) in {} requests ({} failed), answered p50 {} p99 {} max {}; notices {} of {}",
+            thousands(so.follows),
+            thousands(so.unfollows),
+            so.follow_rate,
+            thousands(so.follow_requests),
+            thousands(so.follow_requests_failed),
+            fmt_micros(l.p50_us as f64),
+            fmt_micros(l.p99_us as f64),
+            fmt_micros(l.max_us as f64),
+            thousands(so.follow_notices),
+            thousands(so.follow_notices_expected)
+        );
+    }
+    if let Some(cpu) = so.server_cpu_secs {
+        let per = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}µs"));
+        let _ = writeln!(
+            o,
+            "server cpu   {cpu:.2}s while sending: {} per send, {} per delivery",
+            per(so.server_cpu_us_per_send),
+            per(so.server_cpu_us_per_delivery)
+        );
+    }
+    let problems = so.problems();
+    let verdict = if problems.is_empty() {
+        "every connection got every send it was owed exactly once, and nothing else".to_owned()
+    } else {
+        format!("FAILED: {}", problems.join(", "))
+    };
+    let _ = writeln!(o, "verdict      {verdict}");
 }

@@ -146,6 +146,19 @@ pub struct Counters {
     /// missed cannot be counted: another epoch, or a delivery of a subject
     /// it holds no position in.
     pub broken: u64,
+    /// Social: sends answered `ok` with a position.
+    pub sends_acked: u64,
+    /// Social: sends answered with an error.
+    pub sends_refused: u64,
+    /// Social: the connections the node said each answered send reached,
+    /// summed.
+    pub reached: u64,
+    /// Social: `subscribed` notices after set-up (a follow made during the
+    /// run subscribes every connection of the follower).
+    pub follow_notices: u64,
+    /// Social: feeds a connection was subscribed to at connect that its
+    /// user does not follow in the graph file (the node holds another graph).
+    pub feeds_mismatched: u64,
 }
 
 impl Counters {
@@ -195,6 +208,11 @@ impl Counters {
         self.gaps += o.gaps;
         self.missed += o.missed;
         self.broken += o.broken;
+        self.sends_acked += o.sends_acked;
+        self.sends_refused += o.sends_refused;
+        self.reached += o.reached;
+        self.follow_notices += o.follow_notices;
+        self.feeds_mismatched += o.feeds_mismatched;
     }
 
     /// Failures as (name, count) pairs, in report order.

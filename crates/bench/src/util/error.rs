@@ -36,7 +36,8 @@ pub enum BenchError {
     #[error("{0}")]
     Config(String),
     /// The run completed and reported, but what it verifies did not hold
-    /// (churn: messages lost, duplicated or not recovered).
+    /// (churn: messages lost, duplicated or not recovered; social:
+    /// deliveries lost, duplicated or unexpected).
     #[error("the run failed its checks: {0}")]
     Checks(String),
 }

@@ -127,6 +127,12 @@ pub trait Handler {
     fn on_raw(&mut self, index: u32, data: &[u8], now_real: u64, counters: &mut Counters) -> usize;
     /// The connection is gone; `was_open` if it had reached Open.
     fn on_closed(&mut self, key: usize, index: u32, outcome: Outcome, was_open: bool);
+    /// The user connection `index` acts as, if any: its WebSocket request
+    /// then asks for `?user=ID`, and the node subscribes it to the feeds
+    /// that user follows and its own.
+    fn user(&self, _index: u32) -> Option<u64> {
+        None
+    }
 }
 
 /// What a workload sends as its connection opens: over WebSocket usually
@@ -426,7 +432,11 @@ impl Conn {
             }
             Wire::WebSocket => {
                 let (host, path) = cx.target(self.index);
-                let request = client_request(host, path, &ws_key(self.index));
+                let key = ws_key(self.index);
+                let request = match h.user(self.index) {
+                    Some(user) => client_request(host, &http::with_user(path, user), &key),
+                    None => client_request(host, path, &key),
+                };
                 self.outbuf.extend_from_slice(&request);
             }
             Wire::Http(kind) => {

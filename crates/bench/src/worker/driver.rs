@@ -5,7 +5,7 @@
 //! Owns that contract only; the loop is `process.rs`, each workload's
 //! driver one file in `workloads/`.
 
-use crate::schema::{BroadcastTally, Published};
+use crate::schema::{BroadcastTally, Published, SocialDone};
 use crate::util::clock::Span;
 use crate::util::continuity::Reached;
 use crate::util::histogram::Micros;
@@ -43,6 +43,8 @@ pub struct RoleResult {
     pub resubscribe: Option<Micros>,
     /// Churn: where each subscription joined and stopped.
     pub reached: Option<Vec<Reached>>,
+    /// Social: what its users sent and its connections received.
+    pub social: Option<SocialDone>,
 }
 
 /// A workload's worker-side logic, driven by the worker loop (`process.rs`).

@@ -19,6 +19,7 @@ use crate::worker::subscriber::SubscribeDriver;
 use crate::worker::workloads::churn::ChurnDriver;
 use crate::worker::workloads::connect_rate::ConnectRateDriver;
 use crate::worker::workloads::publishers::PublishDriver;
+use crate::worker::workloads::social::SocialDriver;
 
 /// How often a worker reports; the charts' time resolution.
 pub const SNAPSHOT_NS: u64 = 1_000_000_000;
@@ -75,7 +76,9 @@ fn run_spec(spec: Spec) -> Result<(), BenchError> {
         workers: spec.workers,
         max_conns: spec.max_conns as usize,
         setup_timeout_ns: (spec.setup_timeout * 1e9) as u64,
-        nodelay: matches!(spec.task, Task::Publish(_)),
+        // Publishers and social users send small frames that must leave
+        // at once.
+        nodelay: matches!(spec.task, Task::Publish(_) | Task::Social(_)),
     };
     let mut engine = Engine::new(
         net,
@@ -86,7 +89,7 @@ fn run_spec(spec: Spec) -> Result<(), BenchError> {
     // An HTTP transport's request names its connection's subjects.
     engine.cx.subjects = match &spec.task {
         Task::Subscribe(t) | Task::Churn(ChurnTask { subscribe: t, .. }) => t.assignment.clone(),
-        Task::ConnectRate(_) | Task::Publish(_) => None,
+        Task::ConnectRate(_) | Task::Publish(_) | Task::Social(_) => None,
     };
     let (tx, rx) = mpsc::channel();
     let waker = engine.waker();
@@ -109,6 +112,7 @@ fn run_spec(spec: Spec) -> Result<(), BenchError> {
         Task::Subscribe(t) => run_worker(engine, SubscribeDriver::new(t.clone(), &spec)?, &rx),
         Task::Churn(t) => run_worker(engine, ChurnDriver::new(t.clone(), &spec)?, &rx),
         Task::Publish(t) => run_worker(engine, PublishDriver::new(t.clone(), &spec)?, &rx),
+        Task::Social(t) => run_worker(engine, SocialDriver::new(t.clone(), &spec)?, &rx),
     }
 }
 
@@ -214,6 +218,7 @@ fn run_worker<D: Driver>(
         received: role.received,
         sent: role.sent,
         reached: role.reached,
+        social: role.social,
         rss_start,
         rss_ready,
         conns_ready,

@@ -8,4 +8,5 @@ pub mod churn;
 pub mod connect_rate;
 pub mod publishers;
 pub mod run;
+pub mod social;
 pub mod subscribers;

@@ -1,6 +1,7 @@
 //! The client side of the HTTP/1.1 the bench speaks besides WebSocket:
 //! response heads (the publish API's answers and the receive transports'),
-//! the requests that open the server's receive-only transports, and one
+//! the requests that open the server's receive-only transports, the
+//! `?user=` of a connection acting as a user, and one
 //! reader per transport: [`sse`] (Server-Sent Events), [`chunked`]
 //! (newline-delimited JSON in a chunked body) and [`poll`] (long-poll
 //! answers).
@@ -197,6 +198,13 @@ pub fn write_request(
     out.extend_from_slice(b"\r\n");
 }
 
+/// `path` asking for the connection to act as `user` (`?user=ID`, or
+/// `&user=ID` after a query the path already has).
+pub fn with_user(path: &str, user: u64) -> String {
+    let join = if path.contains('?') { '&' } else { '?' };
+    format!("{path}{join}user={user}")
+}
+
 /// What the readers' tests share.
 #[cfg(test)]
 pub(crate) mod testing {
@@ -271,6 +279,12 @@ mod tests {
             request(Receive::Poll, &["a"], Resume::Cursor("00000000000000ab:9")),
             "GET /x?subject=a&since=00000000000000ab:9 HTTP/1.1\r\nHost: h:1\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn a_user_joins_the_query() {
+        assert_eq!(with_user("/ws", 17), "/ws?user=17");
+        assert_eq!(with_user("/ws?x=1", 17), "/ws?x=1&user=17");
     }
 
     #[test]
