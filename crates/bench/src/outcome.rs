@@ -344,7 +344,8 @@ pub struct SocialReport {
     pub feeds_mismatched: u64,
     /// Connections that never had all their feeds at connect.
     pub not_set_up: u64,
-    /// The node's CPU seconds from the first send until the drain ended.
+    /// The node's CPU seconds from the first send until the drain ended
+    /// (the follows and unfollows made meanwhile included).
     pub server_cpu_secs: Option<f64>,
     /// Of that, per answered send, µs.
     pub server_cpu_us_per_send: Option<f64>,

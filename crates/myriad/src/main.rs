@@ -33,7 +33,8 @@ enum Command {
     /// Publish one message over WebSocket.
     Pub(PubArgs),
     /// Load tools: connect-rate, subscribers, publishers, broadcast, run,
-    /// churn; subscribers over WebSocket, SSE, HTTP streaming or long-poll.
+    /// churn, social; subscribers over WebSocket, SSE, HTTP streaming or
+    /// long-poll.
     Bench(Box<myriad_bench::BenchCommand>),
 }
 

@@ -1,10 +1,12 @@
 //! `myriad bench` end to end: every workload, briefly, against a real
 //! `myriad serve`, checking that the figures agree with each other and with
 //! the server's own counters (messages received = published × subscribers
-//! where nothing is lost). Counts only; never timings.
+//! where nothing is lost), and that a workload's check fails when the
+//! server is wrong. Counts only; never timings.
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
@@ -593,4 +595,190 @@ fn churn_reports_what_a_short_history_cannot_recover() {
         u(&d["expected"]) - u(&d["received"]),
         "two accountings, one answer"
     );
+}
+
+/// A Barabási–Albert follow graph, the shape `myriad graph generate`
+/// writes, small and deterministic: users `0..users`, each from the
+/// `per_node`-th on following `per_node` distinct earlier users drawn in
+/// proportion to their degree. Written to a temp file; returns its path
+/// and the edges.
+fn follow_graph(name: &str, users: u64, per_node: u64) -> (PathBuf, BTreeSet<(u64, u64)>) {
+    let mut state = 0x5eed_u64;
+    // SplitMix64.
+    let mut below = |n: usize| {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        ((z ^ (z >> 31)) % n as u64) as usize
+    };
+    // Every edge's two ends: a draw from it is a draw by degree.
+    let mut ends: Vec<u64> = (0..per_node).collect();
+    let mut edges = BTreeSet::new();
+    for user in per_node..users {
+        let mut followees = BTreeSet::new();
+        while followees.len() < per_node as usize {
+            followees.insert(ends[below(ends.len())]);
+        }
+        for followee in followees {
+            edges.insert((user, followee));
+            ends.extend([user, followee]);
+        }
+    }
+    let path = temp_path(name);
+    let text: String = edges.iter().map(|(a, b)| format!("{a} {b}\n")).collect();
+    std::fs::write(&path, text).unwrap();
+    (path, edges)
+}
+
+/// Asserts that a social run found nothing wrong.
+fn social_is_exact(r: &Value) {
+    no_failures(r);
+    let s = &r["social"];
+    for zero in [
+        "lost",
+        "duplicated",
+        "unexpected",
+        "clashes",
+        "refused",
+        "unanswered",
+        "not_made",
+        "follow_requests_failed",
+        "feeds_mismatched",
+        "not_set_up",
+    ] {
+        assert_eq!(u(&s[zero]), 0, "{zero}: {s}");
+    }
+    assert_eq!(u(&s["acked"]), u(&s["sends"]));
+    assert_eq!(u(&s["delivered"]), u(&s["expected"]));
+    assert_eq!(
+        u(&s["delivered"]) + u(&s["in_flight_delivered"]),
+        u(&r["totals"]["messages_in"]),
+        "every delivery owed or in flight"
+    );
+    assert_eq!(u(&r["latency"]["count"]), u(&r["totals"]["messages_in"]));
+}
+
+/// social: 300 users of a graph with 5 edges per node, two connections
+/// each, send as themselves. Every send reaches each connection of every
+/// follower and of the sender once, and nothing else reaches anyone; what
+/// the bench says was owed is what the node says it handed out. The check
+/// can fail: once the node holds edges the file does not have, the same
+/// run reports unexpected deliveries and exits non-zero.
+#[test]
+fn social_delivers_every_send_to_every_follower_once() {
+    let node = Node::start(&["--workers", "2"]);
+    let (graph, edges) = follow_graph("social.txt", 300, 5);
+    let graph = graph.to_str().unwrap();
+    let workload = [
+        "social",
+        "--graph",
+        graph,
+        "--connections-per-user",
+        "2",
+        "--rate",
+        "300",
+        "--duration",
+        "2s",
+    ];
+    let r = bench(
+        &node,
+        "social",
+        &[],
+        &[&workload[..], &["--load-graph"]].concat(),
+    );
+    social_is_exact(&r);
+    let s = &r["social"];
+    assert_eq!((u(&s["users"]), u(&s["graph_users"])), (300, 300));
+    assert_eq!(u(&s["edges_among_users"]), edges.len() as u64);
+    assert_eq!(u(&r["totals"]["subscribed"]), 600, "every connection");
+    assert_eq!(u(&s["sends"]), 600, "300/s for 2 s, open loop");
+    assert_eq!(u(&s["in_flight"]), 0, "no follow churn: every pair judged");
+    assert_eq!(u(&s["reached"]), u(&s["expected"]), "the node's count");
+    assert!(
+        u(&s["expected"]) >= 600 * 2,
+        "a send reaches its sender's two"
+    );
+    assert!(s["server_cpu_us_per_send"].is_f64(), "{s}");
+
+    // Every user gains a follower the file does not know of.
+    let extra: Vec<[u64; 2]> = (0..300u64)
+        .map(|v| [(v + 150) % 300, v])
+        .filter(|&[a, b]| !edges.contains(&(a, b)))
+        .collect();
+    let body = serde_json::json!({ "edges": extra }).to_string();
+    let (status, reply) = node.http("POST", "/api/follow", &[], &body);
+    assert_eq!(status, 200, "{reply}");
+    let json = temp_path("social-other-graph.json");
+    let output = bench_command(&node, &json, &[], &workload)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "must fail: {stderr}");
+    assert!(stderr.contains("failed its checks"), "{stderr}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    let s = &r["social"];
+    assert!(u(&s["unexpected"]) > 0, "{s}");
+    assert_eq!(u(&s["lost"]) + u(&s["duplicated"]), 0, "{s}");
+    assert_eq!(
+        u(&s["delivered"]) + u(&s["unexpected"]),
+        u(&r["totals"]["messages_in"])
+    );
+    std::fs::remove_file(graph).unwrap();
+}
+
+/// social with follows and unfollows going on: still exact, every follow
+/// announced to each connection of its follower, sends whose edge changed
+/// while they were in flight counted and not judged; and the run puts the
+/// edges it changed back, so a plain run on the same node finds the file's
+/// graph.
+#[test]
+fn social_stays_exact_while_users_follow_and_unfollow() {
+    let node = Node::start(&["--workers", "2"]);
+    let (graph, _) = follow_graph("social-churn.txt", 300, 5);
+    let graph = graph.to_str().unwrap();
+    let r = bench(
+        &node,
+        "social-churn",
+        &[],
+        &[
+            "social",
+            "--graph",
+            graph,
+            "--load-graph",
+            "--connections-per-user",
+            "2",
+            "--rate",
+            "300",
+            "--follow-rate",
+            "200",
+            "--duration",
+            "2s",
+        ],
+    );
+    social_is_exact(&r);
+    let s = &r["social"];
+    assert_eq!((u(&s["follows"]), u(&s["unfollows"])), (200, 200));
+    assert_eq!(u(&s["follow_notices_expected"]), 200 * 2);
+    assert_eq!(u(&s["follow_notices"]), 200 * 2);
+    assert!(u(&s["follow_requests"]) >= 2, "{s}");
+    assert!(u(&s["in_flight_delivered"]) <= u(&s["in_flight"]));
+    let r = bench(
+        &node,
+        "social-after-churn",
+        &[],
+        &[
+            "social",
+            "--graph",
+            graph,
+            "--rate",
+            "200",
+            "--duration",
+            "1s",
+        ],
+    );
+    social_is_exact(&r);
+    assert_eq!(u(&r["social"]["sends"]), 200);
+    std::fs::remove_file(graph).unwrap();
 }

@@ -569,6 +569,15 @@ pub fn encode_publish(subject: &str, data_json: &str, id: Option<u64>) -> String
     }
 }
 
+/// `{"op":"send","data":D,"id":N}`: publishes to the feed of the
+/// connection's user; `data_json` must be JSON.
+pub fn encode_send(data_json: &str, id: Option<u64>) -> String {
+    match id {
+        Some(id) => format!("{{\"op\":\"send\",\"data\":{data_json},\"id\":{id}}}"),
+        None => format!("{{\"op\":\"send\",\"data\":{data_json}}}"),
+    }
+}
+
 /// A message from the server, as a client sees it.
 #[derive(Debug)]
 pub enum ServerMessage<'a> {
@@ -992,6 +1001,15 @@ mod tests {
                 Command::Publish { id: got, subject, data: d } => {
                     prop_assert_eq!(got, id);
                     prop_assert_eq!(subject.as_ref(), subjects[0].as_str());
+                    prop_assert_eq!(d.get(), data.as_str());
+                }
+                other => prop_assert!(false, "{:?}", other),
+            }
+
+            let text = encode_send(&data, id);
+            match parse_command(&text, MAX).unwrap() {
+                Command::Send { id: got, data: d } => {
+                    prop_assert_eq!(got, id);
                     prop_assert_eq!(d.get(), data.as_str());
                 }
                 other => prop_assert!(false, "{:?}", other),

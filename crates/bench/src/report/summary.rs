@@ -263,9 +263,14 @@ fn social(o: &mut String, r: &Report, so: &SocialReport) {
     }
     if let Some(cpu) = so.server_cpu_secs {
         let per = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}µs"));
+        let follows = if so.follow_requests > 0 {
+            " (follows and unfollows included)"
+        } else {
+            ""
+        };
         let _ = writeln!(
             o,
-            "server cpu   {cpu:.2}s while sending: {} per send, {} per delivery",
+            "server cpu   {cpu:.2}s while sending{follows}: {} per send, {} per delivery",
             per(so.server_cpu_us_per_send),
             per(so.server_cpu_us_per_delivery)
         );

@@ -22,8 +22,7 @@
 //! connection) pair (`util/judge.rs`). The coordinator side is
 //! `coordinator/workloads/social.rs`.
 
-use memchr::memmem;
-use myriad_protocol::message::{parse_server_message, ServerMessage};
+use myriad_protocol::message::{encode_send, parse_server_message, ServerMessage};
 use myriad_protocol::position::Position;
 
 use crate::schema::{
@@ -143,9 +142,8 @@ pub struct SocialDriver {
     sent: Option<Span>,
     /// Connections written to this tick, flushed once at its end.
     touched: Vec<usize>,
-    /// Reused buffers for a send.
+    /// Reused buffer for a send's data.
     data: String,
-    text: String,
 }
 
 impl SocialDriver {
@@ -183,7 +181,6 @@ impl SocialDriver {
             sent: None,
             touched: Vec::new(),
             data: String::new(),
-            text: String::new(),
         })
     }
 
@@ -246,8 +243,9 @@ impl SocialDriver {
             ServerMessage::Ok {
                 id: Some(id),
                 position: Some(at),
+                reached,
             } => {
-                self.acked(id, at, reached(data), now_real, c);
+                self.acked(id, at, reached.unwrap_or(0), now_real, c);
                 Heard::Other
             }
             ServerMessage::Error { id: Some(id), .. } => {
@@ -364,10 +362,9 @@ impl SocialDriver {
         self.data.clear();
         self.payload
             .write(engine.epoch().real_at(due), n, &mut self.data);
-        self.text.clear();
-        write_send(id, &self.data, &mut self.text);
+        let text = encode_send(&self.data, Some(id));
         let sent_ns = realtime_ns();
-        engine.queue_text(key, self.text.as_bytes());
+        engine.queue_text(key, text.as_bytes());
         self.pending.push(Pending {
             user: self.users[u].id,
             sent_ns,
@@ -380,14 +377,6 @@ impl SocialDriver {
     }
 }
 
-/// The protocol's `send` command: publishes `data` (JSON) to the feed of
-/// the connection's user.
-fn write_send(id: u64, data: &str, out: &mut String) {
-    use std::fmt::Write;
-    // Writing to a String cannot fail.
-    let _ = write!(out, "{{\"op\":\"send\",\"id\":{id},\"data\":{data}}}");
-}
-
 /// The user whose feed `subject` is (`@ID`), or [`NOT_A_FEED`].
 fn feed_of(subject: &str) -> u64 {
     subject
@@ -395,20 +384,6 @@ fn feed_of(subject: &str) -> u64 {
         .and_then(|id| id.parse::<u64>().ok())
         .filter(|&id| id != NOT_A_FEED)
         .unwrap_or(NOT_A_FEED)
-}
-
-/// The `"reached":N` of a send's `ok`; 0 without one.
-fn reached(ok: &[u8]) -> u64 {
-    const MARKER: &[u8] = b"\"reached\":";
-    let Some(at) = memmem::find(ok, MARKER) else {
-        return 0;
-    };
-    ok[at + MARKER.len()..]
-        .iter()
-        .take_while(|b| b.is_ascii_digit())
-        .fold(0u64, |v, &b| {
-            v.saturating_mul(10).saturating_add(u64::from(b - b'0'))
-        })
 }
 
 impl Handler for SocialDriver {
@@ -691,12 +666,7 @@ mod tests {
     }
 
     #[test]
-    fn the_send_command_and_its_answer() {
-        let mut s = String::new();
-        write_send(3, r#"{"ts":1}"#, &mut s);
-        assert_eq!(s, r#"{"op":"send","id":3,"data":{"ts":1}}"#);
-        assert_eq!(reached(br#"{"op":"ok","id":1,"reached":17}"#), 17);
-        assert_eq!(reached(br#"{"op":"ok","id":1}"#), 0);
+    fn feeds_are_at_subjects() {
         assert_eq!(
             (feed_of("@12"), feed_of("@x"), feed_of("/p/1")),
             (12, NOT_A_FEED, NOT_A_FEED)
