@@ -54,6 +54,26 @@ pub struct Spec {
     pub task: Task,
 }
 
+#[cfg(test)]
+impl Spec {
+    /// A lone worker's spec for `task`: no targets, myriad's profile, seed
+    /// 1, for drivers' unit tests.
+    pub(crate) fn for_tests(task: Task) -> Spec {
+        Spec {
+            worker: 0,
+            workers: 1,
+            targets: Vec::new(),
+            sources: Sources::default(),
+            port_mode: PortMode::Auto,
+            max_conns: 10,
+            setup_timeout: 1.0,
+            profile: Profile::load("myriad").expect("the built-in profile"),
+            seed: 1,
+            task,
+        }
+    }
+}
+
 /// A worker's job.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -47,6 +47,17 @@ fn report_of(output: Output, json: &Path) -> Value {
     serde_json::from_str(&text).unwrap()
 }
 
+/// The JSON report of a bench command that must fail its checks.
+fn failed_report(mut cmd: Command, json: &Path) -> Value {
+    let output = cmd.output().expect("run myriad bench");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "must fail: {stderr}");
+    assert!(stderr.contains("failed its checks"), "{stderr}");
+    let r = serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    std::fs::remove_file(json).unwrap();
+    r
+}
+
 fn bench(node: &Node, name: &str, global: &[&str], workload: &[&str]) -> Value {
     let json = temp_path(&format!("{name}.json"));
     let output = bench_command(node, &json, global, workload)
@@ -553,7 +564,7 @@ fn churning_subscribers_get_every_message_once_across_reconnects() {
 fn churn_reports_what_a_short_history_cannot_recover() {
     let node = Node::start(&["--workers", "2", "--history-size", "1"]);
     let json = temp_path("churn-short-history.json");
-    let output = bench_command(
+    let cmd = bench_command(
         &node,
         &json,
         &[],
@@ -576,14 +587,8 @@ fn churn_reports_what_a_short_history_cannot_recover() {
             "--drain",
             "1s",
         ],
-    )
-    .output()
-    .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success(), "must fail: {stderr}");
-    assert!(stderr.contains("failed its checks"), "{stderr}");
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    std::fs::remove_file(&json).unwrap();
+    );
+    let r = failed_report(cmd, &json);
     let c = &r["churn"];
     assert!(u(&c["reconnects"]) > 0);
     assert!(u(&c["unrecovered"]) > 0, "{c}");
@@ -710,14 +715,7 @@ fn social_delivers_every_send_to_every_follower_once() {
     let (status, reply) = node.http("POST", "/api/follow", &[], &body);
     assert_eq!(status, 200, "{reply}");
     let json = temp_path("social-other-graph.json");
-    let output = bench_command(&node, &json, &[], &workload)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(!output.status.success(), "must fail: {stderr}");
-    assert!(stderr.contains("failed its checks"), "{stderr}");
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    std::fs::remove_file(&json).unwrap();
+    let r = failed_report(bench_command(&node, &json, &[], &workload), &json);
     let s = &r["social"];
     assert!(u(&s["unexpected"]) > 0, "{s}");
     assert_eq!(u(&s["lost"]) + u(&s["duplicated"]), 0, "{s}");

@@ -219,29 +219,33 @@ fn social(o: &mut String, r: &Report, so: &SocialReport) {
         thousands(so.edges_among_users),
         so.sender
     );
+    let sends = named(&[
+        ("answered", so.acked),
+        ("refused", so.refused),
+        ("unanswered", so.unanswered),
+        ("not made", so.not_made),
+    ]);
     let _ = writeln!(
         o,
-        "sends        fired {} ({:.0}/s, {:.0}/s asked)  answered {}  refused {}  unanswered {}  not made {}  reached {} (node's count)",
+        "sends        fired {} ({:.0}/s, {:.0}/s asked)  {sends}  reached {} (node's count)",
         thousands(so.sends),
         r.published_per_s,
         so.rate,
-        thousands(so.acked),
-        thousands(so.refused),
-        thousands(so.unanswered),
-        thousands(so.not_made),
         thousands(so.reached)
     );
     let t = &so.tally;
+    let judged = named(&[
+        ("lost", t.lost),
+        ("duplicated", t.duplicated),
+        ("unexpected", t.unexpected),
+        ("in flight, not judged", t.in_flight),
+    ]);
     let _ = writeln!(
         o,
-        "deliveries   owed {}  delivered {} ({:.0}/s)  lost {}  duplicated {}  unexpected {}  in flight, not judged {} ({} delivered)",
+        "deliveries   owed {}  delivered {} ({:.0}/s)  {judged} ({} delivered)",
         thousands(t.expected),
         thousands(t.delivered),
         r.messages_in_per_s,
-        thousands(t.lost),
-        thousands(t.duplicated),
-        thousands(t.unexpected),
-        thousands(t.in_flight),
         thousands(t.in_flight_delivered)
     );
     if so.follow_requests > 0 {
@@ -282,4 +286,13 @@ fn social(o: &mut String, r: &Report, so: &SocialReport) {
         format!("FAILED: {}", problems.join(", "))
     };
     let _ = writeln!(o, "verdict      {verdict}");
+}
+
+/// `name N  name N …`.
+fn named(counts: &[(&str, u64)]) -> String {
+    let cells: Vec<String> = counts
+        .iter()
+        .map(|(name, n)| format!("{name} {}", thousands(*n)))
+        .collect();
+    cells.join("  ")
 }

@@ -8,8 +8,9 @@
 //! HDR histogram (and, for broadcast, which message reached how many
 //! subscribers and how late the last one was). It is the worker side of
 //! `subscribers`, `broadcast` and `run` as it stands, and the base that
-//! `workloads/churn.rs` wraps; it sits below the workloads so that no
-//! workload imports another. Knows nothing of the coordinator.
+//! `workloads/churn.rs` and `workloads/social.rs` build on through
+//! [`OnSubscribers`]; it sits below the workloads so that no workload
+//! imports another. Knows nothing of the coordinator.
 
 use std::collections::HashMap;
 
@@ -44,7 +45,12 @@ pub struct SubscribeDriver {
     tally: Option<BroadcastTally>,
     /// When the first and last delivery arrived.
     received: Option<Span>,
+    /// Monotonic ns of the start signal.
+    started_ns: Option<u64>,
     stopped: bool,
+    /// Connections still owed answers (by a workload built on these) before
+    /// they count as set up: the worker is ready only at zero.
+    unsettled: usize,
     /// Scratch for subject choice and rendering.
     subject_ids: Vec<u64>,
     subject_names: Vec<String>,
@@ -73,7 +79,9 @@ impl SubscribeDriver {
             interval: histogram::new(),
             tally,
             received: None,
+            started_ns: None,
             stopped: false,
+            unsettled: 0,
             subject_ids: Vec::new(),
             subject_names: Vec::new(),
             task,
@@ -101,6 +109,33 @@ impl SubscribeDriver {
     /// count of attempts (a churning subscriber sets up many times).
     pub(super) fn set_up(&mut self, index: u32) {
         self.attempts.remove(&index);
+    }
+
+    /// Position in `first..first + count` of global connection `index`,
+    /// if it is this worker's.
+    pub fn local(&self, index: u32) -> Option<usize> {
+        let i = u64::from(index).checked_sub(self.task.first)?;
+        (i < self.task.count).then_some(i as usize)
+    }
+
+    /// A connection owed `before` answers is now owed `now`: while any is
+    /// owed one, the worker is not ready.
+    pub fn owe(&mut self, before: u32, now: u32) {
+        match (before > 0, now > 0) {
+            (false, true) => self.unsettled += 1,
+            (true, false) => self.unsettled -= 1,
+            _ => {}
+        }
+    }
+
+    /// Connections still owed answers.
+    pub fn unsettled(&self) -> usize {
+        self.unsettled
+    }
+
+    /// Monotonic ns of the start signal, from then until stopped.
+    pub fn started(&self) -> Option<u64> {
+        self.started_ns.filter(|_| !self.stopped)
     }
 
     /// Whether --connect-rate allows another connect() now.
@@ -192,14 +227,19 @@ impl Driver for SubscribeDriver {
         None
     }
 
-    fn start(&mut self, _engine: &mut Engine) {}
+    fn start(&mut self, engine: &mut Engine) {
+        self.started_ns = Some(engine.refresh_now());
+    }
 
     fn stop(&mut self, _engine: &mut Engine) {
         self.stopped = true;
     }
 
     fn is_ready(&self, engine: &Engine) -> bool {
-        self.next == self.task.count && self.retry.is_empty() && engine.in_setup() == 0
+        self.next == self.task.count
+            && self.retry.is_empty()
+            && engine.in_setup() == 0
+            && self.unsettled == 0
     }
 
     fn is_done(&self, _engine: &Engine) -> bool {
@@ -218,5 +258,73 @@ impl Driver for SubscribeDriver {
             received: self.received,
             ..RoleResult::default()
         }
+    }
+}
+
+/// A workload that is these subscribing connections plus work of its own
+/// once the run starts (churn's reconnects, social's sends). The set-up,
+/// readiness, stop and delivery latency stay the connections'; the blanket
+/// impl below makes every such workload a [`Driver`], so none repeats
+/// that part.
+pub trait OnSubscribers: Handler {
+    /// The connections it builds on.
+    fn base(&self) -> &SubscribeDriver;
+    /// The same, to change.
+    fn base_mut(&mut self) -> &mut SubscribeDriver;
+    /// Does its own work due by monotonic `now`, the run having started at
+    /// `start`; returns when it next has some.
+    fn due(&mut self, engine: &mut Engine, start: u64, now: u64) -> Option<u64>;
+    /// As [`Driver::precise`].
+    fn paced(&self) -> bool {
+        false
+    }
+    /// The final report: the connections' part and its own.
+    fn report(self) -> RoleResult;
+}
+
+impl<W: OnSubscribers> Driver for W {
+    fn tick(&mut self, engine: &mut Engine) -> Option<u64> {
+        let setup = self.base_mut().tick(engine);
+        let Some(start) = self.base().started() else {
+            return setup;
+        };
+        let now = engine.refresh_now();
+        earliest(setup, self.due(engine, start, now))
+    }
+
+    fn start(&mut self, engine: &mut Engine) {
+        self.base_mut().start(engine);
+    }
+
+    fn stop(&mut self, engine: &mut Engine) {
+        self.base_mut().stop(engine);
+    }
+
+    fn is_ready(&self, engine: &Engine) -> bool {
+        self.base().is_ready(engine)
+    }
+
+    fn is_done(&self, engine: &Engine) -> bool {
+        self.base().is_done(engine)
+    }
+
+    fn take_interval(&mut self) -> Option<Micros> {
+        self.base_mut().take_interval()
+    }
+
+    fn precise(&self) -> bool {
+        self.paced()
+    }
+
+    fn finish(self) -> RoleResult {
+        self.report()
+    }
+}
+
+/// The earlier of two due times.
+pub fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }

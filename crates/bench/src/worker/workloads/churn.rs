@@ -42,7 +42,7 @@ use crate::util::pattern::Pattern;
 use crate::worker::conn::{Handler, Opening, Outcome, Wire};
 use crate::worker::driver::{Driver, RoleResult, MAX_BATCH};
 use crate::worker::engine::Engine;
-use crate::worker::subscriber::SubscribeDriver;
+use crate::worker::subscriber::{earliest, OnSubscribers, SubscribeDriver};
 
 /// The id every subscribe carries: without one the server sends no
 /// `subscribed`, whose position the check needs. Answers are matched to
@@ -239,18 +239,16 @@ pub struct ChurnDriver {
     first: u64,
     /// How its subscribers receive.
     transport: SubscribeTransport,
+    /// Its subscribers. While one's current connection is owed answers,
+    /// the worker is not ready (`SubscribeDriver::owe`): every subscription
+    /// has joined its stream before publishing starts, which the end check
+    /// relies on.
     subs: Vec<Subscriber>,
-    /// Subscribers whose current connection is still owed answers. The
-    /// worker is ready only at zero: every subscription has joined its
-    /// stream before publishing starts, which the end check relies on.
-    unsettled: usize,
     reconnects: Schedule,
     /// Events in `reconnects`.
     events: u64,
     /// Next reconnect event.
     k: u64,
-    started_ns: Option<u64>,
-    stopped: bool,
     offline_ns: u64,
     /// Close with a reset instead of a close handshake.
     reset: bool,
@@ -292,24 +290,15 @@ impl ChurnDriver {
             first: task.subscribe.first,
             transport: task.subscribe.transport,
             subs,
-            unsettled: 0,
             events: task.reconnects.total_events(),
             reconnects: task.reconnects,
             k: 0,
-            started_ns: None,
-            stopped: false,
             offline_ns: (task.offline * 1e9) as u64,
             reset: task.close == CloseMode::Reset,
             away: BinaryHeap::new(),
             replay: histogram::new(),
             resubscribe: histogram::new(),
         })
-    }
-
-    /// Position in `subs` of global connection `index`, if it is ours.
-    fn local(&self, index: u32) -> Option<usize> {
-        let i = u64::from(index).checked_sub(self.first)?;
-        (i < self.subs.len() as u64).then_some(i as usize)
     }
 
     /// Global connection index of subscriber `i`.
@@ -319,13 +308,8 @@ impl ChurnDriver {
 
     /// Subscriber `i`'s current connection is owed `answers`.
     fn owe(&mut self, i: usize, answers: u32) {
-        let sub = &mut self.subs[i];
-        match (sub.awaiting > 0, answers > 0) {
-            (false, true) => self.unsettled += 1,
-            (true, false) => self.unsettled -= 1,
-            _ => {}
-        }
-        sub.awaiting = answers;
+        let before = std::mem::replace(&mut self.subs[i].awaiting, answers);
+        self.inner.owe(before, answers);
     }
 
     /// One of subscriber `i`'s answers came; with the last, its connection
@@ -336,10 +320,10 @@ impl ChurnDriver {
             return;
         }
         sub.awaiting -= 1;
+        self.inner.owe(sub.awaiting + 1, sub.awaiting);
         if sub.awaiting > 0 {
             return;
         }
-        self.unsettled -= 1;
         if sub.reconnect_real > 0 {
             sub.reconnect_real = 0;
             counters.reconnected += 1;
@@ -406,17 +390,9 @@ impl ChurnDriver {
     }
 }
 
-/// The earlier of two due times.
-fn earliest(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
 impl Handler for ChurnDriver {
     fn on_open(&mut self, key: usize, index: u32, _now_ns: u64, out: &mut Opening) {
-        let Some(i) = self.local(index) else {
+        let Some(i) = self.inner.local(index) else {
             return;
         };
         self.subs[i].key = Some(key);
@@ -431,7 +407,7 @@ impl Handler for ChurnDriver {
         now_real: u64,
         counters: &mut Counters,
     ) -> bool {
-        let Some(i) = self.local(index) else {
+        let Some(i) = self.inner.local(index) else {
             return false;
         };
         // A long-poll's connection is answered by its first poll's cursor.
@@ -508,7 +484,7 @@ impl Handler for ChurnDriver {
     }
 
     fn on_closed(&mut self, key: usize, index: u32, outcome: Outcome, was_open: bool) {
-        let Some(i) = self.local(index) else {
+        let Some(i) = self.inner.local(index) else {
             return;
         };
         // Only settled connections are closed on purpose, and they stop
@@ -523,41 +499,22 @@ impl Handler for ChurnDriver {
     }
 }
 
-impl Driver for ChurnDriver {
-    fn tick(&mut self, engine: &mut Engine) -> Option<u64> {
-        let setup = self.inner.tick(engine);
-        let Some(start) = self.started_ns.filter(|_| !self.stopped) else {
-            return setup;
-        };
-        let now = engine.refresh_now();
+impl OnSubscribers for ChurnDriver {
+    fn base(&self) -> &SubscribeDriver {
+        &self.inner
+    }
+
+    fn base_mut(&mut self) -> &mut SubscribeDriver {
+        &mut self.inner
+    }
+
+    fn due(&mut self, engine: &mut Engine, start: u64, now: u64) -> Option<u64> {
         let reconnect = self.reconnect_due(engine, start, now);
         let back = self.bring_back(engine, now);
-        earliest(setup, earliest(reconnect, back))
+        earliest(reconnect, back)
     }
 
-    fn start(&mut self, engine: &mut Engine) {
-        self.started_ns = Some(engine.refresh_now());
-        self.inner.start(engine);
-    }
-
-    fn stop(&mut self, engine: &mut Engine) {
-        self.stopped = true;
-        self.inner.stop(engine);
-    }
-
-    fn is_ready(&self, engine: &Engine) -> bool {
-        self.inner.is_ready(engine) && self.unsettled == 0
-    }
-
-    fn is_done(&self, engine: &Engine) -> bool {
-        self.inner.is_done(engine)
-    }
-
-    fn take_interval(&mut self) -> Option<Micros> {
-        self.inner.take_interval()
-    }
-
-    fn finish(self) -> RoleResult {
+    fn report(self) -> RoleResult {
         let reached = self
             .subs
             .iter()
@@ -577,9 +534,7 @@ impl Driver for ChurnDriver {
 mod tests {
     use super::*;
     use crate::schema::{SubscribeTask, Task};
-    use crate::util::addr::{PortMode, Sources};
     use crate::util::pattern::{AssignMode, Assignment};
-    use crate::util::profile::Profile;
 
     /// A worker of two subscribers (global 10 and 11), two subjects each
     /// out of /p/s{1..3}, over WebSocket.
@@ -611,18 +566,7 @@ mod tests {
             offline: 0.0,
             close: CloseMode::Reset,
         };
-        let spec = Spec {
-            worker: 0,
-            workers: 1,
-            targets: Vec::new(),
-            sources: Sources::default(),
-            port_mode: PortMode::Auto,
-            max_conns: 10,
-            setup_timeout: 1.0,
-            profile: Profile::load("myriad").unwrap(),
-            seed: 1,
-            task: Task::Churn(task.clone()),
-        };
+        let spec = Spec::for_tests(Task::Churn(task.clone()));
         ChurnDriver::new(task, &spec).unwrap()
     }
 
@@ -677,11 +621,11 @@ mod tests {
             opening(&mut d, 7),
             [r#"{"op":"subscribe","subjects":["/p/s3","/p/s1"],"id":1}"#]
         );
-        assert_eq!(d.unsettled, 1);
+        assert_eq!(d.inner.unsettled(), 1);
         assert!(!hear(&mut d, &mut c, &subscribed("/p/s3", 5, None)));
-        assert_eq!(d.unsettled, 1, "one answer still owed");
+        assert_eq!(d.inner.unsettled(), 1, "one answer still owed");
         assert!(!hear(&mut d, &mut c, &subscribed("/p/s1", 0, None)));
-        assert_eq!(d.unsettled, 0, "ready to start");
+        assert_eq!(d.inner.unsettled(), 0, "ready to start");
         assert!(hear(&mut d, &mut c, &msg("/p/s3", 6)));
         assert!(hear(&mut d, &mut c, &msg("/p/s1", 1)));
         // The connection is closed on purpose and a new one opens.
@@ -728,9 +672,9 @@ mod tests {
         // Subscriber 10 holds /p/s3 and /p/s1, in that order.
         assert_eq!(http_opening(&mut d, 7), [None, None], "live from now");
         hear(&mut d, &mut c, &subscribed("/p/s3", 5, None));
-        assert_eq!(d.unsettled, 1, "one answer still owed");
+        assert_eq!(d.inner.unsettled(), 1, "one answer still owed");
         hear(&mut d, &mut c, &subscribed("/p/s1", 0, None));
-        assert_eq!(d.unsettled, 0);
+        assert_eq!(d.inner.unsettled(), 0);
         assert!(hear(&mut d, &mut c, &msg("/p/s3", 6)));
         d.subs[0].key = None;
         d.subs[0].reconnect_real = 1_000_000;
@@ -747,11 +691,11 @@ mod tests {
         let mut d = driver_over(SubscribeTransport::Poll);
         let mut c = Counters::default();
         assert_eq!(http_opening(&mut d, 7), [None, None]);
-        assert_eq!(d.unsettled, 1);
+        assert_eq!(d.inner.unsettled(), 1);
         hear(&mut d, &mut c, &poll_end(&format!("{EPOCH}:5,")));
-        assert_eq!(d.unsettled, 1, "/p/s1 has no position yet");
+        assert_eq!(d.inner.unsettled(), 1, "/p/s1 has no position yet");
         hear(&mut d, &mut c, &poll_end(&format!("{EPOCH}:5,{EPOCH}:0")));
-        assert_eq!(d.unsettled, 0, "every subject joined");
+        assert_eq!(d.inner.unsettled(), 0, "every subject joined");
         assert!(hear(&mut d, &mut c, &msg("/p/s3", 6)));
         assert_eq!(c.replayed, 0, "live, so timed");
         d.subs[0].key = None;
@@ -821,17 +765,17 @@ mod tests {
     fn a_connection_failing_in_set_up_owes_nothing_more() {
         let mut d = driver();
         opening(&mut d, 7);
-        assert_eq!(d.unsettled, 1);
+        assert_eq!(d.inner.unsettled(), 1);
         d.on_closed(
             7,
             10,
             Outcome::Failed(crate::util::counters::Failure::Timeout),
             false,
         );
-        assert_eq!((d.unsettled, d.subs[0].key), (0, None));
+        assert_eq!((d.inner.unsettled(), d.subs[0].key), (0, None));
         // An old connection's end, after it was replaced, changes nothing.
         opening(&mut d, 9);
         d.on_closed(7, 10, Outcome::Clean, true);
-        assert_eq!((d.unsettled, d.subs[0].key), (1, Some(9)));
+        assert_eq!((d.inner.unsettled(), d.subs[0].key), (1, Some(9)));
     }
 }

@@ -32,7 +32,6 @@ use crate::util::clock::{realtime_ns, Span};
 use crate::util::counters::Counters;
 use crate::util::error::BenchError;
 use crate::util::graph::Senders;
-use crate::util::histogram::Micros;
 use crate::util::judge::{FeedReceipt, SendRecord};
 use crate::util::offsets::Received;
 use crate::util::pacing::Schedule;
@@ -41,7 +40,7 @@ use crate::util::payload::PayloadBuilder;
 use crate::worker::conn::{Handler, Opening, Outcome};
 use crate::worker::driver::{Driver, RoleResult, MAX_BATCH};
 use crate::worker::engine::Engine;
-use crate::worker::subscriber::SubscribeDriver;
+use crate::worker::subscriber::{OnSubscribers, SubscribeDriver};
 
 /// Bytes queued on one connection beyond what its socket took, past which
 /// a send due on it waits: a node that stops reading holds the schedule
@@ -120,11 +119,10 @@ pub struct SocialDriver {
     /// Connections per user.
     per_user: u64,
     users: Vec<SocialUser>,
-    /// Its connections: user i's j-th is `i × per_user + j`.
+    /// Its connections: user i's j-th is `i × per_user + j`. While one is
+    /// open but not yet subscribed to every feed, the worker is not ready
+    /// (`SubscribeDriver::owe`), so no send precedes a subscription.
     conns: Vec<Conn>,
-    /// Connections open but not yet subscribed to every feed. The worker is
-    /// ready only at zero, so no send precedes a subscription.
-    unsettled: usize,
     sends: Schedule,
     /// Sends in the schedule.
     events: u64,
@@ -132,8 +130,6 @@ pub struct SocialDriver {
     n: u64,
     senders: Senders,
     payload: PayloadBuilder,
-    started_ns: Option<u64>,
-    stopped: bool,
     /// Sends fired, by request id − 1.
     pending: Vec<Pending>,
     /// Sends answered with a position.
@@ -168,26 +164,17 @@ impl SocialDriver {
             per_user,
             conns: (0..count).map(|_| Conn::default()).collect(),
             users: task.users,
-            unsettled: 0,
             events: task.sends.total_events(),
             sends: task.sends,
             n: 0,
             senders: task.senders,
             payload: PayloadBuilder::new(task.size, spec.seed ^ spec.worker),
-            started_ns: None,
-            stopped: false,
             pending: Vec::new(),
             answered: Vec::new(),
             sent: None,
             touched: Vec::new(),
             data: String::new(),
         })
-    }
-
-    /// Position in `conns` of global connection `index`, if it is ours.
-    fn local(&self, index: u32) -> Option<usize> {
-        let i = u64::from(index).checked_sub(self.first_conn)?;
-        (i < self.conns.len() as u64).then_some(i as usize)
     }
 
     /// The user of local connection `i`.
@@ -197,13 +184,8 @@ impl SocialDriver {
 
     /// Local connection `i` owes `feeds` more `subscribed` answers.
     fn owe(&mut self, i: usize, feeds: u32) {
-        let conn = &mut self.conns[i];
-        match (conn.awaiting > 0, feeds > 0) {
-            (false, true) => self.unsettled += 1,
-            (true, false) => self.unsettled -= 1,
-            _ => {}
-        }
-        conn.awaiting = feeds;
+        let before = std::mem::replace(&mut self.conns[i].awaiting, feeds);
+        self.inner.owe(before, feeds);
     }
 
     /// Reads one server message on local connection `i`.
@@ -388,7 +370,7 @@ fn feed_of(subject: &str) -> u64 {
 
 impl Handler for SocialDriver {
     fn on_open(&mut self, key: usize, index: u32, _now_ns: u64, _out: &mut Opening) {
-        let Some(i) = self.local(index) else {
+        let Some(i) = self.inner.local(index) else {
             return;
         };
         // Nothing to send: the node subscribes the connection itself.
@@ -400,7 +382,7 @@ impl Handler for SocialDriver {
     }
 
     fn on_message(&mut self, index: u32, data: &[u8], now_real: u64, c: &mut Counters) -> bool {
-        let Some(i) = self.local(index) else {
+        let Some(i) = self.inner.local(index) else {
             return false;
         };
         matches!(
@@ -414,7 +396,7 @@ impl Handler for SocialDriver {
     }
 
     fn on_closed(&mut self, key: usize, index: u32, outcome: Outcome, was_open: bool) {
-        let Some(i) = self.local(index) else {
+        let Some(i) = self.inner.local(index) else {
             return;
         };
         if was_open && self.conns[i].key != Some(key) {
@@ -429,53 +411,30 @@ impl Handler for SocialDriver {
     }
 
     fn user(&self, index: u32) -> Option<u64> {
-        self.local(index).map(|i| self.user_of(i).id)
+        self.inner.local(index).map(|i| self.user_of(i).id)
     }
 }
 
-impl Driver for SocialDriver {
-    fn tick(&mut self, engine: &mut Engine) -> Option<u64> {
-        let setup = self.inner.tick(engine);
-        let Some(start) = self.started_ns.filter(|_| !self.stopped) else {
-            return setup;
-        };
-        let now = engine.refresh_now();
-        let sends = self.send_due(engine, start, now);
-        match (setup, sends) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+impl OnSubscribers for SocialDriver {
+    fn base(&self) -> &SubscribeDriver {
+        &self.inner
     }
 
-    fn start(&mut self, engine: &mut Engine) {
-        self.started_ns = Some(engine.refresh_now());
-        self.inner.start(engine);
+    fn base_mut(&mut self) -> &mut SubscribeDriver {
+        &mut self.inner
     }
 
-    fn stop(&mut self, engine: &mut Engine) {
-        self.stopped = true;
-        self.inner.stop(engine);
+    fn due(&mut self, engine: &mut Engine, start: u64, now: u64) -> Option<u64> {
+        self.send_due(engine, start, now)
     }
 
-    fn is_ready(&self, engine: &Engine) -> bool {
-        self.inner.is_ready(engine) && self.unsettled == 0
-    }
-
-    fn is_done(&self, engine: &Engine) -> bool {
-        self.inner.is_done(engine)
-    }
-
-    fn take_interval(&mut self) -> Option<Micros> {
-        self.inner.take_interval()
-    }
-
-    fn precise(&self) -> bool {
+    fn paced(&self) -> bool {
         // Sends are stamped with their due time: lateness here would
         // become measured latency.
         true
     }
 
-    fn finish(self) -> RoleResult {
+    fn report(self) -> RoleResult {
         let unanswered = self.pending.iter().filter(|p| !p.answered).count() as u64;
         let first = self.first_conn;
         let receipts = self
@@ -503,8 +462,6 @@ impl Driver for SocialDriver {
 mod tests {
     use super::*;
     use crate::schema::Task;
-    use crate::util::addr::{PortMode, Sources};
-    use crate::util::profile::Profile;
 
     const EPOCH: &str = "00000000000000ab";
 
@@ -530,18 +487,7 @@ mod tests {
             senders: Senders::uniform(4, 1),
             size: 100,
         };
-        let spec = Spec {
-            worker: 0,
-            workers: 1,
-            targets: Vec::new(),
-            sources: Sources::default(),
-            port_mode: PortMode::Auto,
-            max_conns: 10,
-            setup_timeout: 1.0,
-            profile: Profile::load("myriad").unwrap(),
-            seed: 1,
-            task: Task::Social(task.clone()),
-        };
+        let spec = Spec::for_tests(Task::Social(task.clone()));
         SocialDriver::new(task, &spec).unwrap()
     }
 
@@ -571,14 +517,17 @@ mod tests {
         assert_eq!((d.user(3), d.user(8)), (None, None));
         open(&mut d, 1, 4);
         open(&mut d, 2, 6);
-        assert_eq!(d.unsettled, 2);
+        assert_eq!(d.inner.unsettled(), 2);
         // User 7 is owed @3, @9 and @7; user 9 only @9.
         hear(&mut d, &mut c, 4, &subscribed(3, 10));
         hear(&mut d, &mut c, 4, &subscribed(9, 0));
-        assert_eq!((d.unsettled, c.subscribed), (2, 0));
+        assert_eq!((d.inner.unsettled(), c.subscribed), (2, 0));
         hear(&mut d, &mut c, 4, &subscribed(7, 4));
         hear(&mut d, &mut c, 6, &subscribed(9, 0));
-        assert_eq!((d.unsettled, c.subscribed, c.feeds_mismatched), (0, 2, 0));
+        assert_eq!(
+            (d.inner.unsettled(), c.subscribed, c.feeds_mismatched),
+            (0, 2, 0)
+        );
         // After set-up, a `subscribed` is a follow made during the run.
         hear(&mut d, &mut c, 6, &subscribed(3, 12));
         assert_eq!((c.follow_notices, c.feeds_mismatched), (1, 0));
@@ -656,13 +605,13 @@ mod tests {
         open(&mut d, 1, 4);
         hear(&mut d, &mut c, 4, &subscribed(3, 0));
         d.on_closed(1, 4, Outcome::Clean, true);
-        assert_eq!((d.unsettled, d.conns[0].key), (0, None));
+        assert_eq!((d.inner.unsettled(), d.conns[0].key), (0, None));
         open(&mut d, 2, 4);
-        assert_eq!(d.unsettled, 1);
+        assert_eq!(d.inner.unsettled(), 1);
         assert!(d.conns[0].feeds.is_empty(), "starts afresh");
         // An old socket's end changes nothing.
         d.on_closed(1, 4, Outcome::Clean, true);
-        assert_eq!((d.unsettled, d.conns[0].key), (1, Some(2)));
+        assert_eq!((d.inner.unsettled(), d.conns[0].key), (1, Some(2)));
     }
 
     #[test]
