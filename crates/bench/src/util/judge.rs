@@ -130,6 +130,40 @@ impl Tally {
     }
 }
 
+/// One (follower, followee) pair over the run, as a send needs it.
+struct Edge<'a> {
+    /// The follower is the followee: its own feed, always owed.
+    own: bool,
+    /// Whether the graph file has the edge.
+    at_start: bool,
+    /// Its changes, in request order, none overlapping another.
+    changes: &'a [EdgeChange],
+}
+
+impl Edge<'_> {
+    /// What a connection of the follower owed send `s` of the followee.
+    fn expect(&self, s: &SendRecord) -> Expect {
+        if self.own {
+            return Expect::Must;
+        }
+        let mut follows = self.at_start;
+        for c in self.changes {
+            let acked = c.acked_ns.unwrap_or(u64::MAX);
+            if c.requested_ns <= s.acked_ns && acked >= s.sent_ns {
+                return Expect::InFlight;
+            }
+            if acked < s.sent_ns {
+                follows = c.follow;
+            }
+        }
+        if follows {
+            Expect::Must
+        } else {
+            Expect::MustNot
+        }
+    }
+}
+
 /// Judges connections one by one against the graph, the sends and the
 /// edge changes of a run.
 pub struct Judge<'g> {
@@ -180,29 +214,20 @@ impl<'g> Judge<'g> {
         }
     }
 
-    /// What a connection of `user` owed send `s` of `sender`.
+    /// What a connection of `user` owed send `s`.
     pub fn expect(&self, user: u64, s: &SendRecord) -> Expect {
-        if user == s.user {
-            return Expect::Must;
-        }
-        let mut follows = self.graph.follows(user, s.user);
-        for c in self
-            .changes
-            .get(&(user, s.user))
-            .map_or(&[][..], Vec::as_slice)
-        {
-            let acked = c.acked_ns.unwrap_or(u64::MAX);
-            if c.requested_ns <= s.acked_ns && acked >= s.sent_ns {
-                return Expect::InFlight;
-            }
-            if acked < s.sent_ns {
-                follows = c.follow;
-            }
-        }
-        if follows {
-            Expect::Must
-        } else {
-            Expect::MustNot
+        self.edge(user, s.user).expect(s)
+    }
+
+    /// The edge from `user` to `feed`'s user over the run.
+    fn edge(&self, user: u64, feed: u64) -> Edge<'_> {
+        Edge {
+            own: user == feed,
+            at_start: self.graph.follows(user, feed),
+            changes: self
+                .changes
+                .get(&(user, feed))
+                .map_or(&[][..], Vec::as_slice),
         }
     }
 
@@ -226,6 +251,7 @@ impl<'g> Judge<'g> {
     /// Judges what a connection of `user` received of `feed`.
     fn feed(&mut self, user: u64, feed: u64, feeds: &[FeedReceipt]) {
         let receipts: Vec<&FeedReceipt> = feeds.iter().filter(|f| f.feed == feed).collect();
+        let edge = self.edge(user, feed);
         let mut t = self.tally;
         let mut matched = 0;
         for s in self.sends.get(&feed).map_or(&[][..], Vec::as_slice) {
@@ -233,7 +259,7 @@ impl<'g> Judge<'g> {
                 .iter()
                 .any(|r| r.epoch == s.epoch && r.received.contains(s.offset));
             matched += u64::from(got);
-            match self.expect(user, s) {
+            match edge.expect(s) {
                 Expect::Must if got => {
                     (t.expected, t.delivered) = (t.expected + 1, t.delivered + 1)
                 }
