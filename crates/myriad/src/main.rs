@@ -2,6 +2,7 @@
 //! client for trying it, and `bench` drives the load tools.
 
 mod client;
+mod graph;
 mod sub;
 
 use std::path::PathBuf;
@@ -35,6 +36,8 @@ enum Command {
     /// Load tools: connect-rate, subscribers, publishers, broadcast, run,
     /// churn; subscribers over WebSocket, SSE, HTTP streaming or long-poll.
     Bench(Box<myriad_bench::BenchCommand>),
+    /// The follow graph: generate seed 004's dataset, load, stats, probe.
+    Graph(graph::GraphArgs),
 }
 
 #[derive(Args)]
@@ -87,6 +90,7 @@ fn main() -> ExitCode {
         Command::Sub(args) => report(subscribe(args)),
         Command::Pub(args) => report(publish(args)),
         Command::Bench(cmd) => myriad_bench::run(*cmd),
+        Command::Graph(args) => graph::run(args),
     }
 }
 
