@@ -260,7 +260,9 @@ struct Timings {
 
 impl Timings {
     fn new() -> Timings {
-        let histogram = || Histogram::new(3).expect("3 significant figures is valid");
+        // Nanoseconds, up to an hour; a longer read is recorded as an hour.
+        let histogram =
+            || Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds");
         Timings {
             reads: histogram(),
             pages: histogram(),
@@ -268,14 +270,15 @@ impl Timings {
     }
 
     fn print(&self, label: &str) {
-        let ms = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1e6;
+        let us = |h: &Histogram<u64>, q: f64| h.value_at_quantile(q) as f64 / 1e3;
         println!(
-            "{label}: whole read p50 {:.3} ms, p99 {:.3} ms; page p50 {:.3} ms, p99 {:.3} ms, max {:.3} ms",
-            ms(&self.reads, 0.5),
-            ms(&self.reads, 0.99),
-            ms(&self.pages, 0.5),
-            ms(&self.pages, 0.99),
-            self.pages.max() as f64 / 1e6
+            "{label}: whole read p50 {:.1} µs, p99 {:.1} µs; \
+             page p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs",
+            us(&self.reads, 0.5),
+            us(&self.reads, 0.99),
+            us(&self.pages, 0.5),
+            us(&self.pages, 0.99),
+            self.pages.max() as f64 / 1e3
         );
     }
 }
