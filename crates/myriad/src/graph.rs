@@ -15,7 +15,6 @@
 use std::fs::File;
 use std::io::{self, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Subcommand};
@@ -63,16 +62,20 @@ struct StoreArgs {
     /// The node's data directory (the graph is its graph.sqlite3).
     #[arg(long, env = "MYRIAD_DATA_DIR", default_value = "myriad-data")]
     data_dir: PathBuf,
-    /// The store's page cache bound, MiB.
-    #[arg(long, default_value_t = 64)]
+    /// The store's page cache bound, MiB (the node's `graph_cache_mb`).
+    #[arg(long, env = "MYRIAD_GRAPH_CACHE_MB", default_value_t = 64)]
     cache_mb: usize,
+    /// The most users one user may follow; a load past it is refused
+    /// whole (the node's `max_following`).
+    #[arg(long, env = "MYRIAD_MAX_FOLLOWING", default_value_t = StoreOptions::default().max_following)]
+    max_following: u64,
 }
 
 impl StoreArgs {
     fn options(&self) -> StoreOptions {
         StoreOptions {
             cache_bytes: self.cache_mb << 20,
-            ..StoreOptions::default()
+            max_following: self.max_following,
         }
     }
 
@@ -119,19 +122,13 @@ struct ProbeArgs {
     page: usize,
 }
 
-pub fn run(args: GraphArgs) -> ExitCode {
-    let result = match args.command {
+/// Runs `myriad graph …`; the error is what to tell the user.
+pub fn run(args: GraphArgs) -> Result<(), String> {
+    match args.command {
         GraphCommand::Generate(a) => generate(a),
         GraphCommand::Load(a) => load(a),
         GraphCommand::Stats(a) => stats(a),
         GraphCommand::Probe(a) => probe(a),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("myriad graph: {e}");
-            ExitCode::FAILURE
-        }
     }
 }
 

@@ -90,7 +90,7 @@ fn main() -> ExitCode {
         Command::Sub(args) => report(subscribe(args)),
         Command::Pub(args) => report(publish(args)),
         Command::Bench(cmd) => myriad_bench::run(*cmd),
-        Command::Graph(args) => graph::run(args),
+        Command::Graph(args) => report(graph::run(args)),
     }
 }
 
@@ -119,7 +119,7 @@ fn serve(file: Option<PathBuf>, matches: &clap::ArgMatches) -> ExitCode {
     }
 }
 
-fn report(result: Result<(), ClientError>) -> ExitCode {
+fn report(result: Result<(), impl std::fmt::Display>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

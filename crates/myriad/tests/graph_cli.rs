@@ -12,10 +12,15 @@ use myriad_graph::DataDir;
 
 fn myriad(args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_myriad"));
-    command
-        .arg("graph")
-        .args(args)
-        .env_remove("MYRIAD_DATA_DIR");
+    command.arg("graph").args(args);
+    // The node's settings, which these commands also read.
+    for setting in [
+        "MYRIAD_DATA_DIR",
+        "MYRIAD_GRAPH_CACHE_MB",
+        "MYRIAD_MAX_FOLLOWING",
+    ] {
+        command.env_remove(setting);
+    }
     command
 }
 
@@ -35,6 +40,18 @@ fn ok(mut command: impl BorrowMut<Command>) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs and expects a refusal that says `reason` on stderr.
+fn refused(mut command: impl BorrowMut<Command>, reason: &str) {
+    let out = run(command.borrow_mut());
+    assert!(
+        !out.status.success(),
+        "{:?} succeeded",
+        command.borrow_mut()
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains(reason), "{reason:?} not in {stderr}");
 }
 
 /// The number after `key: ` on its line of `text`.
@@ -157,25 +174,28 @@ fn a_malformed_file_names_its_line_and_loads_nothing() {
 
     let bad = tmp.path().join("bad.txt");
     std::fs::write(&bad, "# header\n4 5\n6 7\n8 x\n9 10\n").unwrap();
-    let out = run(myriad(&["load", path(&bad), "--data-dir", path(&data)]));
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("line 4: user id \"x\" is not a decimal integer"),
-        "{stderr}"
+    refused(
+        myriad(&["load", path(&bad), "--data-dir", path(&data)]),
+        "line 4: user id \"x\" is not a decimal integer",
     );
     assert_eq!(totals(&data), (3, 2), "nothing of the bad file");
 
     let self_follow = tmp.path().join("self.txt");
     std::fs::write(&self_follow, "4 5\n5 5\n").unwrap();
-    let out = run(myriad(&[
-        "load",
-        path(&self_follow),
-        "--data-dir",
-        path(&data),
-    ]));
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("line 2: user 5 follows itself"));
+    refused(
+        myriad(&["load", path(&self_follow), "--data-dir", path(&data)]),
+        "line 2: user 5 follows itself",
+    );
+    assert_eq!(totals(&data), (3, 2));
+
+    // Well formed, but past the following limit: refused whole too.
+    let too_many = tmp.path().join("too_many.txt");
+    std::fs::write(&too_many, "4 5\n4 6\n4 7\n8 9\n").unwrap();
+    refused(
+        myriad(&["load", path(&too_many), "--data-dir", path(&data)])
+            .args(["--max-following", "2"]),
+        "user 4 would follow more than 2 users",
+    );
     assert_eq!(totals(&data), (3, 2));
 }
 
@@ -187,12 +207,9 @@ fn a_load_refuses_a_data_directory_in_use() {
     std::fs::write(&file, "1 2\n").unwrap();
     // What a running node holds.
     let held = DataDir::lock(&data).unwrap();
-    let out = run(myriad(&["load", path(&file), "--data-dir", path(&data)]));
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("is in use by another process (pid "),
-        "{stderr}"
+    refused(
+        myriad(&["load", path(&file), "--data-dir", path(&data)]),
+        "is in use by another process (pid ",
     );
     assert!(
         !data.join("graph.sqlite3").exists(),
