@@ -21,7 +21,7 @@ use clap::{Args, Subcommand};
 use hdrhistogram::Histogram;
 use myriad_graph::edgelist::read_edges;
 use myriad_graph::generate::{self, Params};
-use myriad_graph::{sqlite, DataDir, SqliteStore, Store, StoreOptions, UserId};
+use myriad_graph::{sqlite, DataDir, DataDirError, SqliteStore, Store, StoreOptions, UserId};
 
 #[derive(Args)]
 pub struct GraphArgs {
@@ -159,7 +159,10 @@ fn generate(args: GenerateArgs) -> Result<(), String> {
 }
 
 fn load(args: LoadArgs) -> Result<(), String> {
-    let dir = DataDir::lock(&args.store.data_dir).map_err(|e| e.to_string())?;
+    let dir = DataDir::lock(&args.store.data_dir).map_err(|e| match e {
+        DataDirError::InUse { .. } => format!("{e}: stop the node that runs on it, then load"),
+        DataDirError::Io { .. } => e.to_string(),
+    })?;
     let started = Instant::now();
     let file = File::open(&args.file).map_err(|e| format!("{}: {e}", args.file.display()))?;
     // Read whole first: a malformed file fails here, before the store is
