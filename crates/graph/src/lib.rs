@@ -6,20 +6,27 @@
 //! user connects, and writes follows and unfollows through it.
 //!
 //! - [`user`]: user ids and edges, with their range rules.
+//! - [`dir`]: the lock that gives one process at a time a node's data
+//!   directory (a node while it runs, or a bulk load).
 //! - [`edgelist`]: the text file a graph is generated into and loaded from.
+//! - [`generate`]: seed 004's Barabási–Albert graph, deterministic per seed.
 //! - [`store`]: the [`Store`] contract every backend keeps.
 //! - [`sqlite`]: the embedded default, one SQLite file in WAL mode.
 //! - `conformance` (tests, or the `conformance` feature): the suite that
 //!   states the contract; every store runs it unchanged.
 
+pub mod dir;
 pub mod edgelist;
+pub mod generate;
 pub mod sqlite;
+mod sqlite_load;
 pub mod store;
 pub mod user;
 
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 
+pub use dir::{DataDir, DataDirError};
 pub use sqlite::SqliteStore;
 pub use store::{Counts, Store, StoreError, StoreOptions, Totals};
 pub use user::{Edge, UserId, UserIdError};

@@ -7,6 +7,8 @@
 //! with `synchronous = NORMAL`: a committed batch is in the WAL before its
 //! call returns, so it survives the process being killed (clause 5);
 //! surviving power loss as well would need `FULL`, at a sync per batch.
+//! `load` takes a bulk path of its own (`crate::sqlite_load`), still one
+//! transaction.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -27,8 +29,12 @@ const SCHEMA: &str = "
         follower INTEGER NOT NULL,
         PRIMARY KEY (followee, follower)
     ) WITHOUT ROWID;
-    CREATE INDEX IF NOT EXISTS follows_by_follower ON follows (follower, followee);
 ";
+
+/// "Whom does this user follow": its own constant because a bulk load
+/// into an empty store drops it and builds it again (`crate::sqlite_load`).
+pub(crate) const FOLLOWER_INDEX: &str =
+    "CREATE INDEX IF NOT EXISTS follows_by_follower ON follows (follower, followee)";
 
 /// The embedded graph store; see the module docs.
 pub struct SqliteStore {
@@ -63,7 +69,24 @@ impl SqliteStore {
         let cache_kib = (options.cache_bytes / 1024).max(1) as i64;
         db.pragma_update(None, "cache_size", -cache_kib)?;
         db.execute_batch(SCHEMA)?;
+        db.execute_batch(FOLLOWER_INDEX)?;
         Ok(SqliteStore { db, options })
+    }
+
+    /// The users with the most followers, most first, with their counts.
+    /// It reads every edge: for tools and stats, never a node's hot path.
+    pub fn biggest_hubs(&mut self, limit: usize) -> Result<Vec<(UserId, u64)>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut statement = self.db.prepare(
+            "SELECT followee, count(*) AS n FROM follows GROUP BY followee \
+             ORDER BY n DESC, followee LIMIT ?1",
+        )?;
+        let hubs = statement
+            .query_map([limit], |r| {
+                Ok((UserId::from_stored(r.get(0)?), r.get::<_, i64>(1)? as u64))
+            })?
+            .collect::<Result<_, _>>()?;
+        Ok(hubs)
     }
 
     fn page(
@@ -90,7 +113,7 @@ impl SqliteStore {
 }
 
 /// Clause 3's first refusal, checked before anything is written.
-fn refuse_self_follows(edges: &[Edge]) -> Result<(), StoreError> {
+pub(crate) fn refuse_self_follows(edges: &[Edge]) -> Result<(), StoreError> {
     match edges.iter().position(|e| e.follower == e.followee) {
         Some(index) => Err(StoreError::SelfFollow {
             index,
@@ -174,19 +197,7 @@ impl Store for SqliteStore {
     }
 
     fn load(&mut self, users: Vec<UserId>, edges: Vec<Edge>) -> Result<u64, StoreError> {
-        refuse_self_follows(&edges)?;
-        let tx = self
-            .db
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        {
-            let mut add = tx.prepare_cached("INSERT OR IGNORE INTO users (id) VALUES (?1)")?;
-            for user in &users {
-                add.execute([user.stored()])?;
-            }
-        }
-        let added = insert_edges(&tx, &edges, self.options.max_following)?;
-        tx.commit()?;
-        Ok(added)
+        crate::sqlite_load::load(&mut self.db, &self.options, users, edges)
     }
 
     fn followers(

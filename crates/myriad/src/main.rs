@@ -2,6 +2,7 @@
 //! client for trying it, and `bench` drives the load tools.
 
 mod client;
+mod graph;
 mod sub;
 
 use std::path::PathBuf;
@@ -36,6 +37,8 @@ enum Command {
     /// churn, social; subscribers over WebSocket, SSE, HTTP streaming or
     /// long-poll.
     Bench(Box<myriad_bench::BenchCommand>),
+    /// The follow graph: generate seed 004's dataset, load, stats, probe.
+    Graph(graph::GraphArgs),
 }
 
 #[derive(Args)]
@@ -88,6 +91,7 @@ fn main() -> ExitCode {
         Command::Sub(args) => report(subscribe(args)),
         Command::Pub(args) => report(publish(args)),
         Command::Bench(cmd) => myriad_bench::run(*cmd),
+        Command::Graph(args) => report(graph::run(args)),
     }
 }
 
@@ -116,7 +120,7 @@ fn serve(file: Option<PathBuf>, matches: &clap::ArgMatches) -> ExitCode {
     }
 }
 
-fn report(result: Result<(), ClientError>) -> ExitCode {
+fn report(result: Result<(), impl std::fmt::Display>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
