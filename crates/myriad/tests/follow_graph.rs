@@ -246,6 +246,21 @@ fn the_graph_survives_a_restart_and_kill_9_loses_no_acknowledged_follow() {
 }
 
 #[test]
+fn a_second_node_cannot_take_a_data_directory_in_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir_arg = dir.path().display().to_string();
+    let _first = Node::start(&["--data-dir", &dir_arg]);
+    let second = std::process::Command::new(env!("CARGO_BIN_EXE_myriad"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .args(["--data-dir", &dir_arg])
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(stderr.contains("in use"), "{stderr}");
+}
+
+#[test]
 fn bad_input_is_refused_whole_with_a_stable_code_and_counted() {
     let node = Node::start(&["--max-following", "2"]);
     follow(&node, &[(1, 2)]);

@@ -54,7 +54,7 @@ use crate::feeds::{Feeds, Keeper};
 use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::worker::{Shared, Worker};
-use myriad_graph::{sqlite, SqliteStore, StoreOptions};
+use myriad_graph::{DataDir, SqliteStore, StoreOptions};
 
 /// Why the node could not start or stopped abnormally.
 #[derive(Debug, Error)]
@@ -80,11 +80,8 @@ pub enum ServeError {
     },
     #[error("worker {0} panicked")]
     WorkerPanicked(usize),
-    #[error("cannot open the data directory {path}: {source}")]
-    DataDir {
-        path: std::path::PathBuf,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    DataDir(#[from] myriad_graph::DataDirError),
     #[error("cannot open the follow graph: {0}")]
     Graph(#[from] myriad_graph::StoreError),
 }
@@ -208,18 +205,21 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
 /// Descriptors kept back from connections: listeners, epoll and wake-up fds,
 /// the admin API and its clients, stdio, and room to accept a connection only
 /// to refuse it with 503 once the node is full.
-/// Opens the follow graph in the data directory and starts its keeper.
+/// Takes the data directory (no other node or bulk load may use it while
+/// this node runs), opens the follow graph there and starts its keeper.
 fn open_feeds(config: &Config, hub: Arc<Hub>) -> Result<Feeds, ServeError> {
-    std::fs::create_dir_all(&config.data_dir).map_err(|source| ServeError::DataDir {
-        path: config.data_dir.clone(),
-        source,
-    })?;
+    let dir = DataDir::lock(&config.data_dir)?;
     let options = StoreOptions {
         max_following: config.max_following,
         cache_bytes: config.graph_cache_mb << 20,
     };
-    let store = SqliteStore::open(&config.data_dir.join(sqlite::FILE_NAME), options)?;
-    Ok(Keeper::start(Box::new(store), hub, config.max_following)?)
+    let store = SqliteStore::open(&dir.graph_file(), options)?;
+    Ok(Keeper::start(
+        dir,
+        Box::new(store),
+        hub,
+        config.max_following,
+    )?)
 }
 
 const RESERVED_FDS: u64 = 256;

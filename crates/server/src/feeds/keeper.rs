@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender};
-use myriad_graph::{Edge, Store, StoreError, UserId};
+use myriad_graph::{DataDir, Edge, Store, StoreError, UserId};
 use tokio::sync::oneshot;
 use tracing::warn;
 
@@ -88,6 +88,8 @@ impl Handle {
 
 /// The keeper thread's state.
 pub struct Keeper {
+    /// Held for the node's life: the store's directory is this node's.
+    _dir: DataDir,
     store: Box<dyn Store>,
     hub: Arc<Hub>,
     presence: Arc<Presence>,
@@ -98,6 +100,7 @@ pub struct Keeper {
 impl Keeper {
     /// Loads the known users from `store` and starts the keeper thread.
     pub fn start(
+        dir: DataDir,
         mut store: Box<dyn Store>,
         hub: Arc<Hub>,
         max_following: u64,
@@ -115,6 +118,7 @@ impl Keeper {
         }
         let presence = Arc::new(Presence::default());
         let keeper = Keeper {
+            _dir: dir,
             store,
             hub,
             presence: Arc::clone(&presence),
