@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import signal
 import statistics
 import subprocess
@@ -333,15 +334,36 @@ def fmt(value, kind):
     return f"{round(value):,}"
 
 
-def start_node(binary, flags):
+def graph_fixture(binary, out_dir, users, edges_per_node, seed):
+    """A generated follow graph and a data directory holding it loaded, made
+    once per output directory; returns (edge file, template data dir)."""
+    name = f"graph-{users}x{edges_per_node}-s{seed}"
+    path = os.path.join(out_dir, f"{name}.txt")
+    template = os.path.join(out_dir, f"{name}.data")
+    if not os.path.exists(os.path.join(template, "graph.sqlite3")):
+        subprocess.run([binary, "graph", "generate", "--users", str(users), "--edges-per-node",
+                        str(edges_per_node), "--seed", str(seed), "--out", path], check=True)
+        shutil.rmtree(template, ignore_errors=True)
+        subprocess.run([binary, "graph", "load", path, "--data-dir", template], check=True,
+                       stdout=subprocess.DEVNULL)
+    return path, template
+
+
+def start_node(binary, flags, data_template=None):
     """Starts a node on ephemeral loopback ports; returns (process, ws, admin)."""
+    data_dir = tempfile.mkdtemp(prefix="myriad-")
+    if data_template:
+        shutil.copytree(data_template, data_dir, dirs_exist_ok=True)
+        lock = os.path.join(data_dir, "myriad.lock")
+        if os.path.exists(lock):
+            os.remove(lock)
     proc = subprocess.Popen(
         [binary, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", *flags],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         # A data directory of its own (through the environment, which older
         # builds compared as a baseline ignore).
-        env={**os.environ, "MYRIAD_LOG": "warn", "MYRIAD_DATA_DIR": tempfile.mkdtemp(prefix="myriad-")},
+        env={**os.environ, "MYRIAD_LOG": "warn", "MYRIAD_DATA_DIR": data_dir},
     )
     ready = json.loads(proc.stdout.readline())
     return proc, ready["ws"], ready["admin"]
@@ -357,12 +379,17 @@ def stop_node(proc):
 
 
 def run_once(binary, name, scenario, out_dir, index, node_args):
-    nodes = [start_node(binary, [*flags, *node_args]) for flags in scenario["nodes"]]
+    bench_args = list(scenario["bench"])
+    template = None
+    if "graph" in scenario:
+        graph, template = graph_fixture(binary, out_dir, *scenario["graph"])
+        bench_args += ["--graph", graph]
+    nodes = [start_node(binary, [*flags, *node_args], template) for flags in scenario["nodes"]]
     json_path = os.path.join(out_dir, f"{name}-{index}.json")
     cmd = [binary, "bench", "--progress", "off", "--json", json_path]
     for _, ws, admin in nodes:
         cmd += ["--url", f"ws://{ws}/ws", "--admin-url", f"http://{admin}"]
-    cmd += scenario["bench"]
+    cmd += bench_args
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     finally:
