@@ -318,6 +318,47 @@ SCENARIOS["broadcast-poll-ws"] = {
 }
 
 
+def social_wrong(doc):
+    s = doc.get("social") or {}
+    return sum(s.get(k, 0) for k in ("lost", "duplicated", "unexpected", "unanswered", "refused"))
+
+
+SOCIAL_FIGURES = [
+    ("sends/s", "published_per_s", "int"),
+    ("deliveries/s", "messages_in_per_s", "int"),
+    ("delivery p50 (ms)", "latency.p50_us", "ms"),
+    ("delivery p99 (ms)", "latency.p99_us", "ms"),
+    ("delivery max (ms)", "latency.max_us", "ms"),
+    ("lost + duplicated + unexpected + unanswered", social_wrong, "int"),
+    ("in flight, not judged", "social.in_flight", "int"),
+    ("node CPU per send (µs)", "social.server_cpu_us_per_send", "f1"),
+    ("node CPU per delivery (µs)", "social.server_cpu_us_per_delivery", "f2"),
+    ("node RSS peak (MiB)", "server.rss_peak_bytes", "mib"),
+    ("node RSS / connections (B)", "server.rss_per_connection", "int"),
+]
+
+
+def _social(rate, duration, what, extra=()):
+    return {
+        "what": what,
+        "nodes": [[]],
+        "graph": (20000, 15, 1),
+        "bench": ["social", "--users", "19000", "--rate", str(rate), "--duration", duration, *extra],
+        "figures": SOCIAL_FIGURES,
+    }
+
+
+for _rate in (5000, 10000, 15000, 20000):
+    SCENARIOS[f"social-{_rate // 1000}k"] = _social(
+        _rate, "20s", f"seed 004: 19,000 users of a 20,000-user BA graph (15 edges per node) send as themselves at {_rate:,}/s for 20 s"
+    )
+SCENARIOS["social-half"] = _social(5000, "60s", "the same at 5,000 sends/s for 60 s")
+SCENARIOS["social-half-churn"] = _social(
+    5000, "60s", "the same with 1,000 follow/unfollow operations/s through the admin API",
+    ["--follow-rate", "1000"],
+)
+
+
 def fmt(value, kind):
     if value is None:
         return "-"
