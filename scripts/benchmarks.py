@@ -352,9 +352,20 @@ for _rate in (5000, 10000, 15000, 20000):
     SCENARIOS[f"social-{_rate // 1000}k"] = _social(
         _rate, "20s", f"seed 004: 19,000 users of a 20,000-user BA graph (15 edges per node) send as themselves at {_rate:,}/s for 20 s"
     )
-SCENARIOS["social-half"] = _social(5000, "60s", "the same at 5,000 sends/s for 60 s")
+SCENARIOS["social-idle"] = {
+    **_social(1, "3s", "19,000 users of the 20,000-user graph connected with their feeds (about 15 each), nearly idle: one send a second"),
+    "figures": [
+        ("server RSS added per connection (B)", "server.rss_added_per_connection", "int"),
+        ("server RSS / connections (B)", "server.rss_per_connection", "int"),
+        ("set-up time (s)", "setup_secs", "f1"),
+        ("lost + duplicated + unexpected + unanswered", social_wrong, "int"),
+    ],
+}
+# Half of the saturation measured with the ladder above (about 13,200
+# sends/s achieved when 15,000 and 20,000 were asked).
+SCENARIOS["social-half"] = _social(6600, "60s", "the same at 6,600 sends/s (half of saturation) for 60 s")
 SCENARIOS["social-half-churn"] = _social(
-    5000, "60s", "the same with 1,000 follow/unfollow operations/s through the admin API",
+    6600, "60s", "the same with 1,000 follow/unfollow operations/s through the admin API",
     ["--follow-rate", "1000"],
 )
 
