@@ -248,3 +248,122 @@ impl Keeper {
         Ok(Applied { changed, settled })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use myriad_graph::{SqliteStore, StoreOptions};
+
+    use super::*;
+
+    fn user(id: u64) -> UserId {
+        UserId::new(id).unwrap()
+    }
+
+    fn conn(worker: usize, conn: u32) -> ConnRequest {
+        ConnRequest {
+            worker,
+            conn,
+            life: 1,
+            request: None,
+        }
+    }
+
+    /// A keeper over an in-memory store and a hub of two workers whose
+    /// mailboxes the test reads itself.
+    fn keeper() -> (
+        Feeds,
+        Vec<Receiver<Event>>,
+        Vec<mio::Poll>,
+        tempfile::TempDir,
+    ) {
+        let polls: Vec<mio::Poll> = (0..2).map(|_| mio::Poll::new().unwrap()).collect();
+        let wakers = polls
+            .iter()
+            .map(|p| mio::Waker::new(p.registry(), mio::Token(0)).unwrap())
+            .collect();
+        let (hub, mailboxes) = Hub::new(wakers, 65_536);
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::in_memory(StoreOptions::default()).unwrap();
+        let feeds = Keeper::start(
+            DataDir::lock(dir.path()).unwrap(),
+            Box::new(store),
+            hub,
+            100,
+        )
+        .unwrap();
+        (feeds, mailboxes, polls, dir)
+    }
+
+    fn feed_change(mailbox: &Receiver<Event>) -> FeedChange {
+        match mailbox.recv_timeout(Duration::from_secs(10)) {
+            Ok(Event::Feeds(change)) => *change,
+            other => panic!("expected a feed change, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_follow_is_settled_only_when_every_connection_of_the_follower_applied_it() {
+        let (feeds, mailboxes, _polls, _dir) = keeper();
+        feeds.presence.add(user(1), conn(0, 5));
+        feeds.presence.add(user(1), conn(1, 9));
+        feeds.presence.add(user(3), conn(0, 6));
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let edges = vec![Edge::new(user(1), user(2)), Edge::new(user(1), user(4))];
+        let mut applied = runtime
+            .block_on(feeds.change(Direction::Follow, edges))
+            .unwrap();
+        assert_eq!(applied.changed, 2);
+        assert!(feeds.known.contains(user(4)), "both ends are known at once");
+        // One change per connection of the follower, none for user 3.
+        let first = feed_change(&mailboxes[0]);
+        let second = feed_change(&mailboxes[1]);
+        assert!(mailboxes[0].is_empty() && mailboxes[1].is_empty());
+        assert_eq!((first.to.conn, second.to.conn), (5, 9));
+        assert_eq!(first.feeds, vec![user(2), user(4)]);
+        assert_eq!(first.direction, Direction::Follow);
+        // Not settled while either worker still holds its change.
+        assert!(applied.settled.try_recv().is_err());
+        drop(first);
+        assert!(applied.settled.try_recv().is_err());
+        drop(second);
+        assert_eq!(applied.settled.try_recv(), Ok(()));
+        feeds.stop();
+    }
+
+    #[test]
+    fn a_connecting_user_is_told_whom_it_follows_in_store_order() {
+        let (feeds, mailboxes, _polls, _dir) = keeper();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let change =
+            |edges: Vec<Edge>, direction| runtime.block_on(feeds.change(direction, edges)).unwrap();
+        // Nobody is connected: settled at once.
+        let applied = change(vec![Edge::new(user(1), user(2))], Direction::Follow);
+        runtime.block_on(applied.settled).unwrap();
+        // The connection is present before its read is asked for; a change
+        // made after the read arrives after the read's answer.
+        feeds.presence.add(user(1), conn(0, 5));
+        feeds.opened(user(1), conn(0, 5));
+        let unfollowed = change(vec![Edge::new(user(1), user(2))], Direction::Unfollow);
+        assert_eq!(unfollowed.changed, 1);
+        let opened = feed_change(&mailboxes[0]);
+        assert_eq!(
+            (opened.feeds, opened.direction),
+            (vec![user(2)], Direction::Follow)
+        );
+        assert!(opened.ack.is_none());
+        let unfollowed = feed_change(&mailboxes[0]);
+        assert_eq!(
+            (unfollowed.feeds, unfollowed.direction),
+            (vec![user(2)], Direction::Unfollow)
+        );
+        feeds.stop();
+    }
+}

@@ -80,13 +80,7 @@ impl Worker {
                 self.acknowledge(id, request);
             }
             Command::Publish { subject, data, .. } => {
-                let reply = Reply::Conn(self.request_of(id, request));
-                self.shared
-                    .engine
-                    .publish(&subject, data.get(), reply, &mut self.wakeups);
-                if self.shared.engine.congested() {
-                    return Flow::Pause;
-                }
+                return self.publish_for(id, request, &subject, data.get());
             }
             Command::History {
                 subject,
@@ -104,6 +98,25 @@ impl Worker {
             }
             Command::Send { data, .. } => return self.send_as_user(id, request, data),
             Command::Ping { .. } => self.send_reply(id, encode_pong(request).as_bytes()),
+        }
+        Flow::Continue
+    }
+
+    /// Publishes for connection `id`, answered through its mailbox; pauses
+    /// reading the connection while the engine is congested.
+    pub(super) fn publish_for(
+        &mut self,
+        id: ConnId,
+        request: Option<u64>,
+        subject: &str,
+        data: &str,
+    ) -> Flow {
+        let reply = Reply::Conn(self.request_of(id, request));
+        self.shared
+            .engine
+            .publish(subject, data, reply, &mut self.wakeups);
+        if self.shared.engine.congested() {
+            return Flow::Pause;
         }
         Flow::Continue
     }

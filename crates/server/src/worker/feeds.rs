@@ -13,7 +13,6 @@ use myriad_protocol::message::ErrorCode;
 use serde_json::value::RawValue;
 
 use super::{Flow, Worker};
-use crate::engine::Reply;
 use crate::feeds::{feed_subject, Direction, FeedChange};
 use crate::registry::ConnId;
 use crate::session::Identity;
@@ -73,13 +72,6 @@ impl Worker {
         };
         let subject = feed_subject(identity.user);
         self.shared.metrics.feed_send();
-        let reply = Reply::Conn(self.request_of(id, request));
-        self.shared
-            .engine
-            .publish(&subject, data.get(), reply, &mut self.wakeups);
-        if self.shared.engine.congested() {
-            return Flow::Pause;
-        }
-        Flow::Continue
+        self.publish_for(id, request, &subject, data.get())
     }
 }
