@@ -20,9 +20,13 @@ pub const WEBSOCKET_GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 /// The only protocol version RFC 6455 defines (§4.1, §11.6).
 const WEBSOCKET_VERSION: &str = "13";
 
-/// Headers accepted in one request or response head. Browsers send around
-/// 10-15 on an upgrade; more than this is treated as an oversized head.
-const MAX_HEADERS: usize = 32;
+/// Header lines accepted in one request or response head; more is an
+/// oversized head (431). Browsers send 10-20 on an upgrade, and proxies
+/// and CDNs add their own (forwarding, tracing, client hints), so the
+/// count leaves room for several layers of them; the byte cap of the head
+/// (8 KiB on the client listener) is the bound that matters for memory.
+/// The array lives on the stack for one parse: 100 × 32 bytes.
+pub const MAX_HEADERS: usize = 100;
 
 /// A valid upgrade request. Every field borrows from the request bytes.
 #[derive(Debug)]

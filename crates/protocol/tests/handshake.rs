@@ -442,3 +442,19 @@ fn client_rejects_bad_responses() {
         Err(HandshakeError::Malformed)
     );
 }
+
+#[test]
+fn up_to_max_headers_lines_are_taken_and_one_more_is_too_large() {
+    // The five standard lines plus padding, each line small: the count
+    // decides, not the byte cap.
+    let extra = |n: usize| -> String { (0..n).map(|i| format!("X-P{i}: v\r\n")).collect() };
+    let fits = request_without("", &extra(MAX_HEADERS - 5));
+    assert!(fits.len() < MAX, "{} bytes", fits.len());
+    let head = parse_upgrade(fits.as_bytes(), MAX).unwrap().unwrap();
+    assert_eq!(head.key, KEY);
+    let over = request_without("", &extra(MAX_HEADERS - 4));
+    assert!(over.len() < MAX);
+    assert!(matches!(parse_err(&over), HandshakeError::TooLarge));
+    // What a browser behind two proxies sends is well inside.
+    assert!(MAX_HEADERS >= 64);
+}
