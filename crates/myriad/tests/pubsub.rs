@@ -172,7 +172,8 @@ fn batch_publish_and_admin_endpoints() {
         "myriad_connections{worker=\"1\"}",
         "myriad_publishes_total 3",
         "myriad_publishes_unrouted_total 1",
-        "myriad_errors_total{kind=\"api_bad_request\"} 4",
+        "myriad_errors_total{kind=\"api_bad_request\"} 3",
+        "myriad_errors_total{kind=\"api_body_too_large\"} 1",
     ] {
         assert!(metrics.contains(family), "{family} missing:\n{metrics}");
     }

@@ -56,8 +56,10 @@ pub enum ErrorKind {
     Io,
     /// An admin API request was refused for its API key.
     ApiUnauthorized,
-    /// An admin API request body was malformed or too large.
+    /// An admin API request body was malformed.
     ApiBadRequest,
+    /// An admin API request body passed `max_http_body` (HTTP 413).
+    ApiBodyTooLarge,
     /// A `/status/events` stream was refused: `max_status_streams` are open.
     TooManyStatusStreams,
     /// A follow-graph request of the admin API was refused or failed
@@ -94,6 +96,7 @@ impl ErrorKind {
             ErrorKind::Io => "io",
             ErrorKind::ApiUnauthorized => "api_unauthorized",
             ErrorKind::ApiBadRequest => "api_bad_request",
+            ErrorKind::ApiBodyTooLarge => "api_body_too_large",
             ErrorKind::TooManyStatusStreams => "too_many_status_streams",
             ErrorKind::Graph(label) => label,
         }
@@ -437,6 +440,7 @@ impl ErrorKind {
                 ErrorKind::Io,
                 ErrorKind::ApiUnauthorized,
                 ErrorKind::ApiBadRequest,
+                ErrorKind::ApiBodyTooLarge,
                 ErrorKind::TooManyStatusStreams,
             ]
             .map(ErrorKind::label),

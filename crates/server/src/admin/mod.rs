@@ -205,17 +205,21 @@ async fn read_body(req: Request<Incoming>, shared: &Shared) -> Result<Bytes, Htt
         .await
     {
         Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            shared.metrics.error(ErrorKind::ApiBodyTooLarge);
+            Err(error_reply(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                &format!("body over {} bytes", shared.config.max_http_body),
+            ))
+        }
         Err(e) => {
             shared.metrics.error(ErrorKind::ApiBadRequest);
-            Err(if e.is::<http_body_util::LengthLimitError>() {
-                error_reply(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "body_too_large",
-                    &format!("body over {} bytes", shared.config.max_http_body),
-                )
-            } else {
-                error_reply(StatusCode::BAD_REQUEST, "bad_body", &e.to_string())
-            })
+            Err(error_reply(
+                StatusCode::BAD_REQUEST,
+                "bad_body",
+                &e.to_string(),
+            ))
         }
     }
 }
