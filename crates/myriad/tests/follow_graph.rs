@@ -250,14 +250,7 @@ fn a_second_node_cannot_take_a_data_directory_in_use() {
     let dir = tempfile::tempdir().unwrap();
     let dir_arg = dir.path().display().to_string();
     let _first = Node::start(&["--data-dir", &dir_arg]);
-    let second = std::process::Command::new(env!("CARGO_BIN_EXE_myriad"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-        ])
+    let second = common::serve_command()
         .args(["--data-dir", &dir_arg])
         .output()
         .unwrap();

@@ -14,6 +14,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
+use crate::feeds::Direction;
 use crate::transport::TransportKind;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -331,11 +332,10 @@ impl Metrics {
     }
 
     /// Counts a follow or unfollow batch's changed edges.
-    pub fn graph_changed(&self, follow: bool, edges: u64) {
-        let counter = if follow {
-            &self.feeds.follows
-        } else {
-            &self.feeds.unfollows
+    pub fn graph_changed(&self, direction: Direction, edges: u64) {
+        let counter = match direction {
+            Direction::Follow => &self.feeds.follows,
+            Direction::Unfollow => &self.feeds.unfollows,
         };
         counter.inc_by(edges);
     }

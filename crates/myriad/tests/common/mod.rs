@@ -39,14 +39,7 @@ impl Node {
         if let Some(dir) = &data_dir {
             own_dir = vec!["--data-dir".to_owned(), dir.path().display().to_string()];
         }
-        let mut child = Command::new(env!("CARGO_BIN_EXE_myriad"))
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--admin-listen",
-                "127.0.0.1:0",
-            ])
+        let mut child = serve_command()
             .args(extra)
             .args(&own_dir)
             .env("MYRIAD_LOG", "warn")
@@ -231,6 +224,19 @@ impl Drop for Node {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `myriad serve` on ephemeral loopback ports; the caller adds the rest.
+pub fn serve_command() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_myriad"));
+    command.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-listen",
+        "127.0.0.1:0",
+    ]);
+    command
 }
 
 pub fn set_timeout(ws: &Ws, timeout: Duration) {

@@ -20,8 +20,8 @@ use serde_json::value::RawValue;
 use serde_json::Number;
 
 use super::{
-    bad_json, error_reply, json_reply, publish_items, read_body, refuse_unauthorized, HttpReply,
-    PublishItem,
+    bad_json, error_reply, json_reply, publish_items, published_json, read_body,
+    refuse_unauthorized, HttpReply, PublishItem,
 };
 use crate::feeds::{feed_subject, Direction, FeedsError, Relation};
 use crate::hub::Wakeups;
@@ -116,17 +116,7 @@ pub(super) async fn publish_as(req: Request<Incoming>, shared: &Shared) -> HttpR
     let outcome = publish_items(std::slice::from_ref(&item), shared, &mut wakeups).await;
     shared.hub.wake(wakeups);
     match outcome {
-        Ok(results) => {
-            let p = results[0];
-            let (epoch, offset) = match p.position {
-                Some(at) => (json!(at.epoch.to_string()), json!(at.offset)),
-                None => (json!(null), json!(null)),
-            };
-            json_reply(
-                StatusCode::OK,
-                &json!({"epoch": epoch, "offset": offset, "reached": p.subscribers}),
-            )
-        }
+        Ok(results) => json_reply(StatusCode::OK, &published_json(&results[0], "reached")),
         Err(reply) => reply,
     }
 }
@@ -165,8 +155,7 @@ pub(super) async fn change(
         Ok(applied) => applied,
         Err(e) => return store_refusal(shared, &e),
     };
-    let follow = direction == Direction::Follow;
-    shared.metrics.graph_changed(follow, applied.changed);
+    shared.metrics.graph_changed(direction, applied.changed);
     if tokio::time::timeout(SETTLE_WAIT, applied.settled)
         .await
         .is_err()
@@ -179,7 +168,10 @@ pub(super) async fn change(
             message,
         );
     }
-    let key = if follow { "added" } else { "removed" };
+    let key = match direction {
+        Direction::Follow => "added",
+        Direction::Unfollow => "removed",
+    };
     json_reply(StatusCode::OK, &json!({ key: applied.changed }))
 }
 
@@ -230,7 +222,8 @@ pub(super) async fn read(req: Request<Incoming>, shared: &Shared, relation: Rela
     }
     match shared.feeds.read(relation, user, after, limit).await {
         Ok(page) => {
-            let next = (page.len() == limit).then(|| page.last().map(|u| u.get()));
+            // A full page may have more after it; a short one is the last.
+            let next = page.last().filter(|_| page.len() == limit).map(|u| u.get());
             let key = match relation {
                 Relation::Followers => "followers",
                 Relation::Following => "following",
@@ -238,7 +231,7 @@ pub(super) async fn read(req: Request<Incoming>, shared: &Shared, relation: Rela
             let ids: Vec<u64> = page.iter().map(|u| u.get()).collect();
             json_reply(
                 StatusCode::OK,
-                &json!({"user": user.get(), key: ids, "next": next.flatten()}),
+                &json!({"user": user.get(), key: ids, "next": next}),
             )
         }
         Err(e) => store_refusal(shared, &e),

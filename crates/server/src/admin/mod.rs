@@ -281,12 +281,7 @@ async fn publish(req: Request<Incoming>, shared: &Shared) -> HttpReply {
         Ok(results) => results,
         Err(reply) => return reply,
     };
-    let result_json = |p: &Published| match p.position {
-        Some(at) => {
-            json!({"epoch": at.epoch.to_string(), "offset": at.offset, "delivered": p.subscribers})
-        }
-        None => json!({"epoch": null, "offset": null, "delivered": p.subscribers}),
-    };
+    let result_json = |p: &Published| published_json(p, "delivered");
     let body = if batch {
         let delivered: u64 = results.iter().map(|p| u64::from(p.subscribers)).sum();
         json!({
@@ -452,6 +447,16 @@ async fn publish_items(
         ));
     }
     Ok(results)
+}
+
+/// A publish's answer: its position (null when it got none) and, under
+/// `count`, the connections on this node it was handed to.
+fn published_json(p: &Published, count: &str) -> serde_json::Value {
+    let (epoch, offset) = match p.position {
+        Some(at) => (json!(at.epoch.to_string()), json!(at.offset)),
+        None => (json!(null), json!(null)),
+    };
+    json!({"epoch": epoch, "offset": offset, count: p.subscribers})
 }
 
 fn stats(shared: &Shared, started: Instant) -> serde_json::Value {

@@ -106,16 +106,11 @@ impl Keeper {
         max_following: u64,
     ) -> Result<Feeds, StoreError> {
         let known = Arc::new(KnownUsers::default());
-        let mut after = None;
-        loop {
-            let page = store.users(after, KNOWN_PAGE)?;
-            after = page.last().copied();
-            let full = page.len() == KNOWN_PAGE;
-            known.extend(page);
-            if !full {
-                break;
-            }
-        }
+        let mut users = Vec::new();
+        read_pages(&mut users, KNOWN_PAGE, u64::MAX, |after, n| {
+            store.users(after, n)
+        })?;
+        known.extend(users);
         let presence = Arc::new(Presence::default());
         let keeper = Keeper {
             _dir: dir,
@@ -177,24 +172,15 @@ impl Keeper {
     }
 
     fn open(&mut self, user: UserId, to: ConnRequest) {
+        let store = &mut self.store;
         let mut feeds = Vec::new();
-        let mut after = None;
-        while (feeds.len() as u64) < self.max_following {
-            let page = match self.store.following(user, after, OPEN_PAGE) {
-                Ok(page) => page,
-                Err(e) => {
-                    warn!(%user, error = %e, "cannot read whom a connecting user follows");
-                    break;
-                }
-            };
-            after = page.last().copied();
-            let full = page.len() == OPEN_PAGE;
-            feeds.extend(page);
-            if !full {
-                break;
-            }
+        let read = read_pages(&mut feeds, OPEN_PAGE, self.max_following, |after, n| {
+            store.following(user, after, n)
+        });
+        if let Err(e) = read {
+            // The connection gets the feeds read before the failure.
+            warn!(%user, error = %e, "cannot read whom a connecting user follows");
         }
-        feeds.truncate(self.max_following as usize);
         let change = FeedChange {
             to,
             direction: Direction::Follow,
@@ -246,6 +232,25 @@ impl Keeper {
         }
         self.hub.wake(wakeups);
         Ok(Applied { changed, settled })
+    }
+}
+
+/// Reads a paged store read into `all` to its end, `page` ids at a time,
+/// keeping at most `cap`. On an error, `all` holds the pages read before it.
+fn read_pages(
+    all: &mut Vec<UserId>,
+    page: usize,
+    cap: u64,
+    mut read: impl FnMut(Option<UserId>, usize) -> Result<Vec<UserId>, StoreError>,
+) -> Result<(), StoreError> {
+    loop {
+        let got = read(all.last().copied(), page)?;
+        let full = got.len() == page;
+        all.extend(got);
+        if !full || all.len() as u64 >= cap {
+            all.truncate(usize::try_from(cap).unwrap_or(usize::MAX));
+            return Ok(());
+        }
     }
 }
 

@@ -121,6 +121,16 @@ impl Worker {
         Flow::Continue
     }
 
+    /// Whether `to` is still the connection that asked: open, and not a
+    /// later connection in a reused slab slot.
+    pub(super) fn is_open_same_life(&self, to: &ConnRequest) -> bool {
+        self.lives.get(to.conn as usize) == Some(&to.life)
+            && self
+                .conns
+                .get(to.conn as usize)
+                .is_some_and(|c| c.phase.is_open())
+    }
+
     pub(super) fn request_of(&self, conn: ConnId, request: Option<u64>) -> ConnRequest {
         ConnRequest {
             worker: self.index,
@@ -277,13 +287,7 @@ impl Worker {
     /// The engine's answer to a publish or history request.
     pub(super) fn on_answer(&mut self, answer: ConnAnswer) {
         let ConnAnswer { to, answer } = answer;
-        let same_life = self.lives.get(to.conn as usize) == Some(&to.life);
-        if !same_life
-            || !self
-                .conns
-                .get(to.conn as usize)
-                .is_some_and(|c| c.phase.is_open())
-        {
+        if !self.is_open_same_life(&to) {
             return;
         }
         match answer {

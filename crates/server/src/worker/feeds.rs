@@ -32,16 +32,10 @@ impl Worker {
     /// Applies a change from the keeper. A change for a connection that has
     /// closed since is dropped, which settles its part of the batch too.
     pub(super) fn on_feed_change(&mut self, change: FeedChange) {
-        let id = change.to.conn;
-        let same_life = self.lives.get(id as usize) == Some(&change.to.life);
-        if !same_life
-            || !self
-                .conns
-                .get(id as usize)
-                .is_some_and(|c| c.phase.is_open())
-        {
+        if !self.is_open_same_life(&change.to) {
             return;
         }
+        let id = change.to.conn;
         for &user in &change.feeds {
             let subject = feed_subject(user);
             match change.direction {
