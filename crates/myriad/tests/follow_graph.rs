@@ -246,6 +246,40 @@ fn the_graph_survives_a_restart_and_kill_9_loses_no_acknowledged_follow() {
 }
 
 #[test]
+fn feeds_the_server_adds_do_not_count_against_max_subscriptions_and_others_do() {
+    let node = Node::start(&["--max-subscriptions", "2"]);
+    follow(&node, &[(1, 2), (1, 3), (1, 4)]);
+    let subscribe = |ws: &mut Ws, subject: &str| -> Value {
+        send(
+            ws,
+            json!({"op": "subscribe", "subjects": [subject], "id": 5}),
+        );
+        recv(ws)
+    };
+    // A user with four graph feeds may still hold two subjects of its own,
+    // feeds it names itself included, and no more.
+    let mut one = connect_as(&node, 1, &[1, 2, 3, 4]);
+    assert_eq!(subscribe(&mut one, "news")["op"], "subscribed");
+    assert_eq!(subscribe(&mut one, "@9")["op"], "subscribed");
+    assert_eq!(subscribe(&mut one, "@8")["code"], "too_many_subscriptions");
+    // An anonymous connection's feeds are all its own: they count.
+    let mut anonymous = node.connect();
+    assert_eq!(subscribe(&mut anonymous, "@1")["op"], "subscribed");
+    assert_eq!(subscribe(&mut anonymous, "@2")["op"], "subscribed");
+    assert_eq!(
+        subscribe(&mut anonymous, "@3")["code"],
+        "too_many_subscriptions"
+    );
+    // A graph feed the client drops frees no room for more of its own.
+    send(
+        &mut one,
+        json!({"op": "unsubscribe", "subjects": ["@2"], "id": 6}),
+    );
+    assert_eq!(recv(&mut one)["op"], "ok");
+    assert_eq!(subscribe(&mut one, "@8")["code"], "too_many_subscriptions");
+}
+
+#[test]
 fn a_second_node_cannot_take_a_data_directory_in_use() {
     let dir = tempfile::tempdir().unwrap();
     let dir_arg = dir.path().display().to_string();

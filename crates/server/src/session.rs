@@ -24,6 +24,27 @@ use smallvec::SmallVec;
 pub struct Identity {
     /// The user, whose feed `send` publishes to.
     pub user: UserId,
+    /// Feed subscriptions the server made for the user's graph (its own
+    /// feed and those it follows), which `max_following` bounds instead of
+    /// `max_subscriptions`. Never more than the feeds held: it drops with
+    /// every feed the connection loses, whoever had added it.
+    pub graph_feeds: u32,
+}
+
+impl Session {
+    /// Subscriptions that count against `max_subscriptions`: all but the
+    /// feeds the server made for the user's graph.
+    pub fn client_subscriptions(&self) -> usize {
+        let graph = self.identity.as_ref().map_or(0, |i| i.graph_feeds as usize);
+        self.subscriptions.len().saturating_sub(graph)
+    }
+
+    /// Records that a feed subscription ended; see [`Identity::graph_feeds`].
+    pub fn feed_dropped(&mut self) {
+        if let Some(identity) = self.identity.as_mut() {
+            identity.graph_feeds = identity.graph_feeds.saturating_sub(1);
+        }
+    }
 }
 
 /// The position reached in each subscription, in subscription order.

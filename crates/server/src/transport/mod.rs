@@ -90,11 +90,12 @@ pub trait Transport: Sync {
     fn reply(&self, json: &[u8], session: &Session) -> Bytes;
 
     /// Whether a subscription that went live unasked (no request id) is
-    /// announced with a `subscribed` reply, given its recovery outcome. By
+    /// announced with a `subscribed` reply, given its recovery outcome and
+    /// whether it is a user's feed (which the server may add unasked). By
     /// default always: a client that resumes from positions it was told
     /// needs the position of a subject it has seen nothing of yet. A failed
     /// recovery must be told on every transport.
-    fn announces(&self, _recovered: Option<bool>) -> bool {
+    fn announces(&self, _recovered: Option<bool>, _feed: bool) -> bool {
         true
     }
 

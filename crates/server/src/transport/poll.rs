@@ -55,7 +55,7 @@ impl Transport for LongPoll {
         element(json)
     }
 
-    fn announces(&self, recovered: Option<bool>) -> bool {
+    fn announces(&self, recovered: Option<bool>, _feed: bool) -> bool {
         // The answer's cursor already says where each subject is; only a
         // gap needs saying.
         recovered == Some(false)

@@ -37,9 +37,11 @@ impl Transport for WebSocket {
         Bytes::from(encode_frame(OpCode::Text, json, None))
     }
 
-    fn announces(&self, recovered: Option<bool>) -> bool {
-        // Positions travel in every message; a recovery's outcome must be told.
-        recovered.is_some()
+    fn announces(&self, recovered: Option<bool>, feed: bool) -> bool {
+        // Positions travel in every message; a recovery's outcome must be
+        // told, and so must a feed (`@…`), which the server may have added
+        // without being asked.
+        recovered.is_some() || feed
     }
 
     fn heartbeat(&self) -> Bytes {

@@ -48,7 +48,6 @@ impl Worker {
                 subjects, since, ..
             } => {
                 let session = &self.conns[id as usize].session;
-                let held = &session.subscriptions;
                 let mut new: Vec<&Cow<'_, str>> = Vec::new();
                 for s in &subjects {
                     if !session.holds(s) && !new.contains(&s) {
@@ -56,8 +55,7 @@ impl Worker {
                     }
                 }
                 let limit = self.shared.config.max_subscriptions;
-                // Feeds the graph added are bounded by max_following instead.
-                let held = held.iter().filter(|s| !is_feed(s)).count();
+                let held = session.client_subscriptions();
                 if held + new.len() > limit {
                     let detail = format!(
                         "{held} held + {} new would pass the limit of {limit}",
@@ -75,7 +73,9 @@ impl Worker {
             }
             Command::Unsubscribe { subjects, .. } => {
                 for subject in &subjects {
-                    self.remove_subscription(id, subject);
+                    if self.remove_subscription(id, subject) && is_feed(subject) {
+                        self.conns[id as usize].session.feed_dropped();
+                    }
                 }
                 self.acknowledge(id, request);
             }
@@ -231,10 +231,9 @@ impl Worker {
             conn.session.advance(&attached.subject, attachment.position);
         }
         // Asked or not, the transport says whether the client must hear of
-        // it (every transport tells a failed recovery). A feed is always
-        // told where the client can answer: the server may have added it.
-        let feed = is_feed(&attached.subject) && kind.get().capabilities().bidirectional;
-        if attached.to.request.is_some() || feed || kind.get().announces(recovered) {
+        // it (every transport tells a failed recovery).
+        let feed = is_feed(&attached.subject);
+        if attached.to.request.is_some() || kind.get().announces(recovered, feed) {
             let reply = encode_subscribed(
                 attached.to.request,
                 &attached.subject,
@@ -329,10 +328,13 @@ impl Worker {
         self.send_reply(to.conn, &body);
     }
 
-    pub(super) fn remove_subscription(&mut self, id: ConnId, subject: &str) {
-        if let Some(name) = self.conns[id as usize].session.remove(subject) {
-            self.forget(id, &name);
-        }
+    /// Ends `id`'s subscription of `subject`; returns whether it held one.
+    pub(super) fn remove_subscription(&mut self, id: ConnId, subject: &str) -> bool {
+        let Some(name) = self.conns[id as usize].session.remove(subject) else {
+            return false;
+        };
+        self.forget(id, &name);
+        true
     }
 
     /// Drops every subscription of `id` (closing, or closed).

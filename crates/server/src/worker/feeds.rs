@@ -22,7 +22,10 @@ impl Worker {
     /// the keeper is asked whom its user follows (see `feeds::keeper`), and
     /// gets its own feed at once.
     pub(super) fn open_as_user(&mut self, id: ConnId, user: UserId) {
-        self.conns[id as usize].session.identity = Some(Box::new(Identity { user }));
+        self.conns[id as usize].session.identity = Some(Box::new(Identity {
+            user,
+            graph_feeds: 1,
+        }));
         let me = self.request_of(id, None);
         self.shared.feeds.presence.add(user, me);
         self.add_subscription(id, &feed_subject(user), None, None);
@@ -40,11 +43,19 @@ impl Worker {
             let subject = feed_subject(user);
             match change.direction {
                 Direction::Follow => {
-                    if !self.conns[id as usize].session.holds(&subject) {
+                    let session = &mut self.conns[id as usize].session;
+                    if !session.holds(&subject) {
+                        if let Some(identity) = session.identity.as_mut() {
+                            identity.graph_feeds += 1;
+                        }
                         self.add_subscription(id, &subject, None, None);
                     }
                 }
-                Direction::Unfollow => self.remove_subscription(id, &subject),
+                Direction::Unfollow => {
+                    if self.remove_subscription(id, &subject) {
+                        self.conns[id as usize].session.feed_dropped();
+                    }
+                }
             }
         }
         // `change.ack` is dropped here, after the attaches: an engine places
