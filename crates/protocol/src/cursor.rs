@@ -13,6 +13,7 @@
 //! and third subjects and none for the second. The form uses no character
 //! that a query string or an SSE field would need to escape.
 
+use std::io::Write;
 use thiserror::Error;
 
 use crate::position::{Epoch, Position};
@@ -79,7 +80,8 @@ pub fn write_cursor(positions: &[Option<Position>], out: &mut Vec<u8>) {
 pub fn write_position(position: Position, out: &mut Vec<u8>) {
     position.epoch.write_hex(out);
     out.push(b':');
-    out.extend_from_slice(position.offset.to_string().as_bytes());
+    // Into the buffer directly: this runs per delivery on cursor transports.
+    let _ = write!(out, "{}", position.offset);
 }
 
 #[cfg(test)]

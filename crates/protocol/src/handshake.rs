@@ -143,14 +143,19 @@ impl HandshakeError {
     }
 }
 
-/// The standard reason phrase for the statuses this module produces.
-fn reason_phrase(status: u16) -> &'static str {
+/// The standard reason phrase of the statuses the client listener answers
+/// with (this module's refusals and the HTTP transports').
+pub fn reason_phrase(status: u16) -> &'static str {
     match status {
+        200 => "OK",
+        204 => "No Content",
         400 => "Bad Request",
+        404 => "Not Found",
         405 => "Method Not Allowed",
         426 => "Upgrade Required",
         431 => "Request Header Fields Too Large",
-        _ => "Bad Gateway",
+        503 => "Service Unavailable",
+        _ => "Error",
     }
 }
 
@@ -205,7 +210,7 @@ pub struct RequestHead<'a> {
     pub connection_close: bool,
     /// `Sec-WebSocket-Version` is 13.
     pub websocket_version_13: bool,
-    /// `Sec-WebSocket-Key`, if exactly one was sent.
+    /// `Sec-WebSocket-Key`: the last one sent (see `websocket_key_repeated`).
     pub websocket_key: Option<&'a str>,
     /// More than one `Sec-WebSocket-Key` was sent (§11.3.1 forbids it).
     pub websocket_key_repeated: bool,
@@ -225,7 +230,8 @@ pub struct RequestHead<'a> {
 /// Parses the head of an HTTP/1.1 request at the front of `buf`.
 ///
 /// `Ok(None)` means the head is not complete yet. A head that is not
-/// complete within `max_head_bytes`, or has more than 32 headers, is
+/// complete within `max_head_bytes`, or has more than [`MAX_HEADERS`] header
+/// lines, is
 /// `TooLarge`; a version other than 1.1 is `HttpVersion`. Which methods and
 /// paths exist is the caller's business.
 pub fn parse_request(

@@ -8,7 +8,7 @@
 use myriad_graph::{UserId, UserIdError};
 use myriad_protocol::close::{CloseReason, HttpEnding};
 use myriad_protocol::cursor::{parse_cursor, CursorError};
-use myriad_protocol::handshake::{http_response, RequestHead};
+use myriad_protocol::handshake::{http_response, reason_phrase, RequestHead};
 use myriad_protocol::message::{encode_close_notice, encode_http_error};
 use myriad_protocol::position::Position;
 use myriad_protocol::subject::{self, SubjectError};
@@ -125,19 +125,6 @@ pub fn error_response(status: u16, code: &str, message: &str, headers: &[(&str, 
     all.push(("Content-Type", "application/json"));
     let body = encode_http_error(code, message);
     http_response(status, reason_phrase(status), &all, &body)
-}
-
-/// The reason phrase of the statuses the client listener answers with.
-pub fn reason_phrase(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        204 => "No Content",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        503 => "Service Unavailable",
-        _ => "Error",
-    }
 }
 
 /// The user a WebSocket upgrade asks to act as (`?user=ID`), if any. Other

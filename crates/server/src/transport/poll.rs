@@ -123,6 +123,10 @@ mod tests {
         assert_eq!(value[2]["since"], "0000000000000001:2");
         assert!(head.contains(&format!("Content-Length: {}\r\n", json.len())));
         assert!(head.contains("Connection: keep-alive\r\n"));
-        assert!(!poll.announces(Some(true)) && poll.announces(Some(false)));
+        assert!(!poll.announces(Some(true), false) && poll.announces(Some(false), false));
+        assert!(
+            !poll.announces(None, true),
+            "a feed's position is in the cursor"
+        );
     }
 }

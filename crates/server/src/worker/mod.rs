@@ -519,13 +519,10 @@ impl Worker {
                 self.answer_now(id, true);
             }
             self.flush(id);
-            let still_over = self.conns.get(id as usize).is_some_and(|conn| {
-                conn.phase.is_open()
-                    && conn
-                        .outbound
-                        .as_ref()
-                        .is_some_and(|out| out.pending_bytes() > limit)
-            });
+            let still_over = self
+                .conns
+                .get(id as usize)
+                .is_some_and(|conn| conn.phase.is_open() && conn.pending_bytes() > limit);
             if still_over {
                 self.cut_slow_consumer(id);
             }

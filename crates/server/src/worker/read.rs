@@ -92,7 +92,7 @@ impl Worker {
         }
     }
 
-    pub(super) fn defer_read(&mut self, id: ConnId) {
+    fn defer_read(&mut self, id: ConnId) {
         if self.conns[id as usize].set_flag(flags::READ_DEFERRED) {
             self.deferred_reads.push(id);
         }
@@ -122,7 +122,7 @@ impl Worker {
 
     /// Parses `fresh` bytes (behind any buffered remainder) as far as whole
     /// units go and keeps the rest for the next read.
-    pub(super) fn ingest(&mut self, id: ConnId, fresh: &mut [u8]) -> Flow {
+    fn ingest(&mut self, id: ConnId, fresh: &mut [u8]) -> Flow {
         let conn = &mut self.conns[id as usize];
         let (flow, leftover) = match conn.inbound.take() {
             Some(mut buffered) => {
