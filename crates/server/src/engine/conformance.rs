@@ -280,6 +280,10 @@ fn positions_and_order(make: Make) {
         assert_eq!(*epoch.get_or_insert(position.epoch), position.epoch);
         assert_eq!(p.subscribers, 2);
     }
+    assert!(
+        h.engine.congested(),
+        "100 undrained deliveries per worker pass the harness's high water"
+    );
     sim.drain(&h);
     let want: Vec<u64> = (1..=100).collect();
     assert_eq!(sim.seen(1, "a").offsets, want, "clause 2, worker 0");
@@ -395,7 +399,18 @@ fn recovery_reports_what_it_could_not_do(make: Make) {
     sim.attach(&h, 0, 3, "short.x", Some(at(10)));
     let other_epoch = Position::new(myriad_protocol::position::Epoch(current.epoch.0 ^ 1), 9);
     sim.attach(&h, 0, 4, "short.x", Some(other_epoch));
+    // Complete in history, but the replay would not fit the connection.
+    sim.attach_limited(&h, 0, 5, "short.x", Some(at(7)), 1);
     sim.drain(&h);
+    assert_eq!(
+        sim.seen(5, "short.x").attached_at,
+        Some((current, Some(false))),
+        "a replay over max_replay_bytes is refused"
+    );
+    assert!(
+        sim.seen(5, "short.x").offsets.is_empty(),
+        "nothing replayed"
+    );
     assert_eq!(
         sim.seen(1, "short.x").attached_at,
         Some((current, Some(true)))
