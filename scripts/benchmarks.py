@@ -392,12 +392,16 @@ def graph_fixture(binary, out_dir, users, edges_per_node, seed):
     name = f"graph-{users}x{edges_per_node}-s{seed}"
     path = os.path.join(out_dir, f"{name}.txt")
     template = os.path.join(out_dir, f"{name}.data")
-    if not os.path.exists(os.path.join(template, "graph.sqlite3")):
+    # Written only once the load has succeeded: the store's file exists as
+    # soon as a load starts, so it cannot say the load finished.
+    done = os.path.join(out_dir, f"{name}.loaded")
+    if not os.path.exists(done):
         subprocess.run([binary, "graph", "generate", "--users", str(users), "--edges-per-node",
                         str(edges_per_node), "--seed", str(seed), "--out", path], check=True)
         shutil.rmtree(template, ignore_errors=True)
         subprocess.run([binary, "graph", "load", path, "--data-dir", template], check=True,
                        stdout=subprocess.DEVNULL)
+        open(done, "w").close()
     return path, template
 
 
@@ -406,9 +410,6 @@ def start_node(binary, flags, data_template=None):
     data_dir = tempfile.mkdtemp(prefix="myriad-")
     if data_template:
         shutil.copytree(data_template, data_dir, dirs_exist_ok=True)
-        lock = os.path.join(data_dir, "myriad.lock")
-        if os.path.exists(lock):
-            os.remove(lock)
     proc = subprocess.Popen(
         [binary, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", *flags],
         stdout=subprocess.PIPE,
@@ -417,6 +418,7 @@ def start_node(binary, flags, data_template=None):
         # builds compared as a baseline ignore).
         env={**os.environ, "MYRIAD_LOG": "warn", "MYRIAD_DATA_DIR": data_dir},
     )
+    proc.data_dir = data_dir  # removed by stop_node
     ready = json.loads(proc.stdout.readline())
     return proc, ready["ws"], ready["admin"]
 
@@ -428,6 +430,7 @@ def stop_node(proc):
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    shutil.rmtree(proc.data_dir, ignore_errors=True)
 
 
 def run_once(binary, name, scenario, out_dir, index, node_args):

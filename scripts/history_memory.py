@@ -15,6 +15,7 @@ RSS added per stored publication, and the node's own accounting
 import argparse
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -37,12 +38,13 @@ def publish(admin, messages):
 
 
 def run_once(binary, count, subjects):
+    data_dir = tempfile.mkdtemp(prefix="myriad-")
     node = subprocess.Popen(
         [binary, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0",
          "--workers", "1", "--history-size", "1000", "--history-ttl", "0s",
          "--history-max-bytes", str(4 << 30)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        env={**os.environ, "MYRIAD_LOG": "warn", "MYRIAD_DATA_DIR": tempfile.mkdtemp(prefix="myriad-")},
+        env={**os.environ, "MYRIAD_LOG": "warn", "MYRIAD_DATA_DIR": data_dir},
     )
     try:
         admin = json.loads(node.stdout.readline())["admin"]
@@ -67,6 +69,7 @@ def run_once(binary, count, subjects):
     finally:
         node.send_signal(signal.SIGTERM)
         node.wait(timeout=20)
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def main():

@@ -45,7 +45,6 @@ async def hold_one(host, port, path, opening, heartbeats, stop):
     if not head.startswith(b"HTTP/1.1 200"):
         raise RuntimeError(head[:80])
     marker = b": heartbeat" if "/sse" in path else b"1\r\n\n\r\n"
-    buffered = b""
     while not stop.is_set():
         try:
             chunk = await asyncio.wait_for(reader.read(4096), timeout=1.0)
@@ -53,7 +52,6 @@ async def hold_one(host, port, path, opening, heartbeats, stop):
             continue
         if not chunk:
             break
-        buffered = (buffered + chunk)[-64:]
         heartbeats[0] += chunk.count(marker)
     writer.close()
 
@@ -67,7 +65,7 @@ async def main():
     p.add_argument("--admin", default="127.0.0.1:8081", help="admin listener host:port")
     args = p.parse_args()
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     host, port = args.ws.rsplit(":", 1)
     before = stats(args.admin)

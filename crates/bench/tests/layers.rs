@@ -45,8 +45,9 @@ fn module_of(src: &Path, file: &Path) -> Vec<String> {
     segs
 }
 
-/// The module paths a file names as `crate::a::b…`, outside comments;
-/// a `use crate::{a, b::c}` group gives one path per item.
+/// The module paths a file names as `crate::a::b…`, outside comments. A
+/// `use crate::{a, b::c}` group is refused: the check reads one path per
+/// `crate::`, so each must be written out.
 fn crate_paths(text: &str) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     for line in text.lines() {
@@ -58,6 +59,10 @@ fn crate_paths(text: &str) -> Vec<Vec<String>> {
                 .chars()
                 .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':' || *c == '{')
                 .collect();
+            assert!(
+                !path.starts_with('{'),
+                "{line:?}: write each `crate::` path out; the layer check cannot read a group"
+            );
             let path = path.trim_end_matches([':', '{']);
             out.push(path.split("::").map(str::to_owned).collect());
         }

@@ -218,6 +218,23 @@ pub fn a_load_is_one_atomic_batch(store: &mut dyn Store) {
     assert_eq!(store.totals().unwrap(), Totals::default());
     let edges = vec![edge(1, 2), edge(3, 2), edge(1, 2)];
     assert_eq!(store.load(vec![user(40)], edges).unwrap(), 2);
+    // A load refused inside the store (over the following limit, on top of
+    // what it holds) leaves nothing of itself either: not its users, not
+    // its edges that were within the limit.
+    let before = store.totals().unwrap();
+    let over: Vec<Edge> = (0..=OPTIONS.max_following)
+        .map(|i| edge(1, 1_000 + i))
+        .chain([edge(41, 2)])
+        .collect();
+    let refused = store.load(vec![user(42)], over);
+    assert!(
+        matches!(refused, Err(StoreError::FollowingLimit { user, .. }) if user.get() == 1),
+        "{refused:?}"
+    );
+    assert_eq!(store.totals().unwrap(), before);
+    for absent in [41, 42, 1_000] {
+        assert!(!store.contains(user(absent)).unwrap(), "user {absent}");
+    }
     assert!(store.contains(user(40)).unwrap());
     assert_eq!(all_followers(store, 2), vec![1, 3]);
     assert_eq!(store.totals().unwrap(), Totals { users: 4, edges: 2 });

@@ -25,7 +25,8 @@
 //! O(log n) to draw and to update) and `ChaCha8Rng`, whose stream is
 //! defined by its algorithm rather than by the platform, so a seed gives
 //! the same bytes on every machine. Edges are handed out as they are drawn;
-//! the generator itself holds 8 bytes per user.
+//! the generator itself holds 16 bytes per user (a Fenwick tree of weights
+//! and the weights).
 //!
 //! It must not touch a store: generating and loading are separate steps
 //! joined by the edge-list file (`crate::edgelist`).
@@ -39,8 +40,8 @@ use thiserror::Error;
 use crate::edgelist::write_edge;
 use crate::user::{Edge, UserId};
 
-/// The most users one graph may have: the generator holds 8 bytes per
-/// user, so this bounds it to 800 MB.
+/// The most users one graph may have: the generator holds 16 bytes per
+/// user, so this bounds it to 1.6 GB.
 pub const MAX_USERS: u64 = 100_000_000;
 
 /// What to generate.

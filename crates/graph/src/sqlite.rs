@@ -55,7 +55,7 @@ impl SqliteStore {
         Self::configure(db, options)
     }
 
-    /// A store that lives only as long as the value (tests, `--no-persist`).
+    /// A store that lives only as long as the value (tests).
     pub fn in_memory(options: StoreOptions) -> Result<SqliteStore, StoreError> {
         Self::configure(Connection::open_in_memory()?, options)
     }

@@ -236,7 +236,10 @@ mod tests {
             "{refused:?}"
         );
         assert_eq!(store.totals().unwrap(), Totals::default());
-        assert!(has_follower_index(&path), "the drop was rolled back");
+        assert!(
+            has_follower_index(&path),
+            "refused before the index is dropped, so the index is still there"
+        );
     }
 
     #[test]

@@ -315,15 +315,15 @@ impl ChurnDriver {
     /// One of subscriber `i`'s answers came; with the last, its connection
     /// is set up, and a reconnect in progress is done.
     fn answered(&mut self, i: usize, counters: &mut Counters) {
+        let awaiting = self.subs[i].awaiting;
+        if awaiting == 0 {
+            return;
+        }
+        self.owe(i, awaiting - 1);
+        if awaiting > 1 {
+            return;
+        }
         let sub = &mut self.subs[i];
-        if sub.awaiting == 0 {
-            return;
-        }
-        sub.awaiting -= 1;
-        self.inner.owe(sub.awaiting + 1, sub.awaiting);
-        if sub.awaiting > 0 {
-            return;
-        }
         if sub.reconnect_real > 0 {
             sub.reconnect_real = 0;
             counters.reconnected += 1;

@@ -24,6 +24,7 @@
 
 use myriad_protocol::message::{encode_send, parse_server_message, ServerMessage};
 use myriad_protocol::position::Position;
+use myriad_protocol::subject::FEED_PREFIX;
 
 use crate::schema::{
     ConnReceipts, SocialDone, SocialTask, SocialUser, Spec, SubscribeTask, SubscribeTransport,
@@ -362,7 +363,7 @@ impl SocialDriver {
 /// The user whose feed `subject` is (`@ID`), or [`NOT_A_FEED`].
 fn feed_of(subject: &str) -> u64 {
     subject
-        .strip_prefix('@')
+        .strip_prefix(FEED_PREFIX)
         .and_then(|id| id.parse::<u64>().ok())
         .filter(|&id| id != NOT_A_FEED)
         .unwrap_or(NOT_A_FEED)
