@@ -44,11 +44,14 @@ pub enum CloseReason {
     /// The upgrade request was refused with an HTTP error status.
     /// Reported as 1006, never sent: no WebSocket existed yet.
     HandshakeRejected,
+    /// The connection's token expired without a `refresh` (4501): the
+    /// client needs a new token before it reconnects.
+    TokenExpired,
 }
 
 impl CloseReason {
     /// Every reason, for metrics registration and documentation tables.
-    pub const ALL: [CloseReason; 12] = [
+    pub const ALL: [CloseReason; 13] = [
         CloseReason::Normal,
         CloseReason::GoingAway,
         CloseReason::ProtocolError,
@@ -61,6 +64,7 @@ impl CloseReason {
         CloseReason::Abnormal,
         CloseReason::HandshakeTimeout,
         CloseReason::HandshakeRejected,
+        CloseReason::TokenExpired,
     ];
 
     /// The WebSocket close code (1006 for endings without a close frame).
@@ -75,6 +79,7 @@ impl CloseReason {
             CloseReason::SlowConsumer => 4001,
             CloseReason::HeartbeatTimeout => 4002,
             CloseReason::IdleTimeout => 4003,
+            CloseReason::TokenExpired => 4501,
             CloseReason::Abnormal
             | CloseReason::HandshakeTimeout
             | CloseReason::HandshakeRejected => 1006,
@@ -96,6 +101,7 @@ impl CloseReason {
             CloseReason::Abnormal => "abnormal",
             CloseReason::HandshakeTimeout => "handshake_timeout",
             CloseReason::HandshakeRejected => "handshake_rejected",
+            CloseReason::TokenExpired => "token_expired",
         }
     }
 
@@ -115,6 +121,7 @@ impl CloseReason {
             CloseReason::Abnormal => "abnormal closure",
             CloseReason::HandshakeTimeout => "handshake timeout",
             CloseReason::HandshakeRejected => "handshake rejected",
+            CloseReason::TokenExpired => "token expired",
         }
     }
 
@@ -140,7 +147,8 @@ impl CloseReason {
             CloseReason::Normal
             | CloseReason::GoingAway
             | CloseReason::SlowConsumer
-            | CloseReason::IdleTimeout => HttpEnding::EndStream,
+            | CloseReason::IdleTimeout
+            | CloseReason::TokenExpired => HttpEnding::EndStream,
             CloseReason::HeartbeatTimeout | CloseReason::Abnormal => HttpEnding::Drop,
         }
     }
@@ -153,7 +161,8 @@ impl CloseReason {
             | CloseReason::UnsupportedData
             | CloseReason::InvalidUtf8
             | CloseReason::MessageTooBig
-            | CloseReason::HandshakeRejected => Reconnect::NotUnchanged,
+            | CloseReason::HandshakeRejected
+            | CloseReason::TokenExpired => Reconnect::NotUnchanged,
             CloseReason::Normal
             | CloseReason::GoingAway
             | CloseReason::SlowConsumer

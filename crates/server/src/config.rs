@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::history::HistoryPolicy;
-use crate::namespace::{Namespace, Namespaces};
+use crate::namespace::{history_policy, Namespace, Namespaces};
 
 /// The settings of one node.
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
@@ -187,6 +187,64 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_MAX_FOLLOWING", default_value_t = 5_000)]
     pub max_following: u64,
 
+    /// Origins (`https://app.example`) whose pages may open connections
+    /// (WebSocket and the HTTP transports); `*` allows all. Empty: every
+    /// origin on a loopback listener, otherwise only the node's own (the
+    /// request's Host). Repeatable; comma-separated in the environment.
+    #[arg(
+        long = "allowed-origin",
+        env = "MYRIAD_ALLOWED_ORIGINS",
+        value_delimiter = ','
+    )]
+    pub allowed_origins: Vec<String>,
+
+    /// Secret that connection tokens may be signed with (HS256), at least
+    /// 32 bytes. Any token key makes the node check tokens.
+    #[arg(long, env = "MYRIAD_TOKEN_HMAC_SECRET", hide_env_values = true)]
+    pub token_hmac_secret: Option<String>,
+
+    /// PEM file of a public key tokens may be signed for: RSA (RS256),
+    /// P-256 (ES256) or Ed25519 (EdDSA). Repeatable; comma-separated in
+    /// the environment.
+    #[arg(
+        long = "token-public-key",
+        env = "MYRIAD_TOKEN_PUBLIC_KEYS",
+        value_delimiter = ','
+    )]
+    pub token_public_keys: Vec<PathBuf>,
+
+    /// JWKS file (a JSON Web Key Set) of token keys, matched by `kid`.
+    #[arg(long, env = "MYRIAD_TOKEN_JWKS")]
+    pub token_jwks: Option<PathBuf>,
+
+    /// When set, a token must carry this audience (`aud`).
+    #[arg(long, env = "MYRIAD_TOKEN_AUDIENCE")]
+    pub token_audience: Option<String>,
+
+    /// When set, a token must carry this issuer (`iss`).
+    #[arg(long, env = "MYRIAD_TOKEN_ISSUER")]
+    pub token_issuer: Option<String>,
+
+    /// Seconds of clock skew allowed on a token's `exp` and `nbf`.
+    #[arg(long, env = "MYRIAD_TOKEN_LEEWAY", default_value_t = 0)]
+    pub token_leeway: u32,
+
+    /// Whether connections without a token may subscribe and publish,
+    /// outside namespaces that say otherwise. Default: true on a node that
+    /// checks no tokens, false on one with a token key.
+    #[arg(long, env = "MYRIAD_ANONYMOUS")]
+    pub anonymous: Option<bool>,
+
+    /// Whether clients may publish, outside namespaces that say otherwise
+    /// (the HTTP API always may).
+    #[arg(long, env = "MYRIAD_CLIENT_PUBLISH", default_value_t = true, action = clap::ArgAction::Set)]
+    pub client_publish: bool,
+
+    /// Whether clients may read history with the `history` command,
+    /// outside namespaces that say otherwise.
+    #[arg(long, env = "MYRIAD_CLIENT_HISTORY", default_value_t = true, action = clap::ArgAction::Set)]
+    pub client_history: bool,
+
     /// Per-prefix settings (`[[namespace]]` tables, config file only).
     #[arg(skip)]
     pub namespace: Vec<Namespace>,
@@ -341,7 +399,7 @@ impl Config {
             size: self.history_size,
             ttl: self.history_ttl.into(),
         };
-        Namespaces::new(default, &self.namespace)
+        Namespaces::new(default, &self.namespace, history_policy)
     }
 
     /// The number of workers to start: the setting, or one per core.

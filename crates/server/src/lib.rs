@@ -1,6 +1,8 @@
 //! The myriad node.
 //!
 //! Map of the crate, outside in:
+//! - [`auth`]: connection tokens, their grants and each namespace's access
+//!   policy: who may do what with a subject.
 //! - [`config`]: every setting, its default and its sources; [`namespace`]:
 //!   per-prefix settings.
 //! - [`listener`]: one `SO_REUSEPORT` client listener per worker.
@@ -22,6 +24,7 @@
 //! [`serve`] wires these together and runs until SIGTERM/SIGINT.
 
 pub mod admin;
+pub mod auth;
 pub mod config;
 pub mod conn;
 pub mod engine;
@@ -49,6 +52,7 @@ use tracing::{error, info, warn};
 
 pub use config::Config;
 
+use crate::auth::Auth;
 use crate::engine::MemoryEngine;
 use crate::feeds::{Feeds, Keeper};
 use crate::hub::Hub;
@@ -84,6 +88,8 @@ pub enum ServeError {
     DataDir(#[from] myriad_graph::DataDirError),
     #[error("cannot open the follow graph: {0}")]
     Graph(#[from] myriad_graph::StoreError),
+    #[error("cannot load the token keys: {0}")]
+    TokenKeys(#[from] auth::keys::KeyError),
 }
 
 /// Runs a node with `config` until SIGTERM or SIGINT, then shuts down
@@ -92,6 +98,7 @@ pub enum ServeError {
 /// for it to learn ephemeral ports).
 pub fn serve(config: Config) -> Result<(), ServeError> {
     let workers = config.worker_count();
+    let auth = Auth::from_config(&config)?;
     let max_connections = admission_cap(&config);
     let listen_options = listener::ListenOptions {
         backlog: config.backlog,
@@ -128,6 +135,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let (hub, mailboxes) = Hub::new(wakers, config.mailbox_high_water);
     let feeds = open_feeds(&config, Arc::clone(&hub))?;
     let shared = Arc::new(Shared {
+        auth,
         feeds,
         engine: Arc::new(MemoryEngine::new(
             Arc::clone(&hub),

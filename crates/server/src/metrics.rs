@@ -66,6 +66,10 @@ pub enum ErrorKind {
     /// A follow-graph request of the admin API was refused or failed
     /// (labelled `graph_<code>`, one of [`ErrorKind::GRAPH_LABELS`]).
     Graph(&'static str),
+    /// A connection token was refused, at the request or in a `connect` or
+    /// `refresh` command (labelled `token_<reason>`, see
+    /// `auth::TokenError::label`).
+    Token(&'static str),
 }
 
 impl ErrorKind {
@@ -99,7 +103,7 @@ impl ErrorKind {
             ErrorKind::ApiBadRequest => "api_bad_request",
             ErrorKind::ApiBodyTooLarge => "api_body_too_large",
             ErrorKind::TooManyStatusStreams => "too_many_status_streams",
-            ErrorKind::Graph(label) => label,
+            ErrorKind::Graph(label) | ErrorKind::Token(label) => label,
         }
     }
 }
@@ -433,6 +437,7 @@ impl ErrorKind {
                 .map(|label| ErrorKind::Request(label).label()),
         );
         labels.extend(ErrorKind::GRAPH_LABELS);
+        labels.extend(crate::auth::TokenError::LABELS);
         labels.extend(
             [
                 ErrorKind::OverCapacity,

@@ -23,6 +23,7 @@ use myriad_protocol::position::Position;
 use myriad_protocol::subject::is_feed;
 
 use super::{Flow, Worker};
+use crate::auth::Action;
 use crate::conn::flags;
 use crate::engine::{
     Answer, Attach, Attached, ConnAnswer, ConnRequest, EngineError, HistoryPage, HistoryQuery,
@@ -56,6 +57,16 @@ impl Worker {
                 }
                 let limit = self.shared.config.max_subscriptions;
                 let held = session.client_subscriptions();
+                let refused = new.iter().find_map(|s| {
+                    self.shared
+                        .auth
+                        .check(Action::Subscribe, s, session.access())
+                        .err()
+                });
+                if let Some(forbidden) = refused {
+                    self.refuse(id, request, ErrorCode::Forbidden, &forbidden.to_string());
+                    return Flow::Continue;
+                }
                 if held + new.len() > limit {
                     let detail = format!(
                         "{held} held + {} new would pass the limit of {limit}",
@@ -80,7 +91,9 @@ impl Worker {
                 self.acknowledge(id, request);
             }
             Command::Publish { subject, data, .. } => {
-                return self.publish_for(id, request, &subject, data.get());
+                if self.permitted(id, request, Action::Publish, &subject) {
+                    return self.publish_for(id, request, &subject, data.get());
+                }
             }
             Command::History {
                 subject,
@@ -88,6 +101,9 @@ impl Worker {
                 limit,
                 ..
             } => {
+                if !self.permitted(id, request, Action::History, &subject) {
+                    return Flow::Continue;
+                }
                 let query = HistoryQuery {
                     subject: Arc::from(&*subject),
                     since,
@@ -98,6 +114,8 @@ impl Worker {
             }
             Command::Send { data, .. } => return self.send_as_user(id, request, data),
             Command::Ping { .. } => self.send_reply(id, encode_pong(request).as_bytes()),
+            Command::Connect { token, .. } => self.connect(id, request, &token),
+            Command::Refresh { token, .. } => self.refresh(id, request, &token),
         }
         Flow::Continue
     }
@@ -140,7 +158,7 @@ impl Worker {
         }
     }
 
-    fn acknowledge(&mut self, id: ConnId, request: Option<u64>) {
+    pub(super) fn acknowledge(&mut self, id: ConnId, request: Option<u64>) {
         if let Some(request) = request {
             self.send_reply(id, encode_ok(request).as_bytes());
         }
@@ -154,6 +172,17 @@ impl Worker {
         detail: &str,
     ) {
         self.shared.metrics.error(ErrorKind::Command(code));
+        self.reply_error(id, request, code, detail);
+    }
+
+    /// Sends an error reply, leaving the counting to the caller.
+    pub(super) fn reply_error(
+        &mut self,
+        id: ConnId,
+        request: Option<u64>,
+        code: ErrorCode,
+        detail: &str,
+    ) {
         self.send_reply(id, encode_error(request, code, detail).as_bytes());
     }
 

@@ -17,10 +17,13 @@
 //!
 //! Submodules: `read` (bytes → requests, frames, messages), `request` (the
 //! opening request of every transport, and long-poll answers), `commands`
-//! (protocol v1 commands, engine answers and subscription bookkeeping) and
-//! `attaching` (subscriptions waiting for their attach answer).
+//! (protocol v1 commands, engine answers and subscription bookkeeping),
+//! `auth` (a connection's token: connect, refresh, permission checks),
+//! `feeds` (connections acting as users) and `attaching` (subscriptions
+//! waiting for their attach answer).
 
 mod attaching;
+mod auth;
 mod commands;
 mod feeds;
 mod read;
@@ -41,6 +44,7 @@ use myriad_protocol::ws::{ReadLimits, Role};
 use slab::Slab;
 use tracing::{debug, warn};
 
+use crate::auth::Auth;
 use crate::config::Config;
 use crate::conn::{flags, Conn, Phase};
 use crate::engine::Engine;
@@ -83,6 +87,8 @@ pub struct Shared {
     pub config: Config,
     pub hub: Arc<Hub>,
     pub engine: Arc<dyn Engine>,
+    /// Token verification and who may do what with each subject.
+    pub auth: Auth,
     /// The follow graph's keeper, presence and known users.
     pub feeds: Feeds,
     pub metrics: Arc<Metrics>,
@@ -696,6 +702,10 @@ impl Worker {
         let (interval, answer) = (config.heartbeat_interval, config.heartbeat_timeout);
         let (one_way, poll_timeout) = (config.stream_heartbeat_interval, config.poll_timeout);
         let close_timeout = config.close_timeout;
+        // Tokens expire on the wall clock, the same one their `exp` is on.
+        let unix_now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
         let mut due = Vec::new();
         let mut to_ping = Vec::new();
         for (id, conn) in self.conns.iter_mut() {
@@ -725,7 +735,13 @@ impl Worker {
                     } else {
                         idle
                     };
-                    if unanswered {
+                    let expired = conn
+                        .session
+                        .access()
+                        .is_some_and(|access| access.expires < unix_now);
+                    if expired {
+                        Some(Due::Close(CloseReason::TokenExpired))
+                    } else if unanswered {
                         Some(Due::Close(CloseReason::HeartbeatTimeout))
                     } else if can.answers_once && age >= poll_timeout {
                         Some(Due::Answer)
