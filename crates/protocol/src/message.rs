@@ -113,11 +113,13 @@ pub enum ErrorCode {
     InvalidToken,
     /// A `connect` on a connection that already has a token or user.
     AlreadyConnected,
+    /// The connection is over its publish or subscribe rate.
+    RateLimited,
 }
 
 impl ErrorCode {
     /// Every code, for metrics registration and documentation.
-    pub const ALL: [ErrorCode; 13] = [
+    pub const ALL: [ErrorCode; 14] = [
         ErrorCode::InvalidJson,
         ErrorCode::UnknownOp,
         ErrorCode::MissingField,
@@ -131,6 +133,7 @@ impl ErrorCode {
         ErrorCode::Forbidden,
         ErrorCode::InvalidToken,
         ErrorCode::AlreadyConnected,
+        ErrorCode::RateLimited,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -148,6 +151,7 @@ impl ErrorCode {
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::InvalidToken => "invalid_token",
             ErrorCode::AlreadyConnected => "already_connected",
+            ErrorCode::RateLimited => "rate_limited",
         }
     }
 }

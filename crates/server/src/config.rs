@@ -187,6 +187,33 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_MAX_FOLLOWING", default_value_t = 5_000)]
     pub max_following: u64,
 
+    /// Client connections one source address may hold open (IPv6: one
+    /// /64); more get HTTP 429. 0 = no limit (the default: behind a proxy,
+    /// every client has the proxy's address).
+    #[arg(long, env = "MYRIAD_MAX_CONNECTIONS_PER_IP", default_value_t = 0)]
+    pub max_connections_per_ip: u32,
+
+    /// Publishes (and sends) a connection may make per second, on average;
+    /// more are refused with `rate_limited`. 0 = no limit.
+    #[arg(long, env = "MYRIAD_CLIENT_PUBLISH_RATE", default_value_t = 0)]
+    pub client_publish_rate: u32,
+
+    /// Publishes a connection may make at once before the rate applies;
+    /// 0 = the same as the rate.
+    #[arg(long, env = "MYRIAD_CLIENT_PUBLISH_BURST", default_value_t = 0)]
+    pub client_publish_burst: u32,
+
+    /// Subscription changes (each subject subscribed or unsubscribed) a
+    /// connection may make per second, on average; subscribes past it are
+    /// refused with `rate_limited`. Bounds subscribe churn too. 0 = no limit.
+    #[arg(long, env = "MYRIAD_CLIENT_SUBSCRIBE_RATE", default_value_t = 0)]
+    pub client_subscribe_rate: u32,
+
+    /// Subscription changes a connection may make at once before the rate
+    /// applies; 0 = the same as the rate.
+    #[arg(long, env = "MYRIAD_CLIENT_SUBSCRIBE_BURST", default_value_t = 0)]
+    pub client_subscribe_burst: u32,
+
     /// Origins (`https://app.example`) whose pages may open connections
     /// (WebSocket and the HTTP transports); `*` allows all. Empty: every
     /// origin on a loopback listener, otherwise only the node's own (the

@@ -35,6 +35,7 @@ pub mod listener;
 pub mod metrics;
 pub mod namespace;
 pub mod outbound;
+pub mod peers;
 pub mod process;
 pub mod publication;
 pub mod registry;
@@ -136,6 +137,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let feeds = open_feeds(&config, Arc::clone(&hub))?;
     let shared = Arc::new(Shared {
         auth,
+        peers: peers::PeerCounts::default(),
         feeds,
         engine: Arc::new(MemoryEngine::new(
             Arc::clone(&hub),

@@ -51,6 +51,8 @@ pub enum ErrorKind {
     Request(&'static str),
     /// A connection arrived while the node was at `max_connections`.
     OverCapacity,
+    /// A connection arrived from an address at `max_connections_per_ip`.
+    OverIpLimit,
     /// `accept` failed (EMFILE, ENFILE, ENOMEM…); accepting pauses briefly.
     Accept,
     /// A socket read or write failed other than by the peer closing.
@@ -97,6 +99,7 @@ impl ErrorKind {
             ErrorKind::Handshake(431) => "handshake_431_too_large",
             ErrorKind::Handshake(_) => "handshake_other",
             ErrorKind::OverCapacity => "over_capacity",
+            ErrorKind::OverIpLimit => "over_ip_limit",
             ErrorKind::Accept => "accept",
             ErrorKind::Io => "io",
             ErrorKind::ApiUnauthorized => "api_unauthorized",
@@ -441,6 +444,7 @@ impl ErrorKind {
         labels.extend(
             [
                 ErrorKind::OverCapacity,
+                ErrorKind::OverIpLimit,
                 ErrorKind::Accept,
                 ErrorKind::Io,
                 ErrorKind::ApiUnauthorized,

@@ -22,6 +22,7 @@ use myriad_protocol::message::{
 use myriad_protocol::position::Position;
 use myriad_protocol::subject::is_feed;
 
+use super::abuse::Bucket;
 use super::{Flow, Worker};
 use crate::auth::Action;
 use crate::conn::flags;
@@ -75,6 +76,11 @@ impl Worker {
                     self.refuse(id, request, ErrorCode::TooManySubscriptions, &detail);
                     return Flow::Continue;
                 }
+                if !self.abuse.take(id, Bucket::Subscribe, new.len() as u32) {
+                    let detail = "subscription changes past client_subscribe_rate";
+                    self.refuse(id, request, ErrorCode::RateLimited, detail);
+                    return Flow::Continue;
+                }
                 if new.is_empty() {
                     self.acknowledge(id, request);
                 }
@@ -83,6 +89,8 @@ impl Worker {
                 }
             }
             Command::Unsubscribe { subjects, .. } => {
+                self.abuse
+                    .charge(id, Bucket::Subscribe, subjects.len() as u32);
                 for subject in &subjects {
                     if self.remove_subscription(id, subject) && is_feed(subject) {
                         self.conns[id as usize].session.feed_dropped();
@@ -91,7 +99,9 @@ impl Worker {
                 self.acknowledge(id, request);
             }
             Command::Publish { subject, data, .. } => {
-                if self.permitted(id, request, Action::Publish, &subject) {
+                if self.within_publish_rate(id, request)
+                    && self.permitted(id, request, Action::Publish, &subject)
+                {
                     return self.publish_for(id, request, &subject, data.get());
                 }
             }
@@ -112,12 +122,26 @@ impl Worker {
                 let reply = Reply::Conn(self.request_of(id, request));
                 self.shared.engine.history(query, reply, &mut self.wakeups);
             }
-            Command::Send { data, .. } => return self.send_as_user(id, request, data),
+            Command::Send { data, .. } => {
+                if self.within_publish_rate(id, request) {
+                    return self.send_as_user(id, request, data);
+                }
+            }
             Command::Ping { .. } => self.send_reply(id, encode_pong(request).as_bytes()),
             Command::Connect { token, .. } => self.connect(id, request, &token),
             Command::Refresh { token, .. } => self.refresh(id, request, &token),
         }
         Flow::Continue
+    }
+
+    /// Spends a publish token of `id`; refuses the command when none is left.
+    fn within_publish_rate(&mut self, id: ConnId, request: Option<u64>) -> bool {
+        if self.abuse.take(id, Bucket::Publish, 1) {
+            return true;
+        }
+        let detail = "publishes past client_publish_rate";
+        self.refuse(id, request, ErrorCode::RateLimited, detail);
+        false
     }
 
     /// Publishes for connection `id`, answered through its mailbox; pauses

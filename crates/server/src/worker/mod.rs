@@ -19,9 +19,11 @@
 //! opening request of every transport, and long-poll answers), `commands`
 //! (protocol v1 commands, engine answers and subscription bookkeeping),
 //! `auth` (a connection's token: connect, refresh, permission checks),
+//! `abuse` (connections per address, publish and subscribe rates),
 //! `feeds` (connections acting as users) and `attaching` (subscriptions
 //! waiting for their attach answer).
 
+mod abuse;
 mod attaching;
 mod auth;
 mod commands;
@@ -52,6 +54,7 @@ use crate::feeds::Feeds;
 use crate::hub::{Event, Hub, Wakeups};
 use crate::metrics::{ErrorKind, Metrics, WorkerMetrics};
 use crate::outbound::Flushed;
+use crate::peers::PeerCounts;
 use crate::registry::{ConnId, Registry};
 use crate::transport::{self, Heartbeat, TransportKind};
 
@@ -89,6 +92,8 @@ pub struct Shared {
     pub engine: Arc<dyn Engine>,
     /// Token verification and who may do what with each subject.
     pub auth: Auth,
+    /// Open connections per source address (`max_connections_per_ip`).
+    pub peers: PeerCounts,
     /// The follow graph's keeper, presence and known users.
     pub feeds: Feeds,
     pub metrics: Arc<Metrics>,
@@ -158,6 +163,8 @@ pub struct Worker {
     registry: Registry,
     /// Subscriptions waiting for the engine's attach answer.
     attaching: attaching::Attaching,
+    /// Per-address and per-connection rate limits.
+    abuse: abuse::AbuseLimits,
     mailbox: Receiver<Event>,
     shared: Arc<Shared>,
     metrics: WorkerMetrics,
@@ -218,6 +225,7 @@ impl Worker {
             lives: Vec::new(),
             registry: Registry::new(),
             attaching: attaching::Attaching::default(),
+            abuse: abuse::AbuseLimits::new(&shared.config),
             mailbox,
             metrics: shared.metrics.worker(index),
             shared,
@@ -330,7 +338,7 @@ impl Worker {
                 return;
             };
             match listener.accept() {
-                Ok((socket, _)) => self.admit(socket),
+                Ok((socket, peer)) => self.admit(socket, peer.ip()),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.accept_more = false;
                     return;
@@ -355,7 +363,7 @@ impl Worker {
 
     /// Takes an accepted socket into the slab. `TCP_NODELAY` and `SO_SNDBUF`
     /// came with it from the listener (see `listener.rs`).
-    fn admit(&mut self, mut socket: TcpStream) {
+    fn admit(&mut self, mut socket: TcpStream, ip: std::net::IpAddr) {
         let entry = self.conns.vacant_entry();
         let id = entry.key();
         if id >= WAKER.0 {
@@ -379,6 +387,7 @@ impl Worker {
             self.lives.resize(id + 1, 0);
         }
         self.lives[id] = self.lives[id].wrapping_add(1);
+        self.abuse.admit(id as ConnId, ip, &self.shared.peers);
         self.metrics.accepted.inc();
         self.metrics.connections.inc();
     }
@@ -658,6 +667,7 @@ impl Worker {
         // No epoll_ctl(DEL): the descriptor is never duplicated, so closing it
         // (dropping the Conn) removes it from epoll, one syscall cheaper.
         let conn = self.conns.remove(id as usize);
+        self.abuse.release(id, &self.shared.peers);
         if let Some(identity) = &conn.session.identity {
             let gone = self.request_of(id, None);
             self.shared.feeds.presence.remove(identity.user, &gone);
@@ -708,6 +718,7 @@ impl Worker {
             .map_or(0, |d| d.as_secs());
         let mut due = Vec::new();
         let mut to_ping = Vec::new();
+        self.abuse.refill();
         for (id, conn) in self.conns.iter_mut() {
             let age = now.saturating_sub(conn.since);
             let verdict = match conn.phase {

@@ -92,6 +92,16 @@ impl Worker {
             self.refuse_request(id, ErrorKind::OverCapacity, response);
             return Some(buf.len());
         }
+        if self.abuse.over_ip_limit(id) {
+            let response = error_response(
+                429,
+                "too_many_connections",
+                "this address holds max_connections_per_ip connections",
+                &[("Retry-After", "1")],
+            );
+            self.refuse_request(id, ErrorKind::OverIpLimit, response);
+            return Some(buf.len());
+        }
         if let Err(e) = check_origin(&head, config) {
             self.refuse_request(id, ErrorKind::Request(e.label()), e.response(config));
             return Some(buf.len());
