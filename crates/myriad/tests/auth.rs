@@ -629,3 +629,33 @@ fn pages_from_other_origins_are_refused() {
         "{stats:#}"
     );
 }
+
+#[test]
+fn a_token_from_myriad_token_opens_a_connection() {
+    let node = token_node(&["--token-audience", "chat"]);
+    let output = Command::new(env!("CARGO_BIN_EXE_myriad"))
+        .args([
+            "token",
+            "--sub",
+            "9",
+            "--subscribe",
+            "user.{sub}.*",
+            "--ttl",
+            "1m",
+        ])
+        .args(["--aud", "chat", "--hmac-secret", SECRET])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let token = String::from_utf8(output.stdout).unwrap();
+    let mut ws = open(&node, &format!("/ws?token={}", token.trim()), &[]).unwrap();
+    let reply = ask(&mut ws, json!({"op": "subscribe", "subject": "user.9.x"}));
+    assert_eq!(reply["op"], "subscribed", "{reply}");
+    let refused = Command::new(env!("CARGO_BIN_EXE_myriad"))
+        .args(["token", "--sub", "9"])
+        .env_remove("MYRIAD_TOKEN_HMAC_SECRET")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--hmac-secret"));
+}
