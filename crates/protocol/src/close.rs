@@ -47,11 +47,15 @@ pub enum CloseReason {
     /// The connection's token expired without a `refresh` (4501): the
     /// client needs a new token before it reconnects.
     TokenExpired,
+    /// The client closed before it sent a whole request: a port or health
+    /// check that connects and leaves, or a client that gave up mid-request.
+    /// Reported as 1006, never sent: no WebSocket existed yet.
+    NoRequest,
 }
 
 impl CloseReason {
     /// Every reason, for metrics registration and documentation tables.
-    pub const ALL: [CloseReason; 13] = [
+    pub const ALL: [CloseReason; 14] = [
         CloseReason::Normal,
         CloseReason::GoingAway,
         CloseReason::ProtocolError,
@@ -65,6 +69,7 @@ impl CloseReason {
         CloseReason::HandshakeTimeout,
         CloseReason::HandshakeRejected,
         CloseReason::TokenExpired,
+        CloseReason::NoRequest,
     ];
 
     /// The WebSocket close code (1006 for endings without a close frame).
@@ -82,7 +87,8 @@ impl CloseReason {
             CloseReason::TokenExpired => 4501,
             CloseReason::Abnormal
             | CloseReason::HandshakeTimeout
-            | CloseReason::HandshakeRejected => 1006,
+            | CloseReason::HandshakeRejected
+            | CloseReason::NoRequest => 1006,
         }
     }
 
@@ -102,6 +108,7 @@ impl CloseReason {
             CloseReason::HandshakeTimeout => "handshake_timeout",
             CloseReason::HandshakeRejected => "handshake_rejected",
             CloseReason::TokenExpired => "token_expired",
+            CloseReason::NoRequest => "no_request",
         }
     }
 
@@ -122,6 +129,7 @@ impl CloseReason {
             CloseReason::HandshakeTimeout => "handshake timeout",
             CloseReason::HandshakeRejected => "handshake rejected",
             CloseReason::TokenExpired => "token expired",
+            CloseReason::NoRequest => "no request",
         }
     }
 
@@ -149,7 +157,9 @@ impl CloseReason {
             | CloseReason::SlowConsumer
             | CloseReason::IdleTimeout
             | CloseReason::TokenExpired => HttpEnding::EndStream,
-            CloseReason::HeartbeatTimeout | CloseReason::Abnormal => HttpEnding::Drop,
+            CloseReason::HeartbeatTimeout | CloseReason::Abnormal | CloseReason::NoRequest => {
+                HttpEnding::Drop
+            }
         }
     }
 
@@ -169,7 +179,8 @@ impl CloseReason {
             | CloseReason::HeartbeatTimeout
             | CloseReason::IdleTimeout
             | CloseReason::Abnormal
-            | CloseReason::HandshakeTimeout => Reconnect::WithBackoff,
+            | CloseReason::HandshakeTimeout
+            | CloseReason::NoRequest => Reconnect::WithBackoff,
         }
     }
 }
@@ -206,9 +217,10 @@ mod tests {
             .map(|r| r.ws_code())
             .filter(|&c| c != 1006)
             .collect();
+        let sent = codes.len();
         codes.sort_unstable();
         codes.dedup();
-        assert_eq!(codes.len(), CloseReason::ALL.len() - 3);
+        assert_eq!(codes.len(), sent);
         for r in CloseReason::ALL {
             assert!(r.text().len() + 2 <= 125, "{r:?}");
         }

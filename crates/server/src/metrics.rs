@@ -151,6 +151,7 @@ pub struct Metrics {
     errors: Family<KindLabel, Counter>,
     publishes: Counter<u64, AtomicU64>,
     publishes_unrouted: Counter<u64, AtomicU64>,
+    sockets_aborted: Counter<u64, AtomicU64>,
     feeds: FeedMetrics,
 }
 
@@ -262,6 +263,12 @@ impl Metrics {
             "Messages published to a subject with no subscribers",
             publishes_unrouted.clone(),
         );
+        let sockets_aborted = Counter::default();
+        registry.register(
+            "sockets_aborted",
+            "Client sockets aborted (SO_LINGER 0) at a deadline because the peer had not taken everything sent",
+            sockets_aborted.clone(),
+        );
         let history = HistoryGauges::default();
         registry.register(
             "history_subjects",
@@ -317,6 +324,7 @@ impl Metrics {
             errors,
             publishes,
             publishes_unrouted,
+            sockets_aborted,
             feeds,
         }
     }
@@ -332,6 +340,12 @@ impl Metrics {
                 reason: reason.name(),
             })
             .inc();
+    }
+
+    /// Counts a socket reset at a deadline rather than closed, so that the
+    /// kernel does not keep it for data its peer is not taking.
+    pub fn socket_aborted(&self) {
+        self.sockets_aborted.inc();
     }
 
     pub fn feed_send(&self) {

@@ -263,10 +263,11 @@ impl ReceiveOpts {
     }
 
     /// How long set-up may take beyond connect and handshake: a poll's
-    /// first answer comes only when the server's poll timeout passes.
+    /// first answer comes only when the server's poll timeout passes, and
+    /// myriad's sweep answers within the second after it (never before).
     pub fn first_answer_secs(&self) -> f64 {
         match self.transport {
-            SubscribeTransport::Poll => self.poll_timeout.0,
+            SubscribeTransport::Poll => self.poll_timeout.0 + 1.0,
             _ => 0.0,
         }
     }
@@ -561,7 +562,7 @@ mod tests {
             panic!()
         };
         assert_eq!(c.subs.receive.http_path().as_deref(), Some("/lp"));
-        assert_eq!(c.subs.receive.first_answer_secs(), 2.0);
+        assert_eq!(c.subs.receive.first_answer_secs(), 3.0);
         let b = parse(&["run"]);
         let Workload::Run(r) = &b.workload else {
             panic!()

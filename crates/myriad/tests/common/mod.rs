@@ -123,6 +123,34 @@ impl Node {
         }
     }
 
+    /// A WebSocket subscribed to `subject` whose receive buffer is tiny
+    /// (4 KiB), so that it stalls quickly once it stops reading.
+    pub fn stalled_subscriber(&self, subject: &str) -> Ws {
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        socket.connect(&self.ws.into()).unwrap();
+        let stream: TcpStream = socket.into();
+        let (mut ws, _) =
+            tungstenite::client(self.url("/ws"), MaybeTlsStream::Plain(stream)).expect("handshake");
+        set_timeout(&ws, Duration::from_secs(10));
+        subscribe(&mut ws, &[subject]);
+        ws
+    }
+
+    /// The value of a metric series without labels from `GET /metrics`.
+    pub fn metric(&self, name: &str) -> u64 {
+        let (status, text) = self.http("GET", "/metrics", &[], "");
+        assert_eq!(status, 200);
+        let line = text
+            .lines()
+            .find(|line| {
+                line.split_once(' ')
+                    .is_some_and(|(series, _)| series == name)
+            })
+            .unwrap_or_else(|| panic!("{name} missing from /metrics"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    }
+
     /// Publishes through the HTTP API; returns the response JSON.
     pub fn publish(&self, subject: &str, data: &Value) -> Value {
         let body = serde_json::json!({"subject": subject, "data": data}).to_string();
@@ -209,13 +237,19 @@ impl Node {
                 );
                 std::thread::sleep(Duration::from_millis(1));
             }
-            let messages: Vec<_> = (0..10)
-                .map(|i| serde_json::json!({"subject": subject, "data": format!("{batch}-{i}-{chunk}")}))
-                .collect();
-            let body = serde_json::json!({ "messages": messages }).to_string();
-            let (status, reply) = self.http("POST", "/api/publish", &[], &body);
-            assert_eq!(status, 200, "{reply}");
+            self.publish_batch(subject, batch, 10, &chunk);
         }
+    }
+
+    /// Publishes `count` messages to `subject` in one API request, their
+    /// data `"{batch}-{i}-{filler}"` for `i` in `0..count`.
+    pub fn publish_batch(&self, subject: &str, batch: u64, count: u64, filler: &str) {
+        let messages: Vec<_> = (0..count)
+            .map(|i| serde_json::json!({"subject": subject, "data": format!("{batch}-{i}-{filler}")}))
+            .collect();
+        let body = serde_json::json!({ "messages": messages }).to_string();
+        let (status, reply) = self.http("POST", "/api/publish", &[], &body);
+        assert_eq!(status, 200, "{reply}");
     }
 }
 
@@ -274,6 +308,55 @@ pub fn http(
         .map_or("", |(_, b)| b)
         .to_owned();
     (status, body)
+}
+
+/// One IPv4 TCP socket as the kernel lists it in `/proc/net/tcp`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelSocket {
+    pub local_port: u16,
+    pub remote_port: u16,
+    /// `TCP_ESTABLISHED` is 1, `FIN_WAIT1` 4, `CLOSE_WAIT` 8, `LISTEN` 10 (include/net/tcp_states.h).
+    pub state: u8,
+    /// Bytes not yet acknowledged by the peer (`SIOCOUTQ`).
+    pub tx_queue: u64,
+    /// 0 once no process holds the socket: the kernel keeps it alone.
+    pub inode: u64,
+}
+
+pub const CLOSE_WAIT: u8 = 8;
+
+/// Every IPv4 TCP socket of this network namespace (the node's among them),
+/// read without `ss`.
+pub fn kernel_sockets() -> Vec<KernelSocket> {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("read /proc/net/tcp");
+    let port = |address: &str| {
+        let (_, port) = address.split_once(':').expect("address:port");
+        u16::from_str_radix(port, 16).expect("hex port")
+    };
+    table
+        .lines()
+        .skip(1)
+        .map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (tx, _) = fields[4].split_once(':').expect("tx:rx");
+            KernelSocket {
+                local_port: port(fields[1]),
+                remote_port: port(fields[2]),
+                state: u8::from_str_radix(fields[3], 16).expect("hex state"),
+                tx_queue: u64::from_str_radix(tx, 16).expect("hex queue"),
+                inode: fields[9].parse().expect("inode"),
+            }
+        })
+        .collect()
+}
+
+/// The kernel's socket on the node's side of the connection from `client`
+/// (a socket connected to the node's client port), if it still has one.
+pub fn node_side(node: &Node, client: &TcpStream) -> Option<KernelSocket> {
+    let client_port = client.local_addr().unwrap().port();
+    kernel_sockets()
+        .into_iter()
+        .find(|s| s.local_port == node.ws.port() && s.remote_port == client_port)
 }
 
 /// Sends a raw request on a fresh socket and returns the HTTP status line's code.

@@ -52,7 +52,9 @@ impl Worker {
                 }
                 Ok(n) => {
                     self.metrics.bytes_in.inc_by(n as u64);
-                    conn.last_heard = self.clock.now;
+                    // A fresh reading per read: what it brought arrived by
+                    // now, so stamps made while handling it are not early.
+                    conn.last_heard = self.clock.tick();
                     conn.ping_sent = 0;
                     budget = budget.saturating_sub(n);
                     let drained = n < scratch.len() && !drain_to_eof;
@@ -253,7 +255,7 @@ impl Worker {
                     Some((code, _)) => encode_close(code, "", None),
                     None => encode_frame(OpCode::Close, &[], None),
                 };
-                self.conns[id as usize].enter(Phase::Draining, now);
+                self.conns[id as usize].enter(Phase::Draining, self.clock.tick());
                 self.decide_close(id, CloseReason::Normal);
                 self.unsubscribe_all(id);
                 self.send(id, Bytes::from(reply));

@@ -121,7 +121,7 @@ impl Worker {
                         }
                     };
                     self.set_transport(id, TransportKind::WebSocket);
-                    let now = self.clock.now;
+                    let now = self.clock.tick();
                     let conn = &mut self.conns[id as usize];
                     conn.enter(phase, now);
                     conn.last_message = now;
@@ -229,7 +229,7 @@ impl Worker {
     /// Sends `bytes` and closes once they are out, counting `reason`
     /// (`None`: a normal end).
     fn end_after(&mut self, id: ConnId, bytes: Bytes, reason: Option<CloseReason>) {
-        let now = self.clock.now;
+        let now = self.clock.tick();
         self.conns[id as usize].enter(Phase::Closing, now);
         self.decide_close(id, reason.unwrap_or(CloseReason::Normal));
         self.send(id, bytes);
@@ -246,7 +246,7 @@ impl Worker {
         who: Option<Verified>,
         keep_alive: bool,
     ) {
-        let now = self.clock.now;
+        let now = self.clock.tick();
         let transport = kind.get();
         let can = transport.capabilities();
         self.set_transport(id, kind);
@@ -342,7 +342,7 @@ impl Worker {
     /// where the next poll resumes); a kept-alive connection then waits for
     /// its next request, any other closes.
     pub(super) fn answer_now(&mut self, id: ConnId, keep_alive_allowed: bool) {
-        let now = self.clock.now;
+        let now = self.clock.tick();
         let conn = &mut self.conns[id as usize];
         conn.clear_flag(flags::HELD | flags::NEWS);
         let keep_alive = keep_alive_allowed && conn.has_flag(flags::KEEP_ALIVE);
