@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use base64::Engine as _;
-use common::{recv, subscribe, Node};
+use common::{get_head, recv, subscribe, Node};
 use serde_json::{json, Value};
 
 const ADMIN: &str = "adm-key";
@@ -33,12 +33,9 @@ fn head(node: &Node, path: &str, headers: &[(&str, &str)]) -> String {
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let mut request = format!("GET {path} HTTP/1.1\r\nHost: test\r\n");
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str("\r\n");
-    stream.write_all(request.as_bytes()).unwrap();
+    stream
+        .write_all(get_head(path, headers).as_bytes())
+        .unwrap();
     let mut reader = BufReader::new(stream);
     let mut head = String::new();
     loop {

@@ -1,8 +1,10 @@
 //! The admin listener's limits against the real binary, each a finding of
 //! issue 10 reproduced: a head that never ends, a body that never ends, an
 //! idle keep-alive, a body declared too large, and admin connections
-//! enough to take every descriptor the node has. Timeouts are checked as
-//! lower bounds (never early) and generous upper ones.
+//! enough to take every descriptor the node has; and the other way round,
+//! client refusals that would take the admin listener's descriptors.
+//! Timeouts are checked as lower bounds (never early) and generous upper
+//! ones.
 
 mod common;
 
@@ -251,4 +253,38 @@ fn healthy(node: &Node) -> bool {
         .write_all(request)
         .and_then(|()| conn.read_to_end(&mut answer));
     answer.starts_with(b"HTTP/1.1 200")
+}
+
+#[test]
+fn client_refusals_past_their_room_are_closed_at_once() {
+    // Room for 64 refusals in flight (fds::CLIENT_REFUSALS) past the cap.
+    const ROOM: usize = 64;
+    let node = Node::start(&["--workers", "1", "--max-connections", "2"]);
+    let admitted: Vec<_> = (0..2).map(|_| node.connect()).collect();
+    // Silent connections past the cap: the first ones wait for their
+    // request to be refused; past the room, the node closes them at once.
+    let mut silent: Vec<_> = (0..ROOM + 6)
+        .map(|_| TcpStream::connect(node.ws).unwrap())
+        .collect();
+    node.wait_for_stats("the six past the room dropped", |s| {
+        errors(s, "over_capacity_dropped") == 6
+    });
+    let (mut refused, mut closed) = (0, 0);
+    for conn in &mut silent {
+        conn.set_read_timeout(Some(GENEROUS)).unwrap();
+        let _ = conn.write_all(upgrade(&node).as_bytes());
+        let mut answer = Vec::new();
+        let _ = conn.read_to_end(&mut answer);
+        if answer.starts_with(b"HTTP/1.1 503 ") {
+            refused += 1;
+        } else {
+            assert!(answer.is_empty(), "{:?}", String::from_utf8_lossy(&answer));
+            closed += 1;
+        }
+    }
+    assert_eq!((refused, closed), (ROOM, 6));
+    // The refused ones are counted out as the node closes them.
+    let stats = node.wait_for_stats("the refused counted out", |s| s["connections"] == 2);
+    assert_eq!(errors(&stats, "over_capacity"), ROOM as u64, "{stats:#}");
+    drop(admitted);
 }

@@ -316,6 +316,15 @@ pub fn http(
     (status, body)
 }
 
+/// The head of an HTTP/1.1 `GET path` with `headers`.
+pub fn get_head(path: &str, headers: &[(&str, &str)]) -> String {
+    let mut head = format!("GET {path} HTTP/1.1\r\nHost: test\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head + "\r\n"
+}
+
 /// An HTTP/1.1 connection to `addr` kept open across requests.
 pub struct KeepAlive {
     reader: BufReader<TcpStream>,
@@ -336,11 +345,7 @@ impl KeepAlive {
     /// Sends `GET path` with `headers` and reads the answer whole (it must
     /// have a Content-Length): (status, body).
     pub fn get(&mut self, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
-        let mut request = format!("GET {path} HTTP/1.1\r\nHost: test\r\n");
-        for (name, value) in headers {
-            request.push_str(&format!("{name}: {value}\r\n"));
-        }
-        request.push_str("\r\n");
+        let request = get_head(path, headers);
         self.reader.get_mut().write_all(request.as_bytes()).unwrap();
         let mut status = String::new();
         self.reader.read_line(&mut status).unwrap();

@@ -22,7 +22,7 @@ use thiserror::Error;
 use crate::config::Config;
 
 /// Header carrying a key (`Authorization` works too).
-pub const API_KEY_HEADER: &str = "x-api-key";
+const API_KEY_HEADER: &str = "x-api-key";
 
 /// What an endpoint asks of a caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

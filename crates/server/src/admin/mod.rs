@@ -35,7 +35,7 @@ use serde_json::value::RawValue;
 use tokio::sync::watch;
 use tracing::warn;
 
-pub mod access;
+mod access;
 mod conn;
 mod graph;
 
