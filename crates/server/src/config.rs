@@ -20,6 +20,10 @@ use thiserror::Error;
 use crate::history::HistoryPolicy;
 use crate::namespace::{history_policy, Namespace, Namespaces};
 
+/// The variable of the one key the admin listener had before it had a
+/// publish key and an admin key.
+const RETIRED_API_KEY_ENV: &str = "MYRIAD_API_KEY";
+
 /// The settings of one node.
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -74,10 +78,39 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_ECHO_PATH")]
     pub echo_path: Option<String>,
 
-    /// Key required in the X-Api-Key header of the publish API; when unset the
-    /// API is open (the admin listener binds to loopback by default).
-    #[arg(long, env = "MYRIAD_API_KEY")]
-    pub api_key: Option<String>,
+    /// Key of the admin listener's message API (/api/publish,
+    /// /api/publish_as, /api/history), for backends; the admin key opens it
+    /// too. Needs admin_key. Sent as X-Api-Key, Authorization: Bearer, or
+    /// as the password of Authorization: Basic.
+    #[arg(long, env = "MYRIAD_PUBLISH_KEY")]
+    pub publish_key: Option<String>,
+
+    /// Key of everything on the admin listener but /healthz: /stats,
+    /// /metrics, /status, the follow graph's API, and the message API. When
+    /// unset the admin listener is open, which is allowed on loopback only.
+    #[arg(long, env = "MYRIAD_ADMIN_KEY")]
+    pub admin_key: Option<String>,
+
+    /// Connections the admin listener holds at once; one more is answered
+    /// 503 and closed. The node keeps this many descriptors out of
+    /// max_connections, so neither listener can starve the other.
+    #[arg(long, env = "MYRIAD_ADMIN_MAX_CONNECTIONS", default_value_t = 128)]
+    pub admin_max_connections: usize,
+
+    /// Seconds an admin request may take from its first byte to the end of
+    /// its head; then the connection is closed.
+    #[arg(long, env = "MYRIAD_ADMIN_HEADER_TIMEOUT", default_value_t = 10)]
+    pub admin_header_timeout: u32,
+
+    /// Seconds an admin request may take to send its whole body (HTTP 408).
+    #[arg(long, env = "MYRIAD_ADMIN_BODY_TIMEOUT", default_value_t = 30)]
+    pub admin_body_timeout: u32,
+
+    /// Seconds an admin connection may wait for its next request (after
+    /// being accepted, or after a reply) before it is closed. A live
+    /// /status/events stream is not waiting.
+    #[arg(long, env = "MYRIAD_ADMIN_IDLE_TIMEOUT", default_value_t = 60)]
+    pub admin_idle_timeout: u32,
 
     /// Maximum concurrent client connections on this node; more get HTTP 503.
     #[arg(long, env = "MYRIAD_MAX_CONNECTIONS", default_value_t = 1_000_000)]
@@ -315,6 +348,13 @@ impl Config {
     /// optional TOML file: values that came from a flag or the environment
     /// win over the file, the file wins over built-in defaults.
     pub fn assemble(matches: &ArgMatches, file: Option<&Path>) -> Result<Config, ConfigError> {
+        if std::env::var_os(RETIRED_API_KEY_ENV).is_some() {
+            // Ignoring it would leave an API its operator meant to close open.
+            return Err(ConfigError::Invalid(format!(
+                "{RETIRED_API_KEY_ENV} is no longer read: set MYRIAD_ADMIN_KEY, and \
+                 MYRIAD_PUBLISH_KEY for publishers (docs/operations.md)"
+            )));
+        }
         let from_args =
             Config::from_arg_matches(matches).map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let config = match file {
@@ -363,6 +403,7 @@ impl Config {
             }
         };
         check(self.workers <= 64, "workers must be at most 64")?;
+        self.validate_admin()?;
         check(self.ws_path.starts_with('/'), "ws_path must start with '/'")?;
         if let Some(echo) = &self.echo_path {
             check(echo.starts_with('/'), "echo_path must start with '/'")?;
@@ -416,6 +457,43 @@ impl Config {
             )?;
             let twins = self.namespace.iter().filter(|o| o.prefix == ns.prefix);
             check(twins.count() == 1, "namespace prefixes must differ")?;
+        }
+        Ok(())
+    }
+
+    /// The admin listener's settings: keys that can work, a key wherever
+    /// the listener is reachable beyond this host, and limits that are on.
+    fn validate_admin(&self) -> Result<(), ConfigError> {
+        let invalid = |what: String| Err(ConfigError::Invalid(what));
+        if self.admin_key.as_deref() == Some("") || self.publish_key.as_deref() == Some("") {
+            return invalid("admin_key and publish_key must not be empty".into());
+        }
+        if self.publish_key.is_some() && self.admin_key.is_none() {
+            // Else the endpoints only the admin key may open would be open
+            // to anyone, while a key is configured.
+            return invalid("publish_key needs admin_key".into());
+        }
+        if self.publish_key.is_some() && self.publish_key == self.admin_key {
+            return invalid("publish_key and admin_key must differ".into());
+        }
+        if self.admin_key.is_none() && !self.admin_listen.ip().to_canonical().is_loopback() {
+            return invalid(format!(
+                "admin_listen {} is reachable beyond this host: set admin_key \
+                 (and publish_key for publishers), or listen on 127.0.0.1",
+                self.admin_listen
+            ));
+        }
+        if self.admin_max_connections == 0 {
+            return invalid("admin_max_connections must be at least 1".into());
+        }
+        if self.admin_header_timeout == 0
+            || self.admin_body_timeout == 0
+            || self.admin_idle_timeout == 0
+        {
+            return invalid(
+                "admin_header_timeout, admin_body_timeout and admin_idle_timeout must be at least 1"
+                    .into(),
+            );
         }
         Ok(())
     }
@@ -564,6 +642,57 @@ mod tests {
         assert!(Config::assemble(&m, None).is_err());
         let m = matches(&["myriad", "--echo-path", "/ws"]);
         assert!(Config::assemble(&m, None).is_err());
+    }
+
+    #[test]
+    fn the_admin_listener_needs_a_key_beyond_loopback_and_keys_that_work() {
+        let config = |listen: &str, publish: Option<&str>, admin: Option<&str>| Config {
+            admin_listen: listen.parse().unwrap(),
+            publish_key: publish.map(str::to_owned),
+            admin_key: admin.map(str::to_owned),
+            ..Config::default()
+        };
+        for open in [
+            "127.0.0.1:8081",
+            "127.0.0.2:1",
+            "[::1]:8081",
+            "[::ffff:127.0.0.1]:1",
+        ] {
+            config(open, None, None).validate().unwrap();
+        }
+        for reachable in [
+            "0.0.0.0:8081",
+            "[::]:8081",
+            "10.0.0.1:8081",
+            "[::ffff:10.0.0.1]:1",
+        ] {
+            let err = config(reachable, None, None).validate().unwrap_err();
+            assert!(
+                err.to_string().contains("set admin_key"),
+                "{reachable}: {err}"
+            );
+            config(reachable, None, Some("a")).validate().unwrap();
+            config(reachable, Some("p"), Some("a")).validate().unwrap();
+        }
+        for (publish, admin) in [
+            (Some("p"), None),
+            (Some("k"), Some("k")),
+            (Some(""), Some("a")),
+            (None, Some("")),
+        ] {
+            let refused = config("127.0.0.1:1", publish, admin).validate();
+            assert!(refused.is_err(), "{publish:?} {admin:?}");
+        }
+        let no_cap = Config {
+            admin_max_connections: 0,
+            ..Config::default()
+        };
+        assert!(no_cap.validate().is_err());
+        let no_timeout = Config {
+            admin_idle_timeout: 0,
+            ..Config::default()
+        };
+        assert!(no_timeout.validate().is_err());
     }
 
     fn tempfile() -> (PathBuf, std::fs::File) {

@@ -5,7 +5,8 @@
 //!   policy: who may do what with a subject.
 //! - [`config`]: every setting, its default and its sources; [`namespace`]:
 //!   per-prefix settings.
-//! - [`listener`]: one `SO_REUSEPORT` client listener per worker.
+//! - [`listener`]: one `SO_REUSEPORT` client listener per worker; [`fds`]:
+//!   how the open-file limit is shared between the listeners.
 //! - [`worker`]: the per-core event loops; each owns its connections
 //!   ([`conn`], each with its pub/sub [`session`] and its [`transport`]),
 //!   their outbound queues ([`outbound`]) and its local subject
@@ -17,8 +18,9 @@
 //!   subject's kept publications and the recovery rules.
 //! - [`hub`]: the workers' mailboxes, and the `Route` an engine keeps per
 //!   subject to hand each publication to every interested worker.
-//! - [`admin`]: the HTTP publish API, `/stats`, `/metrics`, `/healthz`;
-//!   [`status`]: the live status page it serves.
+//! - [`admin`]: the HTTP publish API, `/stats`, `/metrics`, `/healthz`,
+//!   with its keys, connection cap and timeouts; [`status`]: the live
+//!   status page it serves.
 //! - [`metrics`] and [`process`]: what the node counts and how big it is.
 //!
 //! [`serve`] wires these together and runs until SIGTERM/SIGINT.
@@ -28,6 +30,7 @@ pub mod auth;
 pub mod config;
 pub mod conn;
 pub mod engine;
+pub mod fds;
 pub mod feeds;
 pub mod history;
 pub mod hub;
@@ -91,6 +94,8 @@ pub enum ServeError {
     Graph(#[from] myriad_graph::StoreError),
     #[error("cannot load the token keys: {0}")]
     TokenKeys(#[from] auth::keys::KeyError),
+    #[error(transparent)]
+    OpenFiles(#[from] fds::FdsError),
 }
 
 /// Runs a node with `config` until SIGTERM or SIGINT, then shuts down
@@ -100,7 +105,7 @@ pub enum ServeError {
 pub fn serve(config: Config) -> Result<(), ServeError> {
     let workers = config.worker_count();
     let auth = Auth::from_config(&config)?;
-    let max_connections = admission_cap(&config);
+    let max_connections = admission_cap(&config)?;
     let listen_options = listener::ListenOptions {
         backlog: config.backlog,
         send_buffer: config.socket_send_buffer,
@@ -212,9 +217,6 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     outcome
 }
 
-/// Descriptors kept back from connections: listeners, epoll and wake-up fds,
-/// the admin API and its clients, stdio, and room to accept a connection only
-/// to refuse it with 503 once the node is full.
 /// Takes the data directory (no other node or bulk load may use it while
 /// this node runs), opens the follow graph there and starts its keeper.
 fn open_feeds(config: &Config, hub: Arc<Hub>) -> Result<Feeds, ServeError> {
@@ -232,30 +234,32 @@ fn open_feeds(config: &Config, hub: Arc<Hub>) -> Result<Feeds, ServeError> {
     )?)
 }
 
-const RESERVED_FDS: u64 = 256;
-
-/// How many client connections the node admits: `max_connections`, lowered
-/// to what the open-file limit allows. Past the cap a client is accepted and
-/// refused with a clear 503; past the open-file limit it would only wait,
-/// unanswered, in the listen backlog (accept fails with EMFILE).
-fn admission_cap(config: &Config) -> usize {
+/// How many client connections the node admits: `max_connections`,
+/// lowered to the open-file limit's share for clients (see [`fds`]). Past
+/// the cap a client is accepted and refused with a clear 503; past the
+/// open-file limit it would only wait, unanswered, in the listen backlog
+/// (accept fails with EMFILE).
+fn admission_cap(config: &Config) -> Result<usize, ServeError> {
     let files = match process::raise_open_file_limit() {
         Ok(files) => files,
         Err(e) => {
             warn!(error = %e, "cannot read the open-file limit; admitting up to max_connections");
-            return config.max_connections;
+            return Ok(config.max_connections);
         }
     };
-    let by_files = usize::try_from(files.saturating_sub(RESERVED_FDS).max(1)).unwrap_or(usize::MAX);
-    if by_files < config.max_connections {
+    let workers = config.worker_count();
+    let admin = config.admin_max_connections;
+    let cap = fds::client_cap(config.max_connections, files, workers, admin)?;
+    if cap < config.max_connections {
         warn!(
             max_connections = config.max_connections,
             open_files = files,
-            admitted = by_files,
+            kept = fds::reserved(workers, admin),
+            admitted = cap,
             "the open-file limit caps client connections below max_connections"
         );
     }
-    config.max_connections.min(by_files)
+    Ok(cap)
 }
 
 /// SIGTERM or SIGINT starts graceful shutdown; a second one exits at once.

@@ -53,18 +53,33 @@ pub enum ErrorKind {
     OverCapacity,
     /// A connection arrived from an address at `max_connections_per_ip`.
     OverIpLimit,
+    /// A connection arrived while the node was at `max_connections` and
+    /// its room for 503 refusals was full too: closed without an answer,
+    /// so refusals cannot take the descriptors the admin listener keeps.
+    OverCapacityDropped,
     /// `accept` failed (EMFILE, ENFILE, ENOMEM…); accepting pauses briefly.
     Accept,
     /// A socket read or write failed other than by the peer closing.
     Io,
-    /// An admin API request was refused for its API key.
+    /// An admin API request had no key, or a wrong one (HTTP 401).
     ApiUnauthorized,
+    /// An admin endpoint was called with the publish key (HTTP 403).
+    ApiForbidden,
     /// An admin API request body was malformed.
     ApiBadRequest,
     /// An admin API request body passed `max_http_body` (HTTP 413).
     ApiBodyTooLarge,
     /// A `/status/events` stream was refused: `max_status_streams` are open.
     TooManyStatusStreams,
+    /// An admin connection arrived while `admin_max_connections` were open:
+    /// answered 503 and closed.
+    AdminOverCapacity,
+    /// An admin request's head did not arrive within `admin_header_timeout`
+    /// of its first byte: the connection was closed.
+    AdminHeaderTimeout,
+    /// An admin request's body did not arrive within `admin_body_timeout`
+    /// (HTTP 408).
+    AdminBodyTimeout,
     /// A follow-graph request of the admin API was refused or failed
     /// (labelled `graph_<code>`, one of [`ErrorKind::GRAPH_LABELS`]).
     Graph(&'static str),
@@ -100,12 +115,17 @@ impl ErrorKind {
             ErrorKind::Handshake(_) => "handshake_other",
             ErrorKind::OverCapacity => "over_capacity",
             ErrorKind::OverIpLimit => "over_ip_limit",
+            ErrorKind::OverCapacityDropped => "over_capacity_dropped",
             ErrorKind::Accept => "accept",
             ErrorKind::Io => "io",
             ErrorKind::ApiUnauthorized => "api_unauthorized",
+            ErrorKind::ApiForbidden => "api_forbidden",
             ErrorKind::ApiBadRequest => "api_bad_request",
             ErrorKind::ApiBodyTooLarge => "api_body_too_large",
             ErrorKind::TooManyStatusStreams => "too_many_status_streams",
+            ErrorKind::AdminOverCapacity => "admin_over_capacity",
+            ErrorKind::AdminHeaderTimeout => "admin_header_timeout",
+            ErrorKind::AdminBodyTimeout => "admin_body_timeout",
             ErrorKind::Graph(label) | ErrorKind::Token(label) => label,
         }
     }
@@ -153,6 +173,14 @@ pub struct Metrics {
     publishes_unrouted: Counter<u64, AtomicU64>,
     sockets_aborted: Counter<u64, AtomicU64>,
     feeds: FeedMetrics,
+    admin: AdminMetrics,
+}
+
+/// The admin listener's series (its refusals are in `errors`).
+#[derive(Default)]
+struct AdminMetrics {
+    connections: Gauge,
+    idle_closes: Counter<u64, AtomicU64>,
 }
 
 /// The follow graph's series.
@@ -316,6 +344,17 @@ impl Metrics {
             "Users with at least one connection on this node",
             feeds.users_present.clone(),
         );
+        let admin = AdminMetrics::default();
+        registry.register(
+            "admin_connections",
+            "Open connections of the admin listener",
+            admin.connections.clone(),
+        );
+        registry.register(
+            "admin_idle_closes",
+            "Admin connections closed after admin_idle_timeout without a request",
+            admin.idle_closes.clone(),
+        );
         Metrics {
             registry,
             history,
@@ -326,6 +365,7 @@ impl Metrics {
             publishes_unrouted,
             sockets_aborted,
             feeds,
+            admin,
         }
     }
 
@@ -365,6 +405,16 @@ impl Metrics {
     pub fn mirror_feeds(&self, users_known: u64, users_present: usize) {
         self.feeds.users_known.set(users_known as i64);
         self.feeds.users_present.set(users_present as i64);
+    }
+
+    /// The gauge of open admin connections: each connection holds a
+    /// handle, raising it on accept and lowering it when dropped.
+    pub fn admin_connections(&self) -> Gauge {
+        self.admin.connections.clone()
+    }
+
+    pub fn admin_idle_closed(&self) {
+        self.admin.idle_closes.inc();
     }
 
     pub fn error(&self, kind: ErrorKind) {
@@ -416,6 +466,8 @@ impl Metrics {
                 total.messages_out += t.messages_out.get();
             }
         }
+        s.admin_connections = self.admin.connections.get().max(0) as u64;
+        s.admin_idle_closes = self.admin.idle_closes.get();
         s.publishes = self.publishes.get();
         s.publishes_unrouted = self.publishes_unrouted.get();
         s.closes = CloseReason::ALL
@@ -459,12 +511,17 @@ impl ErrorKind {
             [
                 ErrorKind::OverCapacity,
                 ErrorKind::OverIpLimit,
+                ErrorKind::OverCapacityDropped,
                 ErrorKind::Accept,
                 ErrorKind::Io,
                 ErrorKind::ApiUnauthorized,
+                ErrorKind::ApiForbidden,
                 ErrorKind::ApiBadRequest,
                 ErrorKind::ApiBodyTooLarge,
                 ErrorKind::TooManyStatusStreams,
+                ErrorKind::AdminOverCapacity,
+                ErrorKind::AdminHeaderTimeout,
+                ErrorKind::AdminBodyTimeout,
             ]
             .map(ErrorKind::label),
         );
@@ -485,6 +542,8 @@ pub struct Snapshot {
     pub socket_writes: u64,
     pub publishes: u64,
     pub publishes_unrouted: u64,
+    pub admin_connections: u64,
+    pub admin_idle_closes: u64,
     pub closes: Vec<(&'static str, u64)>,
     pub errors: Vec<(&'static str, u64)>,
     /// Indexed by `TransportKind::index`.

@@ -74,10 +74,16 @@ pub struct Global {
     /// it for several nodes) and HTTP publishing (to the first).
     #[arg(long = "admin-url", global = true, value_parser = parse_http)]
     pub admin_urls: Vec<Target>,
-    /// API key for HTTP publishing.
-    #[arg(long, global = true, env = "MYRIAD_API_KEY")]
+    /// Key for HTTP publishing (myriad's publish key); when unset,
+    /// --admin-key is sent instead.
+    #[arg(long, global = true, env = "MYRIAD_PUBLISH_KEY")]
     #[serde(skip)]
-    pub api_key: Option<String>,
+    pub publish_key: Option<String>,
+    /// Key for the node's /stats and follow-graph API at --admin-url
+    /// (myriad's admin key, which opens publishing too).
+    #[arg(long, global = true, env = "MYRIAD_ADMIN_KEY")]
+    #[serde(skip)]
+    pub admin_key: Option<String>,
     /// Protocol profile: `myriad`, `generic`, or a TOML/JSON file.
     #[arg(long, global = true, default_value = "myriad")]
     pub profile: String,
@@ -112,6 +118,22 @@ pub struct Global {
     /// Seconds between plain progress lines.
     #[arg(long, global = true, default_value = "5s")]
     pub progress_every: Secs,
+}
+
+impl Global {
+    /// The key HTTP publishing sends: the publish key, else the admin key.
+    pub fn publishing_key(&self) -> Option<&str> {
+        self.publish_key.as_deref().or(self.admin_key.as_deref())
+    }
+
+    /// The header lines (each ending in CRLF; empty without a key) of a
+    /// request to the node's admin API.
+    pub fn admin_headers(&self) -> String {
+        match &self.admin_key {
+            Some(key) => format!("X-Api-Key: {key}\r\n"),
+            None => String::new(),
+        }
+    }
 }
 
 /// How progress is shown.

@@ -24,6 +24,9 @@ pub struct Node {
     pub child: Child,
     pub ws: SocketAddr,
     pub admin: SocketAddr,
+    /// The `--admin-key` the node was started with: the harness's own
+    /// requests (`stats`, `publish`) carry it.
+    pub admin_key: Option<String>,
     /// The node's own data directory, removed with it, unless the test
     /// gave one (`--data-dir`) to outlive the node.
     _data_dir: Option<tempfile::TempDir>,
@@ -33,13 +36,43 @@ impl Node {
     /// Starts `myriad serve` with `extra` flags (plus ephemeral ports, and a
     /// fresh data directory unless `extra` names one).
     pub fn start(extra: &[&str]) -> Node {
+        Node::launch(serve_command(), extra)
+    }
+
+    /// [`Node::start`], with the node's open-file limit (soft and hard) at
+    /// `open_files`, as `ulimit -n` would set it.
+    pub fn start_with_open_files(extra: &[&str], open_files: u64) -> Node {
+        use std::os::unix::process::CommandExt;
+        let mut command = serve_command();
+        // SAFETY: setrlimit is async-signal-safe, and the closure touches
+        // nothing else between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                let limit = libc::rlimit {
+                    rlim_cur: open_files,
+                    rlim_max: open_files,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        Node::launch(command, extra)
+    }
+
+    fn launch(mut command: Command, extra: &[&str]) -> Node {
         let data_dir = (!extra.contains(&"--data-dir"))
             .then(|| tempfile::tempdir().expect("a data directory"));
         let mut own_dir = Vec::new();
         if let Some(dir) = &data_dir {
             own_dir = vec!["--data-dir".to_owned(), dir.path().display().to_string()];
         }
-        let mut child = serve_command()
+        let admin_key = extra
+            .iter()
+            .position(|arg| *arg == "--admin-key")
+            .map(|at| extra[at + 1].to_owned());
+        let mut child = command
             .args(extra)
             .args(&own_dir)
             .env("MYRIAD_LOG", "warn")
@@ -57,6 +90,7 @@ impl Node {
         Node {
             ws: ready["ws"].as_str().unwrap().parse().unwrap(),
             admin: ready["admin"].as_str().unwrap().parse().unwrap(),
+            admin_key,
             child,
             _data_dir: data_dir,
         }
@@ -89,8 +123,14 @@ impl Node {
         http(self.admin, method, path, headers, body)
     }
 
+    /// The node's admin key as request headers (none without one).
+    pub fn key_headers(&self) -> Vec<(&str, &str)> {
+        let key = self.admin_key.as_deref();
+        key.map(|key| ("X-Api-Key", key)).into_iter().collect()
+    }
+
     pub fn stats(&self) -> Value {
-        let (status, body) = self.http("GET", "/stats", &[], "");
+        let (status, body) = self.http("GET", "/stats", &self.key_headers(), "");
         assert_eq!(status, 200);
         serde_json::from_str(&body).unwrap()
     }
@@ -154,7 +194,7 @@ impl Node {
     /// Publishes through the HTTP API; returns the response JSON.
     pub fn publish(&self, subject: &str, data: &Value) -> Value {
         let body = serde_json::json!({"subject": subject, "data": data}).to_string();
-        let (status, reply) = self.http("POST", "/api/publish", &[], &body);
+        let (status, reply) = self.http("POST", "/api/publish", &self.key_headers(), &body);
         assert_eq!(status, 200, "{reply}");
         serde_json::from_str(&reply).unwrap()
     }
@@ -248,7 +288,7 @@ impl Node {
             .map(|i| serde_json::json!({"subject": subject, "data": format!("{batch}-{i}-{filler}")}))
             .collect();
         let body = serde_json::json!({ "messages": messages }).to_string();
-        let (status, reply) = self.http("POST", "/api/publish", &[], &body);
+        let (status, reply) = self.http("POST", "/api/publish", &self.key_headers(), &body);
         assert_eq!(status, 200, "{reply}");
     }
 }
@@ -357,6 +397,66 @@ pub fn node_side(node: &Node, client: &TcpStream) -> Option<KernelSocket> {
     kernel_sockets()
         .into_iter()
         .find(|s| s.local_port == node.ws.port() && s.remote_port == client_port)
+}
+
+/// The head of an HTTP/1.1 `GET path` with `headers`.
+pub fn get_head(path: &str, headers: &[(&str, &str)]) -> String {
+    let mut head = format!("GET {path} HTTP/1.1\r\nHost: test\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head + "\r\n"
+}
+
+/// An HTTP/1.1 connection to `addr` kept open across requests.
+pub struct KeepAlive {
+    reader: BufReader<TcpStream>,
+}
+
+impl KeepAlive {
+    /// Connects; reads time out after 10 s.
+    pub fn open(addr: SocketAddr) -> KeepAlive {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        KeepAlive {
+            reader: BufReader::new(stream),
+        }
+    }
+
+    /// Sends `GET path` with `headers` and reads the answer whole (it must
+    /// have a Content-Length): (status, body).
+    pub fn get(&mut self, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+        let request = get_head(path, headers);
+        self.reader.get_mut().write_all(request.as_bytes()).unwrap();
+        let mut status = String::new();
+        self.reader.read_line(&mut status).unwrap();
+        assert!(status.starts_with("HTTP/1.1 "), "{status:?}");
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            self.reader.read_line(&mut line).unwrap();
+            if line == "\r\n" {
+                break;
+            }
+            let (name, value) = line.split_once(':').unwrap();
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse().unwrap();
+            }
+        }
+        let mut body = vec![0; length];
+        self.reader.read_exact(&mut body).unwrap();
+        (
+            status[9..12].parse().unwrap(),
+            String::from_utf8(body).unwrap(),
+        )
+    }
+
+    /// The socket, for tests that go on by hand.
+    pub fn stream(&self) -> &TcpStream {
+        self.reader.get_ref()
+    }
 }
 
 /// Sends a raw request on a fresh socket and returns the HTTP status line's code.

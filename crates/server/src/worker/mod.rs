@@ -52,6 +52,7 @@ use crate::auth::Auth;
 use crate::config::Config;
 use crate::conn::{flags, Conn, Phase};
 use crate::engine::Engine;
+use crate::fds;
 use crate::feeds::Feeds;
 use crate::hub::{Event, Hub, Wakeups};
 use crate::metrics::{ErrorKind, Metrics, WorkerMetrics};
@@ -382,6 +383,16 @@ impl Worker {
     /// Takes an accepted socket into the slab. `TCP_NODELAY` and `SO_SNDBUF`
     /// came with it from the listener (see `listener.rs`).
     fn admit(&mut self, mut socket: TcpStream, ip: std::net::IpAddr) {
+        let ceiling = self
+            .shared
+            .max_connections
+            .saturating_add(fds::CLIENT_REFUSALS);
+        if self.shared.connections.load(Ordering::Relaxed) >= ceiling {
+            // Even the room for 503s is full; the descriptors past it are
+            // the admin listener's. Dropping the socket closes it.
+            self.shared.metrics.error(ErrorKind::OverCapacityDropped);
+            return;
+        }
         let entry = self.conns.vacant_entry();
         let id = entry.key();
         if id >= WAKER.0 {
