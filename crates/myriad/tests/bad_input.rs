@@ -48,6 +48,22 @@ fn handshake_errors_have_their_status() {
 }
 
 #[test]
+fn the_request_head_limit_is_a_setting() {
+    let upgrade = |padding: usize| {
+        format!(
+            "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\nX-Pad: {}\r\n\r\n",
+            "a".repeat(padding)
+        )
+    };
+    let small = Node::start(&["--workers", "1", "--max-request-head", "2048"]);
+    assert_eq!(raw_status(small.ws, &upgrade(1000)), 101);
+    assert_eq!(raw_status(small.ws, &upgrade(3000)), 431);
+    let large = Node::start(&["--workers", "1", "--max-request-head", "32768"]);
+    assert_eq!(raw_status(large.ws, &upgrade(20_000)), 101);
+}
+
+#[test]
 fn bad_commands_get_error_codes_and_the_connection_stays() {
     let node = Node::start(&[
         "--workers",

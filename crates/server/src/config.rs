@@ -112,6 +112,11 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_ADMIN_IDLE_TIMEOUT", default_value_t = 60)]
     pub admin_idle_timeout: u32,
 
+    /// Largest opening request head (request line with the URL, headers,
+    /// blank line) in bytes on the client listener; HTTP 431 beyond.
+    #[arg(long, env = "MYRIAD_MAX_REQUEST_HEAD", default_value_t = 8192)]
+    pub max_request_head: usize,
+
     /// Maximum concurrent client connections on this node; more get HTTP 503.
     #[arg(long, env = "MYRIAD_MAX_CONNECTIONS", default_value_t = 1_000_000)]
     pub max_connections: usize,
@@ -409,6 +414,10 @@ impl Config {
             check(echo.starts_with('/'), "echo_path must start with '/'")?;
             check(echo != &self.ws_path, "echo_path must differ from ws_path")?;
         }
+        check(
+            (1024..=65_536).contains(&self.max_request_head),
+            "max_request_head must be between 1024 and 65536",
+        )?;
         check(
             self.max_message_size >= 125,
             "max_message_size must be at least 125",

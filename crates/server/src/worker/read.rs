@@ -16,9 +16,6 @@ use super::{Flow, Worker};
 use crate::conn::{flags, Phase};
 use crate::registry::ConnId;
 
-/// Largest request head accepted (HTTP 431 beyond).
-pub(super) const MAX_REQUEST_HEAD: usize = 8 * 1024;
-
 impl Worker {
     /// Reads from `id` until the socket is drained, the per-turn budget is
     /// spent, or publishing must pause.

@@ -15,7 +15,6 @@ use myriad_graph::UserId;
 use myriad_protocol::close::CloseReason;
 use myriad_protocol::handshake::{parse_request, switching_protocols, RequestHead};
 
-use super::read::MAX_REQUEST_HEAD;
 use super::{Flow, Worker};
 use crate::auth::{Action, Verified};
 use crate::config::Config;
@@ -69,7 +68,7 @@ impl Worker {
     pub(super) fn on_request(&mut self, id: ConnId, buf: &[u8]) -> Option<usize> {
         let shared = Arc::clone(&self.shared);
         let config = &shared.config;
-        let head = match parse_request(buf, MAX_REQUEST_HEAD) {
+        let head = match parse_request(buf, config.max_request_head) {
             Ok(None) => return None,
             Ok(Some(head)) => head,
             Err(e) => {
