@@ -13,8 +13,8 @@ use thiserror::Error;
 
 #[derive(Args)]
 pub struct TokenArgs {
-    /// The user the token's connection acts as (`sub`).
-    #[arg(long)]
+    /// The user the token's connection acts as (`sub`): 0 to 2^53 − 1.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=(1u64 << 53) - 1))]
     sub: u64,
     /// A subject pattern the connection may subscribe to (`chat.*`,
     /// `user.{sub}.*`); repeatable.

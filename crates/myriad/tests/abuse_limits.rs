@@ -62,6 +62,36 @@ fn one_address_holds_at_most_its_share_of_connections() {
     );
 }
 
+#[test]
+fn refused_sockets_of_one_address_take_no_place_from_others() {
+    let node = Node::start(&[
+        "--workers",
+        "1",
+        "--max-connections",
+        "10",
+        "--max-connections-per-ip",
+        "2",
+    ]);
+    // Silent sockets from one address, past its limit and the node's size:
+    // the refused ones wait for a request that never comes.
+    let silent: Vec<TcpStream> = (0..12)
+        .map(|_| {
+            let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+            socket
+                .bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+                .unwrap();
+            socket.connect(&node.ws.into()).unwrap();
+            socket.into()
+        })
+        .collect();
+    node.wait_for_stats("every socket accepted", |s| s["connections_accepted"] == 12);
+    let others: Vec<Ws> = (2..10)
+        .map(|i| connect_from(&node, &format!("127.0.0.{i}")).expect("another address gets in"))
+        .collect();
+    assert_eq!(others.len(), 8);
+    drop(silent);
+}
+
 /// Sends `commands` in one write, with ids 1.., and returns the first
 /// `answers` replies; without a count, every reply before the pong of a
 /// ping sent last (which overtakes answers that wait for the engine).
@@ -145,4 +175,25 @@ fn subscribe_churn_drains_the_subscription_bucket() {
     let stats = node.stats();
     assert_eq!(stats["errors"]["rate_limited"], limited as u64);
     assert_eq!(stats["subscriptions"], 0);
+}
+
+#[test]
+fn a_loop_of_long_polls_spends_subscription_changes() {
+    let node = Node::start(&["--workers", "1", "--client-subscribe-rate", "3"]);
+    let mut poll = common::KeepAlive::open(node.ws);
+    // History from the start answers each poll at once, so the loop runs
+    // as fast as the client asks.
+    let published = node.publish("s", &json!(1));
+    let since = format!("{}:0", published["epoch"].as_str().unwrap());
+    let mut statuses = Vec::new();
+    for _ in 0..20 {
+        let (status, _) = poll.get(&format!("/poll?subject=s&since={since}"), &[]);
+        statuses.push(status);
+        if status == 429 {
+            break;
+        }
+    }
+    assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
+    let stats = node.stats();
+    assert_eq!(stats["errors"]["request_rate_limited"], 1, "{stats:#}");
 }

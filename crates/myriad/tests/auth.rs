@@ -9,7 +9,7 @@ use std::io::{BufRead, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -423,8 +423,7 @@ fn connect_authenticates_an_open_connection_as_its_user() {
 #[test]
 fn an_expired_token_closes_its_connection_and_refresh_keeps_one_open() {
     let node = token_node(&[]);
-    let started = Instant::now();
-    let expires_at = now() + 2;
+    let expires_at = now() + 4;
     let short = |sub: u64| {
         hs256(&json!({"sub": sub.to_string(), "exp": expires_at, "subscribe": ["room"]}))
     };
@@ -455,8 +454,14 @@ fn an_expired_token_closes_its_connection_and_refresh_keeps_one_open() {
     );
 
     assert_eq!(recv_close(&mut lapsing), 4501);
-    assert!(now() > expires_at, "closed before its exp");
-    assert!(started.elapsed() < Duration::from_secs(30));
+    let closed = now();
+    assert!(closed >= expires_at, "closed before its exp");
+    // The sweep runs once a second; ten leave room for a loaded machine.
+    assert!(
+        closed <= expires_at + 10,
+        "closed {}s after exp",
+        closed - expires_at
+    );
     // The refreshed one is still served.
     node.publish("room", &json!("after"));
     let m = recv(&mut kept);
@@ -578,7 +583,7 @@ fn the_http_transports_obey_the_same_rules() {
     assert_eq!(status, 200);
 
     // A stream whose token expires ends with a close line naming why.
-    let short = hs256(&json!({"sub": "4", "exp": now() + 1, "subscribe": ["room"]}));
+    let short = hs256(&json!({"sub": "4", "exp": now() + 3, "subscribe": ["room"]}));
     let (status, lines) = http_get(
         &node,
         &format!("/stream?subject=room&token={short}"),
@@ -658,4 +663,38 @@ fn a_token_from_myriad_token_opens_a_connection() {
         .unwrap();
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("--hmac-secret"));
+}
+
+#[test]
+fn feeds_a_client_chose_are_held_to_its_grants_and_send_to_its_namespace() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("myriad.toml");
+    std::fs::write(&path, "[[namespace]]\nprefix = \"@5\"\npublish = false\n").unwrap();
+    let node = token_node(&["--config", path.to_str().unwrap()]);
+    let token = hs256(&claims(4, &["@9"], &[]));
+    let mut ws = open(&node, &format!("/ws?token={token}"), &[]).unwrap();
+    let sub = ask(&mut ws, json!({"op": "subscribe", "subject": "@9"}));
+    assert_eq!(sub["op"], "subscribed", "{sub}");
+    // A refresh that no longer grants the feed the client chose is refused;
+    // the user's own feed, which the graph made, needs no grant.
+    let narrower = hs256(&claims(4, &[], &[]));
+    let r = ask(&mut ws, json!({"op": "refresh", "token": narrower}));
+    assert_eq!(error_code(&r), "forbidden");
+    assert!(r["message"].as_str().unwrap().contains("@9"), "{r}");
+    assert_eq!(
+        ask(&mut ws, json!({"op": "unsubscribe", "subject": "@9"}))["op"],
+        "ok"
+    );
+    assert_eq!(
+        ask(&mut ws, json!({"op": "refresh", "token": narrower}))["op"],
+        "ok"
+    );
+
+    // `send` needs no grant, but a namespace closed to client publishes
+    // holds for it too.
+    assert_eq!(ask(&mut ws, json!({"op": "send", "data": 1}))["op"], "ok");
+    let five = hs256(&claims(5, &[], &[]));
+    let mut closed = open(&node, &format!("/ws?token={five}"), &[]).unwrap();
+    let r = ask(&mut closed, json!({"op": "send", "data": 1}));
+    assert_eq!(error_code(&r), "forbidden");
 }

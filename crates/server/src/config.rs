@@ -24,6 +24,10 @@ use crate::namespace::{history_policy, Namespace, Namespaces};
 /// publish key and an admin key.
 const RETIRED_API_KEY_ENV: &str = "MYRIAD_API_KEY";
 
+/// The shortest key that may guard an admin listener reachable beyond this
+/// host: short keys fall to guessing, which nothing on the listener slows.
+const MIN_REMOTE_KEY: usize = 16;
+
 /// The settings of one node.
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -492,6 +496,16 @@ impl Config {
                 self.admin_listen
             ));
         }
+        let short = |key: &Option<String>| key.as_ref().is_some_and(|k| k.len() < MIN_REMOTE_KEY);
+        if !self.admin_listen.ip().to_canonical().is_loopback()
+            && (short(&self.admin_key) || short(&self.publish_key))
+        {
+            return invalid(format!(
+                "admin_listen {} is reachable beyond this host: its keys must be at \
+                 least {MIN_REMOTE_KEY} bytes",
+                self.admin_listen
+            ));
+        }
         if self.admin_max_connections == 0 {
             return invalid("admin_max_connections must be at least 1".into());
         }
@@ -680,8 +694,16 @@ mod tests {
                 err.to_string().contains("set admin_key"),
                 "{reachable}: {err}"
             );
-            config(reachable, None, Some("a")).validate().unwrap();
-            config(reachable, Some("p"), Some("a")).validate().unwrap();
+            let (admin, publish) = ("an-admin-key-0123", "a-publish-key-012");
+            config(reachable, None, Some(admin)).validate().unwrap();
+            config(reachable, Some(publish), Some(admin))
+                .validate()
+                .unwrap();
+            let short = config(reachable, None, Some("a")).validate().unwrap_err();
+            assert!(short.to_string().contains("at least 16"), "{short}");
+            assert!(config(reachable, Some("p"), Some(admin))
+                .validate()
+                .is_err());
         }
         for (publish, admin) in [
             (Some("p"), None),

@@ -19,14 +19,16 @@ use thiserror::Error;
 /// holds 21 in all, 15 of them these; the rest is slack.
 const OWN: u64 = 32;
 
-/// Per worker: its listener, its epoll and its waker's eventfd, and one
+/// Per worker: its listener, its epoll and its waker's eventfd, one
 /// client socket a worker may take past the ceiling in a race with the
-/// other workers (the ceiling is checked, not reserved).
-const PER_WORKER: u64 = 4;
+/// other workers (the ceiling is checked, not reserved), and the socket
+/// `accept` has just made while the ceiling is being checked.
+const PER_WORKER: u64 = 5;
 
 /// Client sockets a node may hold past `max_connections` only to refuse
-/// them with 503 (each waits for its request, up to `handshake_timeout`).
-/// Past this room an accepted client socket is closed without an answer.
+/// them: 503 at the cap, 429 past `max_connections_per_ip` (each waits for
+/// its request, up to `handshake_timeout`). Past this room an accepted
+/// client socket is closed without an answer.
 pub const CLIENT_REFUSALS: usize = 64;
 
 /// The admin listener answers a connection past its cap and closes it at
@@ -88,7 +90,7 @@ mod tests {
 
     /// Everything the node may hold at its worst, by the shares above.
     fn worst_case(cap: usize, workers: usize, admin: usize) -> u64 {
-        let clients = cap + CLIENT_REFUSALS + (workers - 1);
+        let clients = cap + CLIENT_REFUSALS + 2 * workers;
         let own = OWN + 3 * workers as u64;
         own + clients as u64 + admin as u64 + ADMIN_REFUSALS
     }

@@ -152,6 +152,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         hub,
         metrics: Arc::new(Metrics::new(workers)),
         connections: AtomicUsize::new(0),
+        refusing: AtomicUsize::new(0),
         max_connections,
         shutting_down: AtomicBool::new(false),
         config,

@@ -19,6 +19,7 @@ use myriad_graph::UserId;
 use crate::auth::Access;
 use myriad_protocol::cursor::write_cursor;
 use myriad_protocol::position::Position;
+use myriad_protocol::subject::is_feed;
 use smallvec::SmallVec;
 
 /// Who a connection acts as.
@@ -28,9 +29,12 @@ pub struct Identity {
     pub user: UserId,
     /// Feed subscriptions the server made for the user's graph (its own
     /// feed and those it follows), which `max_following` bounds instead of
-    /// `max_subscriptions`. Never more than the feeds held: it drops with
-    /// every feed the connection loses, whoever had added it.
+    /// `max_subscriptions`.
     pub graph_feeds: u32,
+    /// Feed subscriptions the client asked for itself: counted against
+    /// `max_subscriptions`, and held to the token's grants at `refresh`
+    /// like any subject, where the graph's own feeds are not.
+    pub client_feeds: Vec<Arc<str>>,
     /// What the connection's token allows, until when; `None` for a user
     /// named by `?user=` on a node that checks no tokens.
     pub access: Option<Access>,
@@ -49,11 +53,40 @@ impl Session {
         self.identity.as_ref().and_then(|i| i.access.as_ref())
     }
 
-    /// Records that a feed subscription ended; see [`Identity::graph_feeds`].
-    pub fn feed_dropped(&mut self) {
-        if let Some(identity) = self.identity.as_mut() {
-            identity.graph_feeds = identity.graph_feeds.saturating_sub(1);
+    /// Records that the client itself subscribed to the feed `subject`
+    /// (held already); see [`Identity::client_feeds`].
+    pub fn feed_subscribed(&mut self, subject: &str) {
+        let held = self
+            .subscriptions
+            .iter()
+            .find(|s| &***s == subject)
+            .cloned();
+        if let (Some(identity), Some(name)) = (self.identity.as_mut(), held) {
+            identity.client_feeds.push(name);
         }
+    }
+
+    /// Records that the feed subscription `subject` ended, whoever had made
+    /// it; see [`Identity::graph_feeds`] and [`Identity::client_feeds`].
+    pub fn feed_dropped(&mut self, subject: &str) {
+        let Some(identity) = self.identity.as_mut() else {
+            return;
+        };
+        match identity.client_feeds.iter().position(|s| &**s == subject) {
+            Some(i) => {
+                identity.client_feeds.swap_remove(i);
+            }
+            None => identity.graph_feeds = identity.graph_feeds.saturating_sub(1),
+        }
+    }
+
+    /// Whether `subject` is a feed the server made for the user's graph.
+    pub fn is_graph_feed(&self, subject: &str) -> bool {
+        is_feed(subject)
+            && self
+                .identity
+                .as_ref()
+                .is_some_and(|i| !i.client_feeds.iter().any(|s| &**s == subject))
     }
 }
 

@@ -7,16 +7,22 @@
 //! node may run with the admin key alone. `/healthz` needs no key: probes
 //! carry none, and it tells only whether the node is up.
 //!
-//! A key is sent as `X-Api-Key: KEY`, `Authorization: Bearer KEY`, or as
-//! the password of `Authorization: Basic`, which is what a browser sends
-//! for the status page once asked (the page's `EventSource` cannot set a
-//! header, but the browser sends the credentials it was given for the page).
+//! A key is sent as `X-Api-Key: KEY`, `Authorization: Bearer KEY`, or, on
+//! `GET` and `HEAD` only, as the password of `Authorization: Basic`, which
+//! is what a browser sends for the status page once asked (the page's
+//! `EventSource` cannot set a header, but the browser sends the credentials
+//! it was given for the page). A browser also attaches those cached
+//! credentials to requests other sites' pages make to the node, such as a
+//! cross-site form's POST, so Basic never opens a request that changes
+//! anything: that would hand any page the operator visits the publish and
+//! follow-graph API (cross-site request forgery).
 //!
 //! This module owns the endpoint → access table and the check; it must not
 //! answer: `mod.rs` turns a refusal into its reply and counts it.
 
 use base64::Engine as _;
 use hyper::header::{HeaderMap, AUTHORIZATION};
+use hyper::Method;
 use thiserror::Error;
 
 use crate::config::Config;
@@ -84,14 +90,20 @@ impl Refusal {
 /// Whether a request with `headers` may reach an endpoint asking `access`.
 /// Without an admin key everything is open (config allows that on loopback
 /// only); a publish key is never configured without an admin key.
-pub fn check(config: &Config, access: Access, headers: &HeaderMap) -> Result<(), Refusal> {
+pub fn check(
+    config: &Config,
+    access: Access,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Result<(), Refusal> {
     let Some(admin_key) = config.admin_key.as_deref() else {
         return Ok(());
     };
     if access == Access::Open {
         return Ok(());
     }
-    let given = given_key(headers).ok_or(Refusal::Unauthorized)?;
+    let safe = method == Method::GET || method == Method::HEAD;
+    let given = given_key(headers, safe).ok_or(Refusal::Unauthorized)?;
     if constant_time_eq(&given, admin_key.as_bytes()) {
         return Ok(());
     }
@@ -106,8 +118,9 @@ pub fn check(config: &Config, access: Access, headers: &HeaderMap) -> Result<(),
     }
 }
 
-/// The key a request carries, in any of the accepted forms.
-fn given_key(headers: &HeaderMap) -> Option<Vec<u8>> {
+/// The key a request carries, in any of the accepted forms; Basic only if
+/// `basic` allows it.
+fn given_key(headers: &HeaderMap, basic: bool) -> Option<Vec<u8>> {
     if let Some(key) = headers.get(API_KEY_HEADER) {
         return Some(key.as_bytes().to_vec());
     }
@@ -116,7 +129,7 @@ fn given_key(headers: &HeaderMap) -> Option<Vec<u8>> {
     // Schemes are case-insensitive (RFC 9110 §11.1).
     if scheme.eq_ignore_ascii_case("bearer") {
         Some(credentials.trim().as_bytes().to_vec())
-    } else if scheme.eq_ignore_ascii_case("basic") {
+    } else if basic && scheme.eq_ignore_ascii_case("basic") {
         // user:password (RFC 7617); the user name is not checked.
         let pair = base64::engine::general_purpose::STANDARD
             .decode(credentials.trim())
@@ -177,8 +190,32 @@ mod tests {
             (headers("authorization", "Digest k6"), None),
             (HeaderMap::new(), None),
         ] {
-            assert_eq!(given_key(&h).as_deref(), want.map(str::as_bytes), "{h:?}");
+            assert_eq!(
+                given_key(&h, true).as_deref(),
+                want.map(str::as_bytes),
+                "{h:?}"
+            );
         }
+    }
+
+    #[test]
+    fn basic_credentials_open_no_request_that_changes_anything() {
+        let both = config(Some("pub"), Some("adm"));
+        let encoded = base64::engine::general_purpose::STANDARD.encode("x:adm");
+        let basic = headers("authorization", &format!("Basic {encoded}"));
+        assert_eq!(check(&both, Access::Admin, &Method::GET, &basic), Ok(()));
+        for access in [Access::Publish, Access::Admin] {
+            assert_eq!(
+                check(&both, access, &Method::POST, &basic),
+                Err(Refusal::Unauthorized),
+                "{access:?}"
+            );
+        }
+        let bearer = headers("authorization", "Bearer adm");
+        assert_eq!(
+            check(&both, Access::Publish, &Method::POST, &bearer),
+            Ok(())
+        );
     }
 
     #[test]
@@ -207,7 +244,7 @@ mod tests {
             (&open, Publish, with("anything"), Ok(())),
         ] {
             assert_eq!(
-                check(config, access, &headers),
+                check(config, access, &Method::POST, &headers),
                 want,
                 "{access:?} {headers:?}"
             );

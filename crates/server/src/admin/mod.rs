@@ -111,7 +111,7 @@ async fn route(
     let Some(needs) = access::of(req.uri().path()) else {
         return text_reply(StatusCode::NOT_FOUND, "not found\n").map(Either::Left);
     };
-    if let Err(refusal) = access::check(&shared.config, needs, req.headers()) {
+    if let Err(refusal) = access::check(&shared.config, needs, req.method(), req.headers()) {
         return refused(shared, refusal).map(Either::Left);
     }
     match (req.method(), req.uri().path()) {

@@ -12,6 +12,8 @@
 //! a check is a scan of a token's few patterns, with no allocation.
 
 use myriad_protocol::subject::{self, SubjectError};
+
+use super::clip;
 use thiserror::Error;
 
 /// What stands for the token's `sub` in a pattern.
@@ -80,11 +82,6 @@ impl Pattern {
             subject == &*self.text
         }
     }
-}
-
-/// Keeps error messages short whatever a token carries.
-fn clip(pattern: &str) -> String {
-    pattern.chars().take(64).collect()
 }
 
 /// What a token grants: the subjects its connection may subscribe to (and

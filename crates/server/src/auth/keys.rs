@@ -8,6 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, JwkSet, KeyAlgorithm};
 use jsonwebtoken::{Algorithm, DecodingKey};
 use thiserror::Error;
@@ -19,6 +21,9 @@ pub const ALGORITHMS: [Algorithm; 4] = [
     Algorithm::ES256,
     Algorithm::EdDSA,
 ];
+
+/// The shortest HMAC secret taken: HS256 is only as strong as its secret.
+const MIN_SECRET: usize = 32;
 
 /// One key, for one algorithm.
 pub struct VerifyKey {
@@ -61,7 +66,7 @@ pub fn load(
 ) -> Result<Vec<VerifyKey>, KeyError> {
     let mut keys = Vec::new();
     if let Some(secret) = hmac_secret {
-        if secret.len() < 32 {
+        if secret.len() < MIN_SECRET {
             return Err(KeyError::ShortSecret);
         }
         keys.push(VerifyKey {
@@ -127,7 +132,15 @@ fn jwks_keys(path: &Path, text: &[u8]) -> Result<Vec<VerifyKey>, KeyError> {
             AlgorithmParameters::OctetKeyPair(okp) if okp.curve == EllipticCurve::Ed25519 => {
                 Algorithm::EdDSA
             }
-            AlgorithmParameters::OctetKey(_) => Algorithm::HS256,
+            AlgorithmParameters::OctetKey(oct) => {
+                let secret = URL_SAFE_NO_PAD
+                    .decode(oct.value.trim_end_matches('='))
+                    .map_err(|_| refuse(index, "its \"k\" is not base64url"))?;
+                if secret.len() < MIN_SECRET {
+                    return Err(refuse(index, "an oct key must be at least 32 bytes"));
+                }
+                Algorithm::HS256
+            }
             _ => return Err(refuse(index, "only RSA, P-256, Ed25519 and oct keys")),
         };
         // A key that names its algorithm must name the one its kind serves.

@@ -35,6 +35,9 @@ pub enum Action {
     /// Subscribe, on any transport (recovery included).
     Subscribe,
     Publish,
+    /// `send`, to the user's own feed: the namespace's `publish` applies,
+    /// grants do not (a user may always speak in its own feed).
+    Send,
     /// The `history` command.
     History,
 }
@@ -43,7 +46,7 @@ impl Action {
     fn verb(self) -> &'static str {
         match self {
             Action::Subscribe => "subscribing to",
-            Action::Publish => "publishing to",
+            Action::Publish | Action::Send => "publishing to",
             Action::History => "reading the history of",
         }
     }
@@ -117,7 +120,7 @@ impl Auth {
     ) -> Result<(), Forbidden> {
         let policy = self.policies.policy_for(subject);
         match action {
-            Action::Publish if !policy.publish => {
+            Action::Publish | Action::Send if !policy.publish => {
                 return Err(Forbidden::NoClientPublish(clip(subject)))
             }
             Action::History if !policy.history => {
@@ -125,7 +128,7 @@ impl Auth {
             }
             _ => {}
         }
-        if policy.anonymous {
+        if policy.anonymous || action == Action::Send {
             return Ok(());
         }
         let verb = action.verb();
@@ -137,7 +140,7 @@ impl Auth {
         };
         let granted = match action {
             Action::Subscribe | Action::History => access.grants.may_subscribe(subject),
-            Action::Publish => access.grants.may_publish(subject),
+            Action::Publish | Action::Send => access.grants.may_publish(subject),
         };
         if granted {
             Ok(())
@@ -150,8 +153,10 @@ impl Auth {
     }
 }
 
-fn clip(subject: &str) -> String {
-    subject.chars().take(64).collect()
+/// The first 64 characters of client text quoted in an error, so a refusal
+/// stays short whatever the client sent.
+pub fn clip(text: &str) -> String {
+    text.chars().take(64).collect()
 }
 
 #[cfg(test)]
@@ -213,27 +218,41 @@ mod tests {
             anonymous: Some(true),
             ..Namespace::default()
         };
-        let auth = auth(None, vec![open]);
+        let node = auth(None, vec![open]);
         let a = access(&["chat.*"], &["chat.room1"]);
-        assert_eq!(auth.check(Action::Subscribe, "chat.x", Some(&a)), Ok(()));
-        assert_eq!(auth.check(Action::History, "chat.x", Some(&a)), Ok(()));
-        assert_eq!(auth.check(Action::Publish, "chat.room1", Some(&a)), Ok(()));
+        assert_eq!(node.check(Action::Subscribe, "chat.x", Some(&a)), Ok(()));
+        assert_eq!(node.check(Action::History, "chat.x", Some(&a)), Ok(()));
+        assert_eq!(node.check(Action::Publish, "chat.room1", Some(&a)), Ok(()));
         assert!(matches!(
-            auth.check(Action::Publish, "chat.x", Some(&a)),
+            node.check(Action::Publish, "chat.x", Some(&a)),
             Err(Forbidden::NotGranted { .. })
         ));
         assert!(matches!(
-            auth.check(Action::Subscribe, "chat.x", None),
+            node.check(Action::Subscribe, "chat.x", None),
             Err(Forbidden::NeedsToken { .. })
         ));
-        assert_eq!(auth.check(Action::Subscribe, "public.news", None), Ok(()));
-        assert_eq!(auth.check(Action::Publish, "public.news", Some(&a)), Ok(()));
+        assert_eq!(node.check(Action::Subscribe, "public.news", None), Ok(()));
+        assert_eq!(node.check(Action::Publish, "public.news", Some(&a)), Ok(()));
         // The node-wide setting can open everything to anonymous clients.
-        let open_node = auth_with_anonymous();
+        let open_node = auth(Some(true), Vec::new());
         assert_eq!(open_node.check(Action::Publish, "x", None), Ok(()));
     }
 
-    fn auth_with_anonymous() -> Auth {
-        auth(Some(true), Vec::new())
+    #[test]
+    fn send_needs_no_grant_but_obeys_the_namespace() {
+        let closed = Namespace {
+            prefix: "@".into(),
+            publish: Some(false),
+            ..Namespace::default()
+        };
+        let a = access(&[], &[]);
+        assert_eq!(
+            auth(None, vec![]).check(Action::Send, "@7", Some(&a)),
+            Ok(())
+        );
+        assert!(matches!(
+            auth(None, vec![closed]).check(Action::Send, "@7", Some(&a)),
+            Err(Forbidden::NoClientPublish(_))
+        ));
     }
 }

@@ -22,7 +22,7 @@ use super::keys::{VerifyKey, ALGORITHMS};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Access {
     pub grants: Grants,
-    /// The Unix second past which the connection is closed: `exp` plus the
+    /// The Unix second from which the connection is closed: `exp` plus the
     /// configured leeway.
     pub expires: u64,
 }
@@ -63,11 +63,13 @@ pub enum TokenError {
     Grant(#[from] GrantError),
     #[error("the new token is for user {new}, the connection is user {held}")]
     UserChanged { held: UserId, new: UserId },
+    #[error("refresh replaces a token and this connection has none: use connect")]
+    NoneToRefresh,
 }
 
 impl TokenError {
     /// Every metric label, `token_` and the reason.
-    pub const LABELS: [&'static str; 13] = [
+    pub const LABELS: [&'static str; 14] = [
         "token_disabled",
         "token_malformed",
         "token_algorithm",
@@ -81,25 +83,27 @@ impl TokenError {
         "token_subject",
         "token_grant",
         "token_user_changed",
+        "token_none_to_refresh",
     ];
 
     /// The label this refusal is counted under in `myriad_errors_total`.
     pub fn label(&self) -> &'static str {
-        Self::LABELS[match self {
-            TokenError::Disabled => 0,
-            TokenError::Malformed(_) => 1,
-            TokenError::Algorithm(_) => 2,
-            TokenError::NoKey(_) => 3,
-            TokenError::Signature => 4,
-            TokenError::Expired => 5,
-            TokenError::NotYetValid => 6,
-            TokenError::Audience => 7,
-            TokenError::Issuer => 8,
-            TokenError::Claims(_) => 9,
-            TokenError::Subject(_) => 10,
-            TokenError::Grant(_) => 11,
-            TokenError::UserChanged { .. } => 12,
-        }]
+        match self {
+            TokenError::Disabled => "token_disabled",
+            TokenError::Malformed(_) => "token_malformed",
+            TokenError::Algorithm(_) => "token_algorithm",
+            TokenError::NoKey(_) => "token_no_key",
+            TokenError::Signature => "token_signature",
+            TokenError::Expired => "token_expired",
+            TokenError::NotYetValid => "token_not_yet_valid",
+            TokenError::Audience => "token_audience",
+            TokenError::Issuer => "token_issuer",
+            TokenError::Claims(_) => "token_claims",
+            TokenError::Subject(_) => "token_subject",
+            TokenError::Grant(_) => "token_grant",
+            TokenError::UserChanged { .. } => "token_user_changed",
+            TokenError::NoneToRefresh => "token_none_to_refresh",
+        }
     }
 }
 
@@ -171,19 +175,23 @@ impl Verifier {
             }
         }
         let claims = outcome.map_err(refusal)?.claims;
+        // RFC 7519 §4.1.4: not accepted on or after `exp`; the library
+        // still takes a token through its `exp` second.
+        let expires = claims.exp.saturating_add(self.expect.leeway);
+        if expires <= unix_now() {
+            return Err(TokenError::Expired);
+        }
         let user: UserId = claims.sub.parse().map_err(TokenError::Subject)?;
+        // `{sub}` is the user id as the node writes it ("007" is user 7).
         let grants = Grants::parse(
             &claims.subscribe,
             &claims.publish,
-            &claims.sub,
+            &user.to_string(),
             self.expect.max_subject_len,
         )?;
         Ok(Verified {
             user,
-            access: Access {
-                grants,
-                expires: claims.exp.saturating_add(self.expect.leeway),
-            },
+            access: Access { grants, expires },
         })
     }
 
@@ -204,6 +212,13 @@ impl Verifier {
         v.set_required_spec_claims(&required);
         v
     }
+}
+
+/// Seconds since the Unix epoch: the clock `exp` is on.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The JOSE header, read by hand so that an algorithm the JWT library has
@@ -328,6 +343,19 @@ mod tests {
         let rs = format!("{}.e30.sig", URL_SAFE_NO_PAD.encode(br#"{"alg":"RS256"}"#));
         assert_eq!(v.verify(&rs), Err(TokenError::NoKey("RS256".into())));
         assert!(matches!(v.verify("garbage"), Err(TokenError::Malformed(_))));
+    }
+
+    #[test]
+    fn the_user_placeholder_is_the_user_id_as_written_by_the_node() {
+        let token = sign(json!({"sub": "007", "exp": now() + 60, "subscribe": ["u.{sub}"]}));
+        let verified = verifier(Expectations::default()).verify(&token).unwrap();
+        assert!(verified.access.grants.may_subscribe("u.7"));
+        let lapsing = sign(json!({"sub": "1", "exp": now()}));
+        assert_eq!(
+            verifier(Expectations::default()).verify(&lapsing),
+            Err(TokenError::Expired),
+            "not accepted in its exp second"
+        );
     }
 
     #[test]

@@ -80,11 +80,13 @@ pub enum RequestError {
     Forbidden(Forbidden),
     #[error("origin {0:?} is not allowed")]
     OriginNotAllowed(String),
+    #[error("subscription changes past client_subscribe_rate")]
+    RateLimited,
 }
 
 impl RequestError {
     /// Every metric label, `request_` and the code.
-    pub const LABELS: [&'static str; 13] = [
+    pub const LABELS: [&'static str; 14] = [
         "request_method_not_allowed",
         "request_body_not_allowed",
         "request_unknown_parameter",
@@ -98,6 +100,7 @@ impl RequestError {
         "request_user_without_token",
         "request_forbidden",
         "request_origin_not_allowed",
+        "request_rate_limited",
     ];
 
     /// The label this refusal is counted under in `myriad_errors_total`;
@@ -118,6 +121,7 @@ impl RequestError {
             RequestError::UnknownUser(_) => 404,
             RequestError::InvalidToken(_) => 401,
             RequestError::Forbidden(_) | RequestError::OriginNotAllowed(_) => 403,
+            RequestError::RateLimited => 429,
             _ => 400,
         }
     }
@@ -141,6 +145,7 @@ impl RequestError {
             RequestError::InvalidToken(_) => "invalid_token",
             RequestError::Forbidden(_) => "forbidden",
             RequestError::OriginNotAllowed(_) => "origin_not_allowed",
+            RequestError::RateLimited => "rate_limited",
         }
     }
 
@@ -153,6 +158,7 @@ impl RequestError {
             RequestError::InvalidToken(_) => {
                 headers.push(("WWW-Authenticate", "Bearer error=\"invalid_token\""))
             }
+            RequestError::RateLimited => headers.push(("Retry-After", "1")),
             _ => {}
         }
         error_response(self.status(), self.code(), &self.to_string(), &headers)

@@ -77,12 +77,15 @@ impl AbuseLimits {
         }
     }
 
-    /// Sets up slot `id` for a connection just accepted from `ip`.
-    pub(super) fn admit(&mut self, id: ConnId, ip: IpAddr, counts: &PeerCounts) {
+    /// Sets up slot `id` for a connection just accepted from `ip`; false
+    /// when its address is at its limit (the connection is then refused).
+    pub(super) fn admit(&mut self, id: ConnId, ip: IpAddr, counts: &PeerCounts) -> bool {
         let slot = id as usize;
+        let mut admitted = true;
         if self.per_ip > 0 {
             let key = PeerKey::of(ip);
-            let peer = if counts.try_add(key, self.per_ip) {
+            admitted = counts.try_add(key, self.per_ip);
+            let peer = if admitted {
                 Peer::Counted(key)
             } else {
                 Peer::Refused
@@ -96,6 +99,7 @@ impl AbuseLimits {
             };
             grow(&mut self.tokens, slot, full)[slot] = full;
         }
+        admitted
     }
 
     /// Whether `id` came from an address that was at its limit.
@@ -107,7 +111,6 @@ impl AbuseLimits {
     pub(super) fn release(&mut self, id: ConnId, counts: &PeerCounts) {
         if let Some(Peer::Counted(key)) = self.peers.get(id as usize) {
             counts.remove(*key);
-            self.peers[id as usize] = Peer::Refused;
         }
     }
 
@@ -215,9 +218,8 @@ mod tests {
         let counts = PeerCounts::default();
         let mut l = limits(2, (0, 0), (0, 0));
         let ip: IpAddr = "10.0.0.9".parse().unwrap();
-        for id in 0..3 {
-            l.admit(id, ip, &counts);
-        }
+        let admitted: Vec<bool> = (0..3).map(|id| l.admit(id, ip, &counts)).collect();
+        assert_eq!(admitted, [true, true, false]);
         assert!(!l.over_ip_limit(0) && !l.over_ip_limit(1) && l.over_ip_limit(2));
         l.release(2, &counts); // refused: was never counted
         l.release(0, &counts);

@@ -5,7 +5,6 @@
 //! closes the connection with 4501.
 
 use myriad_protocol::message::ErrorCode;
-use myriad_protocol::subject::is_feed;
 
 use super::Worker;
 use crate::auth::{Action, TokenError};
@@ -53,8 +52,8 @@ impl Worker {
     }
 
     /// `refresh`: swaps in a newer token of the same user. The new grants
-    /// must still cover every subscription the connection holds (feeds
-    /// aside, which the graph decides): a refresh that would quietly leave
+    /// must still cover every subscription the connection holds (the feeds
+    /// the graph made aside, which it decides): a refresh that would quietly leave
     /// the client subscribed beyond its grants is refused, and the old
     /// token stays, expiry and all.
     pub(super) fn refresh(&mut self, id: ConnId, request: Option<u64>, token: &str) {
@@ -65,9 +64,7 @@ impl Worker {
             .filter(|i| i.access.is_some())
             .map(|i| i.user)
         else {
-            let detail = "refresh replaces a token; this connection has none (use connect)";
-            self.refuse(id, request, ErrorCode::InvalidToken, detail);
-            return;
+            return self.refuse_token(id, request, &TokenError::NoneToRefresh);
         };
         let verified = match self.shared.auth.verify(token) {
             Ok(v) if v.user != held => Err(TokenError::UserChanged { held, new: v.user }),
@@ -78,7 +75,7 @@ impl Worker {
             Err(e) => return self.refuse_token(id, request, &e),
         };
         let lost = session.subscriptions.iter().find(|s| {
-            !is_feed(s)
+            !session.is_graph_feed(s)
                 && self
                     .shared
                     .auth

@@ -86,6 +86,9 @@ impl Worker {
                 }
                 for subject in new {
                     self.add_subscription(id, subject, since, request);
+                    if is_feed(subject) {
+                        self.conns[id as usize].session.feed_subscribed(subject);
+                    }
                 }
             }
             Command::Unsubscribe { subjects, .. } => {
@@ -93,7 +96,7 @@ impl Worker {
                     .charge(id, Bucket::Subscribe, subjects.len() as u32);
                 for subject in &subjects {
                     if self.remove_subscription(id, subject) && is_feed(subject) {
-                        self.conns[id as usize].session.feed_dropped();
+                        self.conns[id as usize].session.feed_dropped(subject);
                     }
                 }
                 self.acknowledge(id, request);

@@ -13,7 +13,7 @@ use myriad_protocol::message::ErrorCode;
 use serde_json::value::RawValue;
 
 use super::{Flow, Worker};
-use crate::auth::Access;
+use crate::auth::{Access, Action};
 use crate::feeds::{feed_subject, Direction, FeedChange};
 use crate::registry::ConnId;
 use crate::session::Identity;
@@ -26,6 +26,7 @@ impl Worker {
         self.conns[id as usize].session.identity = Some(Box::new(Identity {
             user,
             graph_feeds: 1,
+            client_feeds: Vec::new(),
             access,
         }));
         let me = self.request_of(id, None);
@@ -55,7 +56,7 @@ impl Worker {
                 }
                 Direction::Unfollow => {
                     if self.remove_subscription(id, &subject) {
-                        self.conns[id as usize].session.feed_dropped();
+                        self.conns[id as usize].session.feed_dropped(&subject);
                     }
                 }
             }
@@ -78,6 +79,9 @@ impl Worker {
             return Flow::Continue;
         };
         let subject = feed_subject(identity.user);
+        if !self.permitted(id, request, Action::Send, &subject) {
+            return Flow::Continue;
+        }
         self.shared.metrics.feed_send();
         self.publish_for(id, request, &subject, data.get())
     }

@@ -102,6 +102,10 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     /// Open client connections on the node, checked against `max_connections`.
     pub connections: AtomicUsize,
+    /// Client sockets held only to answer 429 (`max_connections_per_ip`):
+    /// not in `connections`, so one address cannot take others' places,
+    /// and within `fds::CLIENT_REFUSALS` with the 503s.
+    pub refusing: AtomicUsize,
     /// Connections admitted before new ones get 503: the configured
     /// `max_connections`, lowered to what the open-file limit allows.
     pub max_connections: usize,
@@ -387,7 +391,9 @@ impl Worker {
             .shared
             .max_connections
             .saturating_add(fds::CLIENT_REFUSALS);
-        if self.shared.connections.load(Ordering::Relaxed) >= ceiling {
+        let held = self.shared.connections.load(Ordering::Relaxed)
+            + self.shared.refusing.load(Ordering::Relaxed);
+        if held >= ceiling {
             // Even the room for 503s is full; the descriptors past it are
             // the admin listener's. Dropping the socket closes it.
             self.shared.metrics.error(ErrorKind::OverCapacityDropped);
@@ -407,16 +413,22 @@ impl Worker {
             return;
         }
         let mut conn = Conn::new(socket, self.clock.tick());
-        let open = self.shared.connections.fetch_add(1, Ordering::Relaxed) + 1;
-        if open > self.shared.max_connections {
-            conn.set_flag(flags::OVER_CAPACITY);
+        if self.abuse.admit(id as ConnId, ip, &self.shared.peers) {
+            let open = self.shared.connections.fetch_add(1, Ordering::Relaxed) + 1;
+            if open > self.shared.max_connections {
+                conn.set_flag(flags::OVER_CAPACITY);
+            }
+        } else if self.shared.refusing.fetch_add(1, Ordering::Relaxed) >= fds::CLIENT_REFUSALS {
+            // The room for refusals is full: closed unanswered.
+            self.shared.refusing.fetch_sub(1, Ordering::Relaxed);
+            self.shared.metrics.error(ErrorKind::OverIpLimit);
+            return;
         }
         entry.insert(conn);
         if self.lives.len() <= id {
             self.lives.resize(id + 1, 0);
         }
         self.lives[id] = self.lives[id].wrapping_add(1);
-        self.abuse.admit(id as ConnId, ip, &self.shared.peers);
         self.metrics.accepted.inc();
         self.metrics.connections.inc();
     }
@@ -702,7 +714,12 @@ impl Worker {
             self.shared.feeds.presence.remove(identity.user, &gone);
         }
         self.queued_frames -= conn.outbound.as_ref().map_or(0, |out| out.len());
-        self.shared.connections.fetch_sub(1, Ordering::Relaxed);
+        let admitted = if self.abuse.over_ip_limit(id) {
+            &self.shared.refusing
+        } else {
+            &self.shared.connections
+        };
+        admitted.fetch_sub(1, Ordering::Relaxed);
         self.metrics.connections.dec();
         if conn.has_flag(flags::COUNTED) {
             self.metrics.transports[conn.transport.index()]
@@ -752,9 +769,7 @@ impl Worker {
         let (one_way, poll_timeout) = (config.stream_heartbeat_interval, config.poll_timeout);
         let close_timeout = config.close_timeout;
         // Tokens expire on the wall clock, the same one their `exp` is on.
-        let unix_now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
+        let unix_now = crate::auth::token::unix_now();
         let mut due = Vec::new();
         let mut to_ping = Vec::new();
         self.abuse.refill();
@@ -788,7 +803,7 @@ impl Worker {
                     let expired = conn
                         .session
                         .access()
-                        .is_some_and(|access| access.expires < unix_now);
+                        .is_some_and(|access| access.expires <= unix_now);
                     if expired {
                         Some(Due::Close(CloseReason::TokenExpired))
                     } else if unanswered {

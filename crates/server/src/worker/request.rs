@@ -15,6 +15,7 @@ use myriad_graph::UserId;
 use myriad_protocol::close::CloseReason;
 use myriad_protocol::handshake::{parse_request, switching_protocols, RequestHead};
 
+use super::abuse::Bucket;
 use super::{Flow, Worker};
 use crate::auth::{Action, Verified};
 use crate::config::Config;
@@ -156,8 +157,19 @@ impl Worker {
                 Some(buf.len())
             }
             Endpoint::Http(kind) => {
-                match parse_stream_request(&head, config).and_then(|r| self.admit_stream(&head, r))
-                {
+                let admitted = parse_stream_request(&head, config)
+                    .and_then(|r| self.admit_stream(&head, r))
+                    .and_then(|(request, who)| {
+                        // Each request subscribes anew, so a loop of polls
+                        // spends subscription changes like subscribes do.
+                        let changes = request.subjects.len() as u32;
+                        if self.abuse.take(id, Bucket::Subscribe, changes) {
+                            Ok((request, who))
+                        } else {
+                            Err(RequestError::RateLimited)
+                        }
+                    });
+                match admitted {
                     Ok((request, who)) => {
                         self.open_http(id, kind, request, who, !head.connection_close);
                         Some(head.header_len)
@@ -257,6 +269,7 @@ impl Worker {
             Box::new(Identity {
                 user: v.user,
                 graph_feeds: 0,
+                client_feeds: Vec::new(),
                 access: Some(v.access),
             })
         });
@@ -357,6 +370,8 @@ impl Worker {
         self.queued_frames += 1;
         self.unsubscribe_all(id);
         if keep_alive {
+            // The next request brings its own token, or none.
+            self.conns[id as usize].session.identity = None;
             self.conns[id as usize].enter(Phase::Request, now);
             self.send(id, tail);
         } else {
