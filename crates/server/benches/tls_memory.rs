@@ -21,6 +21,8 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use myriad_server::link::Tls;
+use myriad_server::tls::handshake::{Handshake, Progress};
 use ring::aead::{self, Aad, LessSafeKey, Nonce, UnboundKey};
 use rustls::crypto::ring as provider;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
@@ -71,7 +73,7 @@ Connection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\
 const MESSAGE: &[u8] = &[b'x'; 100];
 
 /// The ways to hold a connection after its handshake.
-const FORMS: [(&str, &str); 4] = [
+const FORMS: [(&str, &str); 5] = [
     ("buffered", "rustls ServerConnection (buffered API)"),
     ("unbuffered", "rustls UnbufferedServerConnection"),
     (
@@ -79,6 +81,10 @@ const FORMS: [(&str, &str); 4] = [
         "extracted secrets + rustls KernelConnection (key updates)",
     ),
     ("secrets", "extracted secrets only (own record layer)"),
+    (
+        "myriad",
+        "myriad: the TLS state a connection keeps (`link::Tls`, boxed)",
+    ),
 ];
 
 const SUITES: [(&str, SupportedCipherSuite); 3] = [
@@ -249,6 +255,25 @@ fn unbuffered(pki: &Pki) -> UnbufferedServerConnection {
     server
 }
 
+/// What the node keeps: its own handshake driver, then the boxed TLS state
+/// a `Conn` points to (the pointer itself is counted as the struct).
+fn myriad(pki: &Pki) -> Box<Tls> {
+    let mut handshake = Handshake::new(Arc::clone(&pki.server)).unwrap();
+    let mut client = client(pki);
+    client.writer().write_all(REQUEST).unwrap();
+    loop {
+        let progress = handshake.advance(&client_output(&mut client)).unwrap();
+        let flight = std::mem::take(handshake.output());
+        client_input(&mut client, &flight);
+        if progress == Progress::Ready {
+            break;
+        }
+    }
+    let (tls, request) = Tls::established(handshake.finish().unwrap());
+    assert_eq!(request, REQUEST);
+    tls
+}
+
 fn kernel(
     pki: &Pki,
 ) -> (
@@ -298,6 +323,7 @@ fn child(form: &str, suite: &str) {
         "unbuffered" => hold(&label, &pki, unbuffered),
         "kernel" => hold(&label, &pki, kernel),
         "secrets" => hold(&label, &pki, |pki| kernel(pki).0),
+        "myriad" => hold(&label, &pki, myriad),
         _ => unreachable!(),
     }
 }

@@ -19,6 +19,7 @@ use thiserror::Error;
 
 use crate::history::HistoryPolicy;
 use crate::namespace::{Namespace, Namespaces};
+use crate::tls::TlsFiles;
 
 /// The settings of one node.
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
@@ -78,6 +79,16 @@ pub struct Config {
     /// API is open (the admin listener binds to loopback by default).
     #[arg(long, env = "MYRIAD_API_KEY")]
     pub api_key: Option<String>,
+
+    /// PEM file of the client listener's certificate chain, its own
+    /// certificate first. With tls_key set too, the client listener speaks
+    /// only TLS 1.3 (wss://, https://). Both files are read again on SIGHUP.
+    #[arg(long, env = "MYRIAD_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM file of the private key of tls_cert's first certificate.
+    #[arg(long, env = "MYRIAD_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
 
     /// Maximum concurrent client connections on this node; more get HTTP 503.
     #[arg(long, env = "MYRIAD_MAX_CONNECTIONS", default_value_t = 1_000_000)]
@@ -279,6 +290,10 @@ impl Config {
         };
         check(self.workers <= 64, "workers must be at most 64")?;
         check(self.ws_path.starts_with('/'), "ws_path must start with '/'")?;
+        check(
+            self.tls_cert.is_some() == self.tls_key.is_some(),
+            "tls_cert and tls_key go together: set both or neither",
+        )?;
         if let Some(echo) = &self.echo_path {
             check(echo.starts_with('/'), "echo_path must start with '/'")?;
             check(echo != &self.ws_path, "echo_path must differ from ws_path")?;
@@ -342,6 +357,14 @@ impl Config {
             ttl: self.history_ttl.into(),
         };
         Namespaces::new(default, &self.namespace)
+    }
+
+    /// The certificate and key files, when the client listener speaks TLS.
+    pub fn tls_files(&self) -> Option<TlsFiles> {
+        Some(TlsFiles {
+            cert: self.tls_cert.clone()?,
+            key: self.tls_key.clone()?,
+        })
     }
 
     /// The number of workers to start: the setting, or one per core.
@@ -479,6 +502,9 @@ mod tests {
         assert!(Config::assemble(&m, None).is_err());
         let m = matches(&["myriad", "--echo-path", "/ws"]);
         assert!(Config::assemble(&m, None).is_err());
+        let m = matches(&["myriad", "--tls-cert", "cert.pem"]);
+        let error = Config::assemble(&m, None).unwrap_err();
+        assert!(error.to_string().contains("tls_key"), "{error}");
     }
 
     fn tempfile() -> (PathBuf, std::fs::File) {

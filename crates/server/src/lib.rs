@@ -4,6 +4,8 @@
 //! - [`config`]: every setting, its default and its sources; [`namespace`]:
 //!   per-prefix settings.
 //! - [`listener`]: one `SO_REUSEPORT` client listener per worker.
+//! - [`link`]: a connection's byte stream, plain TCP or TLS ([`tls`]: the
+//!   certificates, the handshake by rustls, the record layer run after it).
 //! - [`worker`]: the per-core event loops; each owns its connections
 //!   ([`conn`], each with its pub/sub [`session`] and its [`transport`]),
 //!   their outbound queues ([`outbound`]) and its local subject
@@ -28,6 +30,7 @@ pub mod engine;
 pub mod feeds;
 pub mod history;
 pub mod hub;
+pub mod link;
 pub mod listener;
 pub mod metrics;
 pub mod namespace;
@@ -37,6 +40,7 @@ pub mod publication;
 pub mod registry;
 pub mod session;
 pub mod status;
+pub mod tls;
 pub mod transport;
 pub mod worker;
 
@@ -84,6 +88,8 @@ pub enum ServeError {
     DataDir(#[from] myriad_graph::DataDirError),
     #[error("cannot open the follow graph: {0}")]
     Graph(#[from] myriad_graph::StoreError),
+    #[error(transparent)]
+    Tls(#[from] tls::CertError),
 }
 
 /// Runs a node with `config` until SIGTERM or SIGINT, then shuts down
@@ -93,6 +99,11 @@ pub enum ServeError {
 pub fn serve(config: Config) -> Result<(), ServeError> {
     let workers = config.worker_count();
     let max_connections = admission_cap(&config);
+    let tls = config
+        .tls_files()
+        .map(tls::Certificates::load)
+        .transpose()?
+        .map(Arc::new);
     let listen_options = listener::ListenOptions {
         backlog: config.backlog,
         send_buffer: config.socket_send_buffer,
@@ -139,6 +150,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         connections: AtomicUsize::new(0),
         max_connections,
         shutting_down: AtomicBool::new(false),
+        tls,
         config,
     });
 
@@ -169,7 +181,8 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
 
     spawn_signal_watcher(Arc::clone(&shared))?;
 
-    info!(ws = %ws_addr, admin = %admin_addr, workers, "myriad listening");
+    let tls = shared.tls.is_some();
+    info!(ws = %ws_addr, admin = %admin_addr, workers, tls, "myriad listening");
     let ready = serde_json::json!({"event": "listening", "ws": ws_addr.to_string(), "admin": admin_addr.to_string()});
     let mut stdout = std::io::stdout().lock();
     // A closed stdout (daemonized, piped to nothing) must not stop the node.

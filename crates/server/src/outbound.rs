@@ -123,8 +123,20 @@ impl Outbound {
         Ok(report)
     }
 
+    /// The unwritten bytes, in order, frame by frame (what a TLS link
+    /// seals instead of writing them).
+    pub fn chunks(&self) -> impl Iterator<Item = &[u8]> {
+        self.frames.iter().enumerate().map(|(i, frame)| {
+            if i == 0 {
+                &frame[self.head_written..]
+            } else {
+                &frame[..]
+            }
+        })
+    }
+
     /// Advances past `written` bytes, releasing frames that are fully sent.
-    fn consume(&mut self, mut written: usize) {
+    pub fn consume(&mut self, mut written: usize) {
         self.pending -= written;
         while written > 0 {
             let head_left = self.frames[0].len() - self.head_written;

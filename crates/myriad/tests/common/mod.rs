@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test file uses a different part of the harness
 
 pub mod browser;
+pub mod tls;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -337,6 +338,20 @@ pub fn subscribe(ws: &mut Ws, subjects: &[&str]) -> Vec<Value> {
         );
     }
     subjects.iter().map(|s| positions[*s].clone()).collect()
+}
+
+/// The next Server-Sent Event, skipping none; fails after 10 s.
+pub async fn next_event<S, E>(events: &mut S) -> eventsource_stream::Event
+where
+    S: futures_util::Stream<Item = Result<eventsource_stream::Event, E>> + Unpin,
+    E: std::fmt::Debug,
+{
+    use futures_util::StreamExt;
+    tokio::time::timeout(Duration::from_secs(10), events.next())
+        .await
+        .expect("an event within the wait")
+        .expect("the stream goes on")
+        .expect("a well-formed event")
 }
 
 pub fn close_code(code: u16) -> CloseCode {

@@ -478,6 +478,7 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
         "bytes_in": s.bytes_in,
         "bytes_out": s.bytes_out,
         "socket_writes": s.socket_writes,
+        "tls_handshakes": s.tls_handshakes,
         "publishes": s.publishes,
         "publishes_unrouted": s.publishes_unrouted,
         "history": {
