@@ -2,7 +2,8 @@
 //! tungstenite and https (Server-Sent Events, HTTP streaming, long-poll)
 //! through reqwest, both on rustls, with certificates made at test time;
 //! refusals (plain HTTP, TLS 1.2, a handshake that never ends, a KeyUpdate)
-//! counted; clean closes both ways; bad certificate files at start.
+//! counted; clean closes both ways; bad certificate files at start; the
+//! certificate reloaded on SIGHUP under open connections.
 
 mod common;
 
@@ -297,4 +298,57 @@ fn the_echo_endpoint_answers_large_messages_over_wss() {
         ws.send(Message::text(message.clone())).unwrap();
         assert_eq!(text(&mut ws), message, "{size} bytes");
     }
+}
+
+#[test]
+fn sighup_reloads_the_certificate_without_dropping_connections() {
+    let mut pki = Pki::new();
+    let node = pki.start(&["--workers", "2"]);
+    let old = pki.der.clone();
+    let mut before = tls::wss(&node, "/ws", &tls::client_config(&[&old]));
+    assert_eq!(tls::peer_certificate(&mut before), old);
+    subscribe(&mut before, &["r"]);
+
+    let new = pki.renew();
+    node.hang_up();
+    node.wait_for_stats("the reload", |s| s["tls_reloads"] == 1);
+    // The connection opened before goes on with its keys, both ways.
+    node.publish("r", &json!("after the reload"));
+    assert_eq!(recv(&mut before)["data"], "after the reload");
+    send(
+        &mut before,
+        json!({"op": "publish", "subject": "r", "data": "from before", "id": 1}),
+    );
+    // Its answer and its own publication, in either order.
+    let mut ops = [recv(&mut before), recv(&mut before)].map(|m| m["op"].to_string());
+    ops.sort();
+    assert_eq!(ops, ["\"msg\"", "\"ok\""]);
+    // A new one gets the new certificate; a client trusting only the old
+    // one is refused.
+    let both = tls::client_config(&[&old, &new]);
+    let mut after = tls::wss(&node, "/ws", &both);
+    assert_eq!(tls::peer_certificate(&mut after), new);
+    subscribe(&mut after, &["r"]);
+    assert!(tls::try_wss(&node, "/ws", &tls::client_config(&[&old])).is_err());
+
+    // Files that do not work are refused; the last good certificate stays.
+    std::fs::write(&pki.key, "not a key").unwrap();
+    node.hang_up();
+    let stats = node.wait_for_stats("the failed reload", |s| {
+        s["errors"]["tls_reload_failed"] == 1
+    });
+    assert_eq!(stats["tls_reloads"], 1, "{stats:#}");
+    let mut later = tls::wss(&node, "/ws", &both);
+    assert_eq!(tls::peer_certificate(&mut later), new);
+    subscribe(&mut later, &["r"]);
+    node.publish("r", &json!("still here"));
+    for ws in [&mut before, &mut after, &mut later] {
+        loop {
+            let message = recv(ws);
+            if message["data"] == "still here" {
+                break;
+            }
+        }
+    }
+    assert_eq!(node.stats()["connections"], 3);
 }

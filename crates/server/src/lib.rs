@@ -262,25 +262,52 @@ fn admission_cap(config: &Config) -> usize {
 }
 
 /// SIGTERM or SIGINT starts graceful shutdown; a second one exits at once.
+/// SIGHUP reloads the TLS certificate and key.
 fn spawn_signal_watcher(shared: Arc<Shared>) -> Result<(), ServeError> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals =
-        signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).map_err(ServeError::Signals)?;
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+        .map_err(ServeError::Signals)?;
     std::thread::Builder::new()
         .name("myriad-signals".into())
         .spawn(move || {
-            let mut received = signals.forever();
-            if let Some(signal) = received.next() {
-                info!(signal, "shutting down: closing clients with 1001");
-                shared.shutting_down.store(true, Ordering::Release);
-                shared.engine.shut_down();
-                shared.hub.wake_all();
-            }
-            if received.next().is_some() {
-                error!("second signal: exiting without waiting for clients");
-                std::process::exit(130);
+            let mut stopping = false;
+            for signal in signals.forever() {
+                if signal == SIGHUP {
+                    reload_certificates(&shared);
+                } else if stopping {
+                    error!("second signal: exiting without waiting for clients");
+                    std::process::exit(130);
+                } else {
+                    stopping = true;
+                    info!(signal, "shutting down: closing clients with 1001");
+                    shared.shutting_down.store(true, Ordering::Release);
+                    shared.engine.shut_down();
+                    shared.hub.wake_all();
+                }
             }
         })
         .map_err(ServeError::Signals)?;
     Ok(())
+}
+
+/// Reads the TLS files again: new handshakes use them, connections already
+/// open go on with the keys they have. Files that do not make a working
+/// configuration leave the previous one in force, and are logged and counted.
+fn reload_certificates(shared: &Shared) {
+    let Some(certs) = &shared.tls else {
+        info!("SIGHUP: no TLS certificate configured, nothing to reload");
+        return;
+    };
+    match certs.reload() {
+        Ok(()) => {
+            shared.metrics.tls_reloaded();
+            info!(cert = %certs.files().cert.display(), "TLS certificate reloaded");
+        }
+        Err(e) => {
+            shared
+                .metrics
+                .error(metrics::ErrorKind::Tls(tls::TlsFailure::ReloadFailed));
+            error!(error = %e, "TLS reload failed; the previous certificate stays in use");
+        }
+    }
 }

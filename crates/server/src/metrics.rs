@@ -149,6 +149,7 @@ pub struct Metrics {
     errors: Family<KindLabel, Counter>,
     publishes: Counter<u64, AtomicU64>,
     publishes_unrouted: Counter<u64, AtomicU64>,
+    tls_reloads: Counter<u64, AtomicU64>,
     feeds: FeedMetrics,
 }
 
@@ -267,6 +268,12 @@ impl Metrics {
             "Messages published to a subject with no subscribers",
             publishes_unrouted.clone(),
         );
+        let tls_reloads = Counter::default();
+        registry.register(
+            "tls_reloads",
+            "TLS certificate reloads (SIGHUP) that took effect",
+            tls_reloads.clone(),
+        );
         let history = HistoryGauges::default();
         registry.register(
             "history_subjects",
@@ -322,6 +329,7 @@ impl Metrics {
             errors,
             publishes,
             publishes_unrouted,
+            tls_reloads,
             feeds,
         }
     }
@@ -337,6 +345,11 @@ impl Metrics {
                 reason: reason.name(),
             })
             .inc();
+    }
+
+    /// A SIGHUP reload put new certificate files in force.
+    pub fn tls_reloaded(&self) {
+        self.tls_reloads.inc();
     }
 
     pub fn feed_send(&self) {
@@ -410,6 +423,7 @@ impl Metrics {
         }
         s.publishes = self.publishes.get();
         s.publishes_unrouted = self.publishes_unrouted.get();
+        s.tls_reloads = self.tls_reloads.get();
         s.closes = CloseReason::ALL
             .iter()
             .map(|r| {
@@ -475,6 +489,7 @@ pub struct Snapshot {
     pub bytes_out: u64,
     pub socket_writes: u64,
     pub tls_handshakes: u64,
+    pub tls_reloads: u64,
     pub publishes: u64,
     pub publishes_unrouted: u64,
     pub closes: Vec<(&'static str, u64)>,
