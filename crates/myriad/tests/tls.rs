@@ -142,7 +142,7 @@ fn plain_http_on_the_tls_port_is_told_to_use_tls_and_counted() {
     assert!(response.contains("tls_required"), "{response}");
 
     // A plain WebSocket client gets the same.
-    let refused = tungstenite::connect(node.url("/ws"));
+    let refused = tungstenite::connect(format!("ws://{}/ws", node.ws));
     assert!(refused.is_err());
     let stats = node.wait_for_stats("both refusals", |s| s["connections"] == 0);
     assert_eq!(stats["errors"]["tls_plain_http"], 2, "{stats:#}");
@@ -181,7 +181,16 @@ fn failed_and_unfinished_handshakes_are_dropped_and_counted() {
         s["errors"]["tls_handshake_timeout"] == 1
     });
     assert_eq!(stats["closes"]["handshake_timeout"], 1, "{stats:#}");
-    assert_eq!(stats["tls_handshakes"], 0);
+
+    // Half a ClientHello, then gone: a failed handshake too.
+    let mut leaving = TcpStream::connect(node.ws).unwrap();
+    leaving.write_all(&[22, 3, 1, 0, 200, 1, 0]).unwrap();
+    drop(leaving);
+    let stats = node.wait_for_stats("the abandoned handshake is counted", |s| {
+        s["errors"]["tls_handshake_failed"] == 3
+    });
+    assert_eq!(stats["tls_handshakes"], 0, "{stats:#}");
+    assert_eq!(stats["connections"], 0);
 }
 
 #[test]

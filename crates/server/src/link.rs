@@ -168,6 +168,11 @@ impl<'a> Link<'a> {
                     ..Input::default()
                 };
                 if n == 0 {
+                    // Gone mid-handshake: most often a client that did not
+                    // trust the certificate and sent no alert.
+                    if handshake.started() {
+                        return Err(HandshakeError::Closed.into());
+                    }
                     return Ok(input);
                 }
                 let progress = handshake.advance(&buf[..n]);

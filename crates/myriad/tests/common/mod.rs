@@ -25,6 +25,8 @@ pub struct Node {
     pub child: Child,
     pub ws: SocketAddr,
     pub admin: SocketAddr,
+    /// The client listener speaks TLS (see `tls::Pki::start`).
+    pub tls: bool,
     /// The node's own data directory, removed with it, unless the test
     /// gave one (`--data-dir`) to outlive the node.
     _data_dir: Option<tempfile::TempDir>,
@@ -58,13 +60,19 @@ impl Node {
         Node {
             ws: ready["ws"].as_str().unwrap().parse().unwrap(),
             admin: ready["admin"].as_str().unwrap().parse().unwrap(),
+            tls: false,
             child,
             _data_dir: data_dir,
         }
     }
 
+    /// The WebSocket URL of `path`; `wss://localhost:…` on a TLS node, the
+    /// name its certificate is for.
     pub fn url(&self, path: &str) -> String {
-        format!("ws://{}{}", self.ws, path)
+        match self.tls {
+            true => format!("wss://localhost:{}{path}", self.ws.port()),
+            false => format!("ws://{}{path}", self.ws),
+        }
     }
 
     /// Opens a WebSocket to `/ws`.

@@ -70,7 +70,9 @@ impl Pki {
         let flags = self.flags();
         let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
         args.extend_from_slice(extra);
-        Node::start(&args)
+        let mut node = Node::start(&args);
+        node.tls = true;
+        node
     }
 }
 
@@ -110,7 +112,7 @@ pub fn try_wss(
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let url = format!("wss://localhost:{}{path}", node.ws.port());
+    let url = node.url(path);
     let connector = Connector::Rustls(Arc::clone(config));
     let (ws, response) = tungstenite::client_tls_with_config(url, stream, None, Some(connector))
         .map_err(|e| match e {

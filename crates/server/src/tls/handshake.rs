@@ -97,6 +97,11 @@ impl Handshake {
         !self.output.is_empty()
     }
 
+    /// Whether the client has sent anything yet.
+    pub fn started(&self) -> bool {
+        self.fed
+    }
+
     /// Takes bytes read from the client and runs the handshake as far as
     /// they go. On failure [`Handshake::output`] may hold an alert for the
     /// client.
