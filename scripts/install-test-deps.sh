@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs what myriad's tests need beyond the Rust toolchain: Debian's
 # `chromium`, which drives the admin `/status` page in a real browser
-# (crates/myriad/tests/status_page.rs), and the Autobahn WebSocket testsuite
+# (crates/myriad/tests/status_page.rs), `openssl`, which makes the keys the
+# token tests sign with (crates/myriad/tests/auth.rs), and the Autobahn WebSocket testsuite
 # (`wstest`, Python 2 code) in a Python 2.7 virtualenv.
 #
 #   scripts/install-test-deps.sh
 #
-# Idempotent: installs chromium only when it is not on PATH, and does nothing
+# Idempotent: installs a package only when it is not on PATH, and does nothing
 # more when $MYRIAD_VENV/bin/wstest already works with the pinned
 # requirements. Fails loudly (non-zero) when it cannot install.
 #
@@ -35,25 +36,37 @@ die() {
     exit 1
 }
 
-# --- chromium, for the status page test --------------------------------------------
-if command -v chromium >/dev/null 2>&1; then
-    log "chromium already installed: $(command -v chromium) (nothing to do)"
-else
+# --- Debian packages ---------------------------------------------------------------
+# ensure_package COMMAND PACKAGE WHY: installs PACKAGE with apt-get unless
+# COMMAND is already on PATH.
+apt_updated=""
+ensure_package() {
+    local command="$1" package="$2" why="$3"
+    if command -v "$command" >/dev/null 2>&1; then
+        log "$package already installed: $(command -v "$command") (nothing to do)"
+        return
+    fi
     command -v apt-get >/dev/null 2>&1 ||
-        die "chromium is not on PATH and there is no apt-get to install it with;
-the status page test CANNOT run. Install chromium so 'chromium' is on PATH."
-    log "installing chromium with apt-get (a few minutes from scratch)"
+        die "$command is not on PATH and there is no apt-get to install it with;
+$why CANNOT run. Install $package so '$command' is on PATH."
+    log "installing $package with apt-get"
     # Root may call apt-get directly; anyone else goes through sudo.
-    sudo_if_needed=()
+    local sudo_if_needed=()
     [[ "$(id -u)" == 0 ]] || sudo_if_needed=(sudo)
-    "${sudo_if_needed[@]}" apt-get update ||
-        die "apt-get update failed; chromium cannot be installed"
-    DEBIAN_FRONTEND=noninteractive "${sudo_if_needed[@]}" apt-get install -y chromium ||
-        die "apt-get install -y chromium failed; the status page test CANNOT run"
-    command -v chromium >/dev/null 2>&1 ||
-        die "apt-get installed chromium but 'chromium' is still not on PATH"
-    log "ok: $(command -v chromium)"
-fi
+    if [[ -z "$apt_updated" ]]; then
+        "${sudo_if_needed[@]}" apt-get update ||
+            die "apt-get update failed; $package cannot be installed"
+        apt_updated=1
+    fi
+    DEBIAN_FRONTEND=noninteractive "${sudo_if_needed[@]}" apt-get install -y "$package" ||
+        die "apt-get install -y $package failed; $why CANNOT run"
+    command -v "$command" >/dev/null 2>&1 ||
+        die "apt-get installed $package but '$command' is still not on PATH"
+    log "ok: $(command -v "$command")"
+}
+
+ensure_package chromium chromium "the status page test (a real browser)"
+ensure_package openssl openssl "the token tests (they make their keys with openssl)"
 
 # --- the Autobahn testsuite ----------------------------------------------------------
 [[ -f "$REQUIREMENTS" ]] || die "missing $REQUIREMENTS"

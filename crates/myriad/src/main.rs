@@ -1,9 +1,11 @@
 //! The `myriad` command: `serve` runs a node, `sub` and `pub` are a tiny
-//! client for trying it, and `bench` drives the load tools.
+//! client for trying it, `token` mints a connection token for it, `graph`
+//! builds follow graphs, and `bench` drives the load tools.
 
 mod client;
 mod graph;
 mod sub;
+mod token;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -39,6 +41,8 @@ enum Command {
     Bench(Box<myriad_bench::BenchCommand>),
     /// The follow graph: generate seed 004's dataset, load, stats, probe.
     Graph(graph::GraphArgs),
+    /// Mint a connection token (JWT) for a node that checks tokens.
+    Token(token::TokenArgs),
 }
 
 #[derive(Args)]
@@ -92,6 +96,7 @@ fn main() -> ExitCode {
         Command::Pub(args) => report(publish(args)),
         Command::Bench(cmd) => myriad_bench::run(*cmd),
         Command::Graph(args) => report(graph::run(args)),
+        Command::Token(args) => report(token::run(args)),
     }
 }
 

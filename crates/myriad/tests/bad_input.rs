@@ -48,6 +48,22 @@ fn handshake_errors_have_their_status() {
 }
 
 #[test]
+fn the_request_head_limit_is_a_setting() {
+    let upgrade = |padding: usize| {
+        format!(
+            "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\nX-Pad: {}\r\n\r\n",
+            "a".repeat(padding)
+        )
+    };
+    let small = Node::start(&["--workers", "1", "--max-request-head", "2048"]);
+    assert_eq!(raw_status(small.ws, &upgrade(1000)), 101);
+    assert_eq!(raw_status(small.ws, &upgrade(3000)), 431);
+    let large = Node::start(&["--workers", "1", "--max-request-head", "32768"]);
+    assert_eq!(raw_status(large.ws, &upgrade(20_000)), 101);
+}
+
+#[test]
 fn bad_commands_get_error_codes_and_the_connection_stays() {
     let node = Node::start(&[
         "--workers",
@@ -171,4 +187,43 @@ fn publishing_connections_cannot_break_subscribers() {
     for _ in 0..50 {
         assert_eq!(recv(&mut noisy)["code"], "invalid_json");
     }
+}
+
+#[test]
+fn connections_that_leave_before_a_request_count_as_no_request() {
+    let node = Node::start(&["--workers", "1"]);
+    // A port check: connect, say nothing, leave.
+    drop(TcpStream::connect(node.ws).unwrap());
+    // A client that gives up mid-request.
+    let mut partial = TcpStream::connect(node.ws).unwrap();
+    partial
+        .write_all(b"GET /ws HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    drop(partial);
+    // A long-poll loop that stops between polls: HTTP's own way to end a
+    // kept-alive connection, so a normal close.
+    let at = node.publish("polled", &json!(1));
+    let mut poll = TcpStream::connect(node.ws).unwrap();
+    poll.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        poll,
+        "GET /poll?subject=polled&since={}:0 HTTP/1.1\r\nHost: x\r\n\r\n",
+        at["epoch"].as_str().unwrap()
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    while !answer.ends_with(b"]") {
+        let mut buf = [0u8; 4096];
+        let n = poll.read(&mut buf).unwrap();
+        assert!(n > 0, "the answer ended early: {answer:?}");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    drop(poll);
+
+    let stats = node.wait_for_stats("the three counted", |s| {
+        s["connections"] == 0 && s["closes"]["no_request"] == 2
+    });
+    assert_eq!(stats["closes"]["normal"], 1);
+    assert_eq!(stats["closes"]["abnormal"], 0);
 }

@@ -301,11 +301,12 @@ fn subscribers_time_what_a_separate_publisher_sends() {
 
 #[test]
 fn http_publishing_counts_the_servers_answers() {
-    let node = Node::start(&["--api-key", "sesame"]);
+    let keys = ["--admin-key", "open-sesame", "--publish-key", "sesame"];
+    let node = Node::start(&keys);
     let r = bench(
         &node,
         "http",
-        &["--api-key", "sesame"],
+        &keys,
         &[
             "run",
             "--connections",
@@ -332,10 +333,13 @@ fn http_publishing_counts_the_servers_answers() {
     );
     assert_eq!(u(&r["deliveries"]["received"]), 200);
     assert_eq!(u(&r["http_response"]["count"]), 200);
+    // /stats answered the admin key: the server's figures are there.
+    let (before, after) = (&r["server"]["before"][0], &r["server"]["after"][0]);
+    assert_eq!(u(&after["publishes"]) - u(&before["publishes"]), 200);
     let wrong = bench(
         &node,
         "http-wrong-key",
-        &["--api-key", "nope"],
+        &["--admin-key", "open-sesame", "--publish-key", "nope"],
         &[
             "publishers",
             "--publish-transport",

@@ -8,27 +8,9 @@ use std::io::Read;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{recv, recv_close, set_timeout, subscribe, Node, Ws};
+use common::{recv, recv_close, set_timeout, subscribe, Node};
 use serde_json::json;
-use socket2::{Domain, Socket, Type};
 use tungstenite::Message;
-
-/// A subscriber whose socket buffers are tiny, so it stalls quickly when it
-/// stops reading.
-fn stalled_subscriber(node: &Node, subject: &str) -> Ws {
-    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-    socket.set_recv_buffer_size(4096).unwrap();
-    socket.connect(&node.ws.into()).unwrap();
-    let stream: TcpStream = socket.into();
-    let (mut ws, _) = tungstenite::client(
-        node.url("/ws"),
-        tungstenite::stream::MaybeTlsStream::Plain(stream),
-    )
-    .expect("handshake");
-    set_timeout(&ws, Duration::from_secs(10));
-    subscribe(&mut ws, &[subject]);
-    ws
-}
 
 #[test]
 fn a_slow_consumer_is_cut_and_the_fast_one_gets_everything() {
@@ -55,7 +37,7 @@ fn a_stalled_reader_is_cut_while_a_fast_one_keeps_up(worker_queue_high_water: &s
         "--worker-queue-high-water",
         worker_queue_high_water,
     ]);
-    let mut slow = stalled_subscriber(&node, "firehose");
+    let mut slow = node.stalled_subscriber("firehose");
     let mut fast = node.connect();
     subscribe(&mut fast, &["firehose"]);
 
@@ -220,12 +202,7 @@ fn slow_steady_readers_against_a_fast_publisher(
     // 1.2 MB per reader: far past its socket buffers and its 256 KiB queue.
     let chunk = "y".repeat(2 * 1024);
     for batch in 0..(MESSAGES / 20) {
-        let messages: Vec<_> = (0..20)
-            .map(|i| json!({"subject": "steady", "data": format!("{batch}-{i}-{chunk}")}))
-            .collect();
-        let body = json!({ "messages": messages }).to_string();
-        let (status, reply) = node.http("POST", "/api/publish", &[], &body);
-        assert_eq!(status, 200, "{reply}");
+        node.publish_batch("steady", batch, 20, &chunk);
     }
     let got: Vec<Vec<u64>> = readers.into_iter().map(|r| r.join().unwrap()).collect();
     let cut = node.stats()["slow_consumer_disconnects"].as_u64().unwrap();

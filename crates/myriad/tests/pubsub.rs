@@ -99,35 +99,6 @@ fn unsubscribe_stops_delivery_and_frees_the_subject() {
 }
 
 #[test]
-fn publish_api_requires_the_key_when_one_is_set() {
-    let node = Node::start(&["--workers", "1", "--api-key", "s3cret"]);
-    let mut sub = node.connect();
-    subscribe(&mut sub, &["k"]);
-    let body = json!({"subject": "k", "data": "hello"}).to_string();
-    let (status, reply) = node.http("POST", "/api/publish", &[], &body);
-    assert_eq!(status, 401, "{reply}");
-    let (status, _) = node.http("POST", "/api/publish", &[("X-Api-Key", "wrong")], &body);
-    assert_eq!(status, 401);
-    let (status, reply) = node.http("POST", "/api/publish", &[("X-Api-Key", "s3cret")], &body);
-    assert_eq!(status, 200, "{reply}");
-    let reply: serde_json::Value = serde_json::from_str(&reply).unwrap();
-    assert_eq!(
-        (&reply["delivered"], &reply["offset"]),
-        (&json!(1), &json!(1))
-    );
-    let (status, _) = node.http(
-        "POST",
-        "/api/publish",
-        &[("Authorization", "Bearer s3cret")],
-        &body,
-    );
-    assert_eq!(status, 200);
-    assert_eq!(recv(&mut sub)["data"], "hello");
-    assert_eq!(recv(&mut sub)["offset"], 2);
-    assert_eq!(node.stats()["errors"]["api_unauthorized"], 2);
-}
-
-#[test]
 fn batch_publish_and_admin_endpoints() {
     let node = Node::start(&["--workers", "2"]);
     let mut sub = node.connect();

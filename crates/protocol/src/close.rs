@@ -44,11 +44,18 @@ pub enum CloseReason {
     /// The upgrade request was refused with an HTTP error status.
     /// Reported as 1006, never sent: no WebSocket existed yet.
     HandshakeRejected,
+    /// The connection's token expired without a `refresh` (4501): the
+    /// client needs a new token before it reconnects.
+    TokenExpired,
+    /// The client closed before it sent a whole request: a port or health
+    /// check that connects and leaves, or a client that gave up mid-request.
+    /// Reported as 1006, never sent: no WebSocket existed yet.
+    NoRequest,
 }
 
 impl CloseReason {
     /// Every reason, for metrics registration and documentation tables.
-    pub const ALL: [CloseReason; 12] = [
+    pub const ALL: [CloseReason; 14] = [
         CloseReason::Normal,
         CloseReason::GoingAway,
         CloseReason::ProtocolError,
@@ -61,6 +68,8 @@ impl CloseReason {
         CloseReason::Abnormal,
         CloseReason::HandshakeTimeout,
         CloseReason::HandshakeRejected,
+        CloseReason::TokenExpired,
+        CloseReason::NoRequest,
     ];
 
     /// The WebSocket close code (1006 for endings without a close frame).
@@ -75,9 +84,11 @@ impl CloseReason {
             CloseReason::SlowConsumer => 4001,
             CloseReason::HeartbeatTimeout => 4002,
             CloseReason::IdleTimeout => 4003,
+            CloseReason::TokenExpired => 4501,
             CloseReason::Abnormal
             | CloseReason::HandshakeTimeout
-            | CloseReason::HandshakeRejected => 1006,
+            | CloseReason::HandshakeRejected
+            | CloseReason::NoRequest => 1006,
         }
     }
 
@@ -96,6 +107,8 @@ impl CloseReason {
             CloseReason::Abnormal => "abnormal",
             CloseReason::HandshakeTimeout => "handshake_timeout",
             CloseReason::HandshakeRejected => "handshake_rejected",
+            CloseReason::TokenExpired => "token_expired",
+            CloseReason::NoRequest => "no_request",
         }
     }
 
@@ -115,6 +128,8 @@ impl CloseReason {
             CloseReason::Abnormal => "abnormal closure",
             CloseReason::HandshakeTimeout => "handshake timeout",
             CloseReason::HandshakeRejected => "handshake rejected",
+            CloseReason::TokenExpired => "token expired",
+            CloseReason::NoRequest => "no request",
         }
     }
 
@@ -140,8 +155,11 @@ impl CloseReason {
             CloseReason::Normal
             | CloseReason::GoingAway
             | CloseReason::SlowConsumer
-            | CloseReason::IdleTimeout => HttpEnding::EndStream,
-            CloseReason::HeartbeatTimeout | CloseReason::Abnormal => HttpEnding::Drop,
+            | CloseReason::IdleTimeout
+            | CloseReason::TokenExpired => HttpEnding::EndStream,
+            CloseReason::HeartbeatTimeout | CloseReason::Abnormal | CloseReason::NoRequest => {
+                HttpEnding::Drop
+            }
         }
     }
 
@@ -153,14 +171,16 @@ impl CloseReason {
             | CloseReason::UnsupportedData
             | CloseReason::InvalidUtf8
             | CloseReason::MessageTooBig
-            | CloseReason::HandshakeRejected => Reconnect::NotUnchanged,
+            | CloseReason::HandshakeRejected
+            | CloseReason::TokenExpired => Reconnect::NotUnchanged,
             CloseReason::Normal
             | CloseReason::GoingAway
             | CloseReason::SlowConsumer
             | CloseReason::HeartbeatTimeout
             | CloseReason::IdleTimeout
             | CloseReason::Abnormal
-            | CloseReason::HandshakeTimeout => Reconnect::WithBackoff,
+            | CloseReason::HandshakeTimeout
+            | CloseReason::NoRequest => Reconnect::WithBackoff,
         }
     }
 }
@@ -197,9 +217,10 @@ mod tests {
             .map(|r| r.ws_code())
             .filter(|&c| c != 1006)
             .collect();
+        let sent = codes.len();
         codes.sort_unstable();
         codes.dedup();
-        assert_eq!(codes.len(), CloseReason::ALL.len() - 3);
+        assert_eq!(codes.len(), sent);
         for r in CloseReason::ALL {
             assert!(r.text().len() + 2 <= 125, "{r:?}");
         }

@@ -150,9 +150,13 @@ pub fn reason_phrase(status: u16) -> &'static str {
         200 => "OK",
         204 => "No Content",
         400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        408 => "Request Timeout",
         426 => "Upgrade Required",
+        429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         503 => "Service Unavailable",
         _ => "Error",
@@ -200,8 +204,8 @@ pub struct RequestHead<'a> {
     pub path: &'a str,
     /// What follows the `?`, if there was one.
     pub query: Option<&'a str>,
-    /// A `Host` header was present (RFC 7230 §5.4 requires one).
-    pub host: bool,
+    /// The `Host` header (RFC 7230 §5.4 requires one).
+    pub host: Option<&'a str>,
     /// `Upgrade` lists `websocket`.
     pub upgrade_websocket: bool,
     /// `Connection` lists `upgrade`.
@@ -218,6 +222,9 @@ pub struct RequestHead<'a> {
     pub protocols: Option<&'a str>,
     /// `Origin`, if any; checking it is the server's policy.
     pub origin: Option<&'a str>,
+    /// The credentials of `Authorization: Bearer <credentials>`, if sent
+    /// (the first such header; other schemes are not read).
+    pub bearer: Option<&'a str>,
     /// `Last-Event-ID` (Server-Sent Events resumption), if any.
     pub last_event_id: Option<&'a str>,
     /// The request announces a body (`Content-Length` above 0 or any
@@ -266,7 +273,7 @@ pub fn parse_request(
     for header in req.headers.iter() {
         let name = header.name;
         if name.eq_ignore_ascii_case("host") {
-            head.host = true;
+            head.host = Some(header_str(header.value)?);
         } else if name.eq_ignore_ascii_case("upgrade") {
             head.upgrade_websocket |= has_token(header_str(header.value)?, "websocket");
         } else if name.eq_ignore_ascii_case("connection") {
@@ -282,6 +289,14 @@ pub fn parse_request(
             head.protocols = head.protocols.or(Some(header_str(header.value)?));
         } else if name.eq_ignore_ascii_case("origin") {
             head.origin = Some(header_str(header.value)?);
+        } else if name.eq_ignore_ascii_case("authorization") {
+            let value = header_str(header.value)?;
+            let bearer = value
+                .split_once(' ')
+                .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"));
+            head.bearer = head
+                .bearer
+                .or(bearer.map(|(_, credentials)| credentials.trim()));
         } else if name.eq_ignore_ascii_case("last-event-id") {
             head.last_event_id = Some(header_str(header.value)?);
         } else if name.eq_ignore_ascii_case("content-length") {
@@ -301,7 +316,7 @@ impl<'a> RequestHead<'a> {
         if self.method != "GET" {
             return Err(HandshakeError::MethodNotAllowed);
         }
-        if !self.host {
+        if self.host.is_none() {
             return Err(HandshakeError::MissingHost);
         }
         if !(self.upgrade_websocket && self.connection_upgrade) {

@@ -54,6 +54,17 @@ pub enum Command<'a> {
     Send { id: Option<u64>, data: &'a RawValue },
     /// Application-level ping, answered with a pong.
     Ping { id: Option<u64> },
+    /// Authenticate a connection opened without a token, with a JWT.
+    Connect {
+        id: Option<u64>,
+        token: Cow<'a, str>,
+    },
+    /// Swap the connection's token for a newer one of the same user,
+    /// before the old one expires.
+    Refresh {
+        id: Option<u64>,
+        token: Cow<'a, str>,
+    },
 }
 
 impl Command<'_> {
@@ -65,6 +76,8 @@ impl Command<'_> {
             | Command::Publish { id, .. }
             | Command::History { id, .. }
             | Command::Send { id, .. }
+            | Command::Connect { id, .. }
+            | Command::Refresh { id, .. }
             | Command::Ping { id } => *id,
         }
     }
@@ -93,11 +106,20 @@ pub enum ErrorCode {
     ReservedSubject,
     /// A `send` on a connection that does not act as a user.
     NoUser,
+    /// The connection may not do this with the subject: its token does not
+    /// grant it, it has no token, or the subject's namespace forbids it.
+    Forbidden,
+    /// A `connect` or `refresh` token was refused.
+    InvalidToken,
+    /// A `connect` on a connection that already has a token or user.
+    AlreadyConnected,
+    /// The connection is over its publish or subscribe rate.
+    RateLimited,
 }
 
 impl ErrorCode {
     /// Every code, for metrics registration and documentation.
-    pub const ALL: [ErrorCode; 10] = [
+    pub const ALL: [ErrorCode; 14] = [
         ErrorCode::InvalidJson,
         ErrorCode::UnknownOp,
         ErrorCode::MissingField,
@@ -108,6 +130,10 @@ impl ErrorCode {
         ErrorCode::Unavailable,
         ErrorCode::ReservedSubject,
         ErrorCode::NoUser,
+        ErrorCode::Forbidden,
+        ErrorCode::InvalidToken,
+        ErrorCode::AlreadyConnected,
+        ErrorCode::RateLimited,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -122,6 +148,10 @@ impl ErrorCode {
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::ReservedSubject => "reserved_subject",
             ErrorCode::NoUser => "no_user",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::InvalidToken => "invalid_token",
+            ErrorCode::AlreadyConnected => "already_connected",
+            ErrorCode::RateLimited => "rate_limited",
         }
     }
 }
@@ -169,6 +199,8 @@ struct RawCommand<'a> {
     since: Option<&'a RawValue>,
     #[serde(default)]
     limit: Option<u64>,
+    #[serde(default, borrow)]
+    token: Option<Cow<'a, str>>,
 }
 
 /// Deserializes a field that is present as `Some`, even when it is `null`
@@ -246,6 +278,16 @@ pub fn parse_command(text: &str, max_subject_len: usize) -> Result<Command<'_>, 
             })
         }
         "ping" => Ok(Command::Ping { id }),
+        "connect" | "refresh" => {
+            let token = raw.token.ok_or_else(|| {
+                CommandError::new(id, ErrorCode::MissingField, "\"token\" is required")
+            })?;
+            Ok(if raw.op == "connect" {
+                Command::Connect { id, token }
+            } else {
+                Command::Refresh { id, token }
+            })
+        }
         other => Err(CommandError::new(
             id,
             ErrorCode::UnknownOp,
@@ -766,6 +808,18 @@ mod tests {
             matches!(&c, Command::History { id: None, subject, since: None, limit: Some(5) } if subject == "a"),
             "{c:?}"
         );
+        let c = parse_command(r#"{"op":"connect","token":"a.b.c","id":8}"#, MAX).unwrap();
+        assert!(
+            matches!(&c, Command::Connect { id: Some(8), token } if token == "a.b.c"),
+            "{c:?}"
+        );
+        let c = parse_command(r#"{"op":"refresh","token":"d.e.f"}"#, MAX).unwrap();
+        assert!(
+            matches!(&c, Command::Refresh { id: None, token } if token == "d.e.f"),
+            "{c:?}"
+        );
+        let e = parse_command(r#"{"op":"refresh","id":9}"#, MAX).unwrap_err();
+        assert_eq!((e.id, e.code), (Some(9), ErrorCode::MissingField));
     }
 
     #[test]

@@ -444,3 +444,28 @@ fn client_rejects_bad_responses() {
         Err(HandshakeError::Malformed)
     );
 }
+
+#[test]
+fn the_host_and_a_bearer_token_are_read() {
+    let bearer = |extra: &str| {
+        let req = request_without("", extra);
+        let head = parse_request(req.as_bytes(), MAX).unwrap().unwrap();
+        assert_eq!(head.host, Some("localhost:8080"));
+        head.bearer.map(str::to_owned)
+    };
+    assert_eq!(bearer(""), None);
+    assert_eq!(
+        bearer("Authorization: Bearer a.b.c\r\n"),
+        Some("a.b.c".into())
+    );
+    assert_eq!(
+        bearer("authorization: bearer  a.b.c \r\n"),
+        Some("a.b.c".into())
+    );
+    assert_eq!(bearer("Authorization: Basic dXNlcjpwdw==\r\n"), None);
+    assert_eq!(
+        bearer("Authorization: Bearer first\r\nAuthorization: Bearer second\r\n"),
+        Some("first".into()),
+        "the first one counts"
+    );
+}

@@ -14,7 +14,7 @@ use myriad_protocol::position::{Epoch, Position};
 use myriad_server::engine::{Attach, ConnRequest, Engine, MemoryEngine, Reply};
 use myriad_server::history::HistoryPolicy;
 use myriad_server::hub::{Event, Hub, Wakeups};
-use myriad_server::namespace::Namespaces;
+use myriad_server::namespace::{history_policy, Namespaces};
 use myriad_server::outbound::Outbound;
 use myriad_server::publication::Publication;
 use myriad_server::registry::Registry;
@@ -54,7 +54,11 @@ fn publish_to_10k(c: &mut Criterion) {
             size,
             ttl: Duration::ZERO,
         };
-        let engine = MemoryEngine::new(Arc::clone(&hub), Namespaces::new(policy, &[]), 64 << 20);
+        let engine = MemoryEngine::new(
+            Arc::clone(&hub),
+            Namespaces::new(policy, &[], history_policy),
+            64 << 20,
+        );
         let subject: Arc<str> = Arc::from("broadcast");
         let mut registry = Registry::new();
         let mut wakeups = Wakeups::default();

@@ -18,8 +18,12 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::history::HistoryPolicy;
-use crate::namespace::{Namespace, Namespaces};
+use crate::namespace::{history_policy, Namespace, Namespaces};
 use crate::tls::TlsFiles;
+
+/// The variable of the one key the admin listener had before it had a
+/// publish key and an admin key.
+const RETIRED_API_KEY_ENV: &str = "MYRIAD_API_KEY";
 
 /// The settings of one node.
 #[derive(Debug, Clone, PartialEq, Args, Serialize, Deserialize)]
@@ -75,10 +79,44 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_ECHO_PATH")]
     pub echo_path: Option<String>,
 
-    /// Key required in the X-Api-Key header of the publish API; when unset the
-    /// API is open (the admin listener binds to loopback by default).
-    #[arg(long, env = "MYRIAD_API_KEY")]
-    pub api_key: Option<String>,
+    /// Key of the admin listener's message API (/api/publish,
+    /// /api/publish_as, /api/history), for backends; the admin key opens it
+    /// too. Needs admin_key. Sent as X-Api-Key, Authorization: Bearer, or
+    /// as the password of Authorization: Basic.
+    #[arg(long, env = "MYRIAD_PUBLISH_KEY")]
+    pub publish_key: Option<String>,
+
+    /// Key of everything on the admin listener but /healthz: /stats,
+    /// /metrics, /status, the follow graph's API, and the message API. When
+    /// unset the admin listener is open, which is allowed on loopback only.
+    #[arg(long, env = "MYRIAD_ADMIN_KEY")]
+    pub admin_key: Option<String>,
+
+    /// Connections the admin listener holds at once; one more is answered
+    /// 503 and closed. The node keeps this many descriptors out of
+    /// max_connections, so neither listener can starve the other.
+    #[arg(long, env = "MYRIAD_ADMIN_MAX_CONNECTIONS", default_value_t = 128)]
+    pub admin_max_connections: usize,
+
+    /// Seconds an admin request may take from its first byte to the end of
+    /// its head; then the connection is closed.
+    #[arg(long, env = "MYRIAD_ADMIN_HEADER_TIMEOUT", default_value_t = 10)]
+    pub admin_header_timeout: u32,
+
+    /// Seconds an admin request may take to send its whole body (HTTP 408).
+    #[arg(long, env = "MYRIAD_ADMIN_BODY_TIMEOUT", default_value_t = 30)]
+    pub admin_body_timeout: u32,
+
+    /// Seconds an admin connection may wait for its next request (after
+    /// being accepted, or after a reply) before it is closed. A live
+    /// /status/events stream is not waiting.
+    #[arg(long, env = "MYRIAD_ADMIN_IDLE_TIMEOUT", default_value_t = 60)]
+    pub admin_idle_timeout: u32,
+
+    /// Largest opening request head (request line with the URL, headers,
+    /// blank line) in bytes on the client listener; HTTP 431 beyond.
+    #[arg(long, env = "MYRIAD_MAX_REQUEST_HEAD", default_value_t = 8192)]
+    pub max_request_head: usize,
 
     /// PEM file of the client listener's certificate chain, its own
     /// certificate first. With tls_key set too, the client listener speaks
@@ -198,6 +236,91 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_MAX_FOLLOWING", default_value_t = 5_000)]
     pub max_following: u64,
 
+    /// Client connections one source address may hold open (IPv6: one
+    /// /64); more get HTTP 429. 0 = no limit (the default: behind a proxy,
+    /// every client has the proxy's address).
+    #[arg(long, env = "MYRIAD_MAX_CONNECTIONS_PER_IP", default_value_t = 0)]
+    pub max_connections_per_ip: u32,
+
+    /// Publishes (and sends) a connection may make per second, on average;
+    /// more are refused with `rate_limited`. 0 = no limit.
+    #[arg(long, env = "MYRIAD_CLIENT_PUBLISH_RATE", default_value_t = 0)]
+    pub client_publish_rate: u32,
+
+    /// Publishes a connection may make at once before the rate applies;
+    /// 0 = the same as the rate.
+    #[arg(long, env = "MYRIAD_CLIENT_PUBLISH_BURST", default_value_t = 0)]
+    pub client_publish_burst: u32,
+
+    /// Subscription changes (each subject subscribed or unsubscribed) a
+    /// connection may make per second, on average; subscribes past it are
+    /// refused with `rate_limited`. Bounds subscribe churn too. 0 = no limit.
+    #[arg(long, env = "MYRIAD_CLIENT_SUBSCRIBE_RATE", default_value_t = 0)]
+    pub client_subscribe_rate: u32,
+
+    /// Subscription changes a connection may make at once before the rate
+    /// applies; 0 = the same as the rate.
+    #[arg(long, env = "MYRIAD_CLIENT_SUBSCRIBE_BURST", default_value_t = 0)]
+    pub client_subscribe_burst: u32,
+
+    /// Origins (`https://app.example`) whose pages may open connections
+    /// (WebSocket and the HTTP transports); `*` allows all. Empty: every
+    /// origin on a loopback listener, otherwise only the node's own (the
+    /// request's Host). Repeatable; comma-separated in the environment.
+    #[arg(
+        long = "allowed-origin",
+        env = "MYRIAD_ALLOWED_ORIGINS",
+        value_delimiter = ','
+    )]
+    pub allowed_origins: Vec<String>,
+
+    /// Secret that connection tokens may be signed with (HS256), at least
+    /// 32 bytes. Any token key makes the node check tokens.
+    #[arg(long, env = "MYRIAD_TOKEN_HMAC_SECRET", hide_env_values = true)]
+    pub token_hmac_secret: Option<String>,
+
+    /// PEM file of a public key tokens may be signed for: RSA (RS256),
+    /// P-256 (ES256) or Ed25519 (EdDSA). Repeatable; comma-separated in
+    /// the environment.
+    #[arg(
+        long = "token-public-key",
+        env = "MYRIAD_TOKEN_PUBLIC_KEYS",
+        value_delimiter = ','
+    )]
+    pub token_public_keys: Vec<PathBuf>,
+
+    /// JWKS file (a JSON Web Key Set) of token keys, matched by `kid`.
+    #[arg(long, env = "MYRIAD_TOKEN_JWKS")]
+    pub token_jwks: Option<PathBuf>,
+
+    /// When set, a token must carry this audience (`aud`).
+    #[arg(long, env = "MYRIAD_TOKEN_AUDIENCE")]
+    pub token_audience: Option<String>,
+
+    /// When set, a token must carry this issuer (`iss`).
+    #[arg(long, env = "MYRIAD_TOKEN_ISSUER")]
+    pub token_issuer: Option<String>,
+
+    /// Seconds of clock skew allowed on a token's `exp` and `nbf`.
+    #[arg(long, env = "MYRIAD_TOKEN_LEEWAY", default_value_t = 0)]
+    pub token_leeway: u32,
+
+    /// Whether connections without a token may subscribe and publish,
+    /// outside namespaces that say otherwise. Default: true on a node that
+    /// checks no tokens, false on one with a token key.
+    #[arg(long, env = "MYRIAD_ANONYMOUS")]
+    pub anonymous: Option<bool>,
+
+    /// Whether clients may publish, outside namespaces that say otherwise
+    /// (the HTTP API always may).
+    #[arg(long, env = "MYRIAD_CLIENT_PUBLISH", default_value_t = true, action = clap::ArgAction::Set)]
+    pub client_publish: bool,
+
+    /// Whether clients may read history with the `history` command,
+    /// outside namespaces that say otherwise.
+    #[arg(long, env = "MYRIAD_CLIENT_HISTORY", default_value_t = true, action = clap::ArgAction::Set)]
+    pub client_history: bool,
+
     /// Per-prefix settings (`[[namespace]]` tables, config file only).
     #[arg(skip)]
     pub namespace: Vec<Namespace>,
@@ -241,6 +364,13 @@ impl Config {
     /// optional TOML file: values that came from a flag or the environment
     /// win over the file, the file wins over built-in defaults.
     pub fn assemble(matches: &ArgMatches, file: Option<&Path>) -> Result<Config, ConfigError> {
+        if std::env::var_os(RETIRED_API_KEY_ENV).is_some() {
+            // Ignoring it would leave an API its operator meant to close open.
+            return Err(ConfigError::Invalid(format!(
+                "{RETIRED_API_KEY_ENV} is no longer read: set MYRIAD_ADMIN_KEY, and \
+                 MYRIAD_PUBLISH_KEY for publishers (docs/operations.md)"
+            )));
+        }
         let from_args =
             Config::from_arg_matches(matches).map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let config = match file {
@@ -289,6 +419,7 @@ impl Config {
             }
         };
         check(self.workers <= 64, "workers must be at most 64")?;
+        self.validate_admin()?;
         check(self.ws_path.starts_with('/'), "ws_path must start with '/'")?;
         check(
             self.tls_cert.is_some() == self.tls_key.is_some(),
@@ -298,6 +429,10 @@ impl Config {
             check(echo.starts_with('/'), "echo_path must start with '/'")?;
             check(echo != &self.ws_path, "echo_path must differ from ws_path")?;
         }
+        check(
+            (1024..=65_536).contains(&self.max_request_head),
+            "max_request_head must be between 1024 and 65536",
+        )?;
         check(
             self.max_message_size >= 125,
             "max_message_size must be at least 125",
@@ -350,13 +485,50 @@ impl Config {
         Ok(())
     }
 
+    /// The admin listener's settings: keys that can work, a key wherever
+    /// the listener is reachable beyond this host, and limits that are on.
+    fn validate_admin(&self) -> Result<(), ConfigError> {
+        let invalid = |what: String| Err(ConfigError::Invalid(what));
+        if self.admin_key.as_deref() == Some("") || self.publish_key.as_deref() == Some("") {
+            return invalid("admin_key and publish_key must not be empty".into());
+        }
+        if self.publish_key.is_some() && self.admin_key.is_none() {
+            // Else the endpoints only the admin key may open would be open
+            // to anyone, while a key is configured.
+            return invalid("publish_key needs admin_key".into());
+        }
+        if self.publish_key.is_some() && self.publish_key == self.admin_key {
+            return invalid("publish_key and admin_key must differ".into());
+        }
+        if self.admin_key.is_none() && !self.admin_listen.ip().to_canonical().is_loopback() {
+            return invalid(format!(
+                "admin_listen {} is reachable beyond this host: set admin_key \
+                 (and publish_key for publishers), or listen on 127.0.0.1",
+                self.admin_listen
+            ));
+        }
+        if self.admin_max_connections == 0 {
+            return invalid("admin_max_connections must be at least 1".into());
+        }
+        if self.admin_header_timeout == 0
+            || self.admin_body_timeout == 0
+            || self.admin_idle_timeout == 0
+        {
+            return invalid(
+                "admin_header_timeout, admin_body_timeout and admin_idle_timeout must be at least 1"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
     /// The history policy of every subject, by namespace.
     pub fn namespaces(&self) -> Namespaces {
         let default = HistoryPolicy {
             size: self.history_size,
             ttl: self.history_ttl.into(),
         };
-        Namespaces::new(default, &self.namespace)
+        Namespaces::new(default, &self.namespace, history_policy)
     }
 
     /// The certificate and key files, when the client listener speaks TLS.
@@ -505,6 +677,57 @@ mod tests {
         let m = matches(&["myriad", "--tls-cert", "cert.pem"]);
         let error = Config::assemble(&m, None).unwrap_err();
         assert!(error.to_string().contains("tls_key"), "{error}");
+    }
+
+    #[test]
+    fn the_admin_listener_needs_a_key_beyond_loopback_and_keys_that_work() {
+        let config = |listen: &str, publish: Option<&str>, admin: Option<&str>| Config {
+            admin_listen: listen.parse().unwrap(),
+            publish_key: publish.map(str::to_owned),
+            admin_key: admin.map(str::to_owned),
+            ..Config::default()
+        };
+        for open in [
+            "127.0.0.1:8081",
+            "127.0.0.2:1",
+            "[::1]:8081",
+            "[::ffff:127.0.0.1]:1",
+        ] {
+            config(open, None, None).validate().unwrap();
+        }
+        for reachable in [
+            "0.0.0.0:8081",
+            "[::]:8081",
+            "10.0.0.1:8081",
+            "[::ffff:10.0.0.1]:1",
+        ] {
+            let err = config(reachable, None, None).validate().unwrap_err();
+            assert!(
+                err.to_string().contains("set admin_key"),
+                "{reachable}: {err}"
+            );
+            config(reachable, None, Some("a")).validate().unwrap();
+            config(reachable, Some("p"), Some("a")).validate().unwrap();
+        }
+        for (publish, admin) in [
+            (Some("p"), None),
+            (Some("k"), Some("k")),
+            (Some(""), Some("a")),
+            (None, Some("")),
+        ] {
+            let refused = config("127.0.0.1:1", publish, admin).validate();
+            assert!(refused.is_err(), "{publish:?} {admin:?}");
+        }
+        let no_cap = Config {
+            admin_max_connections: 0,
+            ..Config::default()
+        };
+        assert!(no_cap.validate().is_err());
+        let no_timeout = Config {
+            admin_idle_timeout: 0,
+            ..Config::default()
+        };
+        assert!(no_timeout.validate().is_err());
     }
 
     fn tempfile() -> (PathBuf, std::fs::File) {

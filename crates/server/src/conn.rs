@@ -74,7 +74,7 @@ pub struct Conn {
     pub transport: TransportKind,
     pub flags: u8,
     /// Why it is closing, once decided (and counted, at that moment); a
-    /// connection dropped without one counts as abnormal.
+    /// connection dropped without one is counted by its phase (`drop_conn`).
     pub close_reason: Option<CloseReason>,
     /// When the current phase began (request, close and long-poll timeouts).
     pub since: u32,

@@ -1,9 +1,12 @@
 //! The myriad node.
 //!
 //! Map of the crate, outside in:
+//! - [`auth`]: connection tokens, their grants and each namespace's access
+//!   policy: who may do what with a subject.
 //! - [`config`]: every setting, its default and its sources; [`namespace`]:
 //!   per-prefix settings.
-//! - [`listener`]: one `SO_REUSEPORT` client listener per worker.
+//! - [`listener`]: one `SO_REUSEPORT` client listener per worker; [`fds`]:
+//!   how the open-file limit is shared between the listeners.
 //! - [`link`]: a connection's byte stream, plain TCP or TLS ([`tls`]: the
 //!   certificates, the handshake by rustls, the record layer run after it).
 //! - [`worker`]: the per-core event loops; each owns its connections
@@ -17,16 +20,19 @@
 //!   subject's kept publications and the recovery rules.
 //! - [`hub`]: the workers' mailboxes, and the `Route` an engine keeps per
 //!   subject to hand each publication to every interested worker.
-//! - [`admin`]: the HTTP publish API, `/stats`, `/metrics`, `/healthz`;
-//!   [`status`]: the live status page it serves.
+//! - [`admin`]: the HTTP publish API, `/stats`, `/metrics`, `/healthz`,
+//!   with its keys, connection cap and timeouts; [`status`]: the live
+//!   status page it serves.
 //! - [`metrics`] and [`process`]: what the node counts and how big it is.
 //!
 //! [`serve`] wires these together and runs until SIGTERM/SIGINT.
 
 pub mod admin;
+pub mod auth;
 pub mod config;
 pub mod conn;
 pub mod engine;
+pub mod fds;
 pub mod feeds;
 pub mod history;
 pub mod hub;
@@ -35,6 +41,7 @@ pub mod listener;
 pub mod metrics;
 pub mod namespace;
 pub mod outbound;
+pub mod peers;
 pub mod process;
 pub mod publication;
 pub mod registry;
@@ -53,6 +60,7 @@ use tracing::{error, info, warn};
 
 pub use config::Config;
 
+use crate::auth::Auth;
 use crate::engine::MemoryEngine;
 use crate::feeds::{Feeds, Keeper};
 use crate::hub::Hub;
@@ -90,6 +98,10 @@ pub enum ServeError {
     Graph(#[from] myriad_graph::StoreError),
     #[error(transparent)]
     Tls(#[from] tls::CertError),
+    #[error("cannot load the token keys: {0}")]
+    TokenKeys(#[from] auth::keys::KeyError),
+    #[error(transparent)]
+    OpenFiles(#[from] fds::FdsError),
 }
 
 /// Runs a node with `config` until SIGTERM or SIGINT, then shuts down
@@ -98,7 +110,8 @@ pub enum ServeError {
 /// for it to learn ephemeral ports).
 pub fn serve(config: Config) -> Result<(), ServeError> {
     let workers = config.worker_count();
-    let max_connections = admission_cap(&config);
+    let auth = Auth::from_config(&config)?;
+    let max_connections = admission_cap(&config)?;
     let tls = config
         .tls_files()
         .map(tls::Certificates::load)
@@ -139,6 +152,8 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let (hub, mailboxes) = Hub::new(wakers, config.mailbox_high_water);
     let feeds = open_feeds(&config, Arc::clone(&hub))?;
     let shared = Arc::new(Shared {
+        auth,
+        peers: peers::PeerCounts::default(),
         feeds,
         engine: Arc::new(MemoryEngine::new(
             Arc::clone(&hub),
@@ -215,9 +230,6 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     outcome
 }
 
-/// Descriptors kept back from connections: listeners, epoll and wake-up fds,
-/// the admin API and its clients, stdio, and room to accept a connection only
-/// to refuse it with 503 once the node is full.
 /// Takes the data directory (no other node or bulk load may use it while
 /// this node runs), opens the follow graph there and starts its keeper.
 fn open_feeds(config: &Config, hub: Arc<Hub>) -> Result<Feeds, ServeError> {
@@ -235,30 +247,32 @@ fn open_feeds(config: &Config, hub: Arc<Hub>) -> Result<Feeds, ServeError> {
     )?)
 }
 
-const RESERVED_FDS: u64 = 256;
-
-/// How many client connections the node admits: `max_connections`, lowered
-/// to what the open-file limit allows. Past the cap a client is accepted and
-/// refused with a clear 503; past the open-file limit it would only wait,
-/// unanswered, in the listen backlog (accept fails with EMFILE).
-fn admission_cap(config: &Config) -> usize {
+/// How many client connections the node admits: `max_connections`,
+/// lowered to the open-file limit's share for clients (see [`fds`]). Past
+/// the cap a client is accepted and refused with a clear 503; past the
+/// open-file limit it would only wait, unanswered, in the listen backlog
+/// (accept fails with EMFILE).
+fn admission_cap(config: &Config) -> Result<usize, ServeError> {
     let files = match process::raise_open_file_limit() {
         Ok(files) => files,
         Err(e) => {
             warn!(error = %e, "cannot read the open-file limit; admitting up to max_connections");
-            return config.max_connections;
+            return Ok(config.max_connections);
         }
     };
-    let by_files = usize::try_from(files.saturating_sub(RESERVED_FDS).max(1)).unwrap_or(usize::MAX);
-    if by_files < config.max_connections {
+    let workers = config.worker_count();
+    let admin = config.admin_max_connections;
+    let cap = fds::client_cap(config.max_connections, files, workers, admin)?;
+    if cap < config.max_connections {
         warn!(
             max_connections = config.max_connections,
             open_files = files,
-            admitted = by_files,
+            kept = fds::reserved(workers, admin),
+            admitted = cap,
             "the open-file limit caps client connections below max_connections"
         );
     }
-    config.max_connections.min(by_files)
+    Ok(cap)
 }
 
 /// SIGTERM or SIGINT starts graceful shutdown; a second one exits at once.

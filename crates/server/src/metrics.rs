@@ -52,23 +52,44 @@ pub enum ErrorKind {
     Request(&'static str),
     /// A connection arrived while the node was at `max_connections`.
     OverCapacity,
+    /// A connection arrived from an address at `max_connections_per_ip`.
+    OverIpLimit,
+    /// A connection arrived while the node was at `max_connections` and
+    /// its room for 503 refusals was full too: closed without an answer,
+    /// so refusals cannot take the descriptors the admin listener keeps.
+    OverCapacityDropped,
     /// `accept` failed (EMFILE, ENFILE, ENOMEM…); accepting pauses briefly.
     Accept,
     /// A socket read or write failed other than by the peer closing.
     Io,
-    /// An admin API request was refused for its API key.
+    /// An admin API request had no key, or a wrong one (HTTP 401).
     ApiUnauthorized,
+    /// An admin endpoint was called with the publish key (HTTP 403).
+    ApiForbidden,
     /// An admin API request body was malformed.
     ApiBadRequest,
     /// An admin API request body passed `max_http_body` (HTTP 413).
     ApiBodyTooLarge,
     /// A `/status/events` stream was refused: `max_status_streams` are open.
     TooManyStatusStreams,
+    /// An admin connection arrived while `admin_max_connections` were open:
+    /// answered 503 and closed.
+    AdminOverCapacity,
+    /// An admin request's head did not arrive within `admin_header_timeout`
+    /// of its first byte: the connection was closed.
+    AdminHeaderTimeout,
+    /// An admin request's body did not arrive within `admin_body_timeout`
+    /// (HTTP 408).
+    AdminBodyTimeout,
     /// A follow-graph request of the admin API was refused or failed
     /// (labelled `graph_<code>`, one of [`ErrorKind::GRAPH_LABELS`]).
     Graph(&'static str),
     /// TLS refused or ended a connection, or a certificate reload failed.
     Tls(TlsFailure),
+    /// A connection token was refused, at the request or in a `connect` or
+    /// `refresh` command (labelled `token_<reason>`, see
+    /// `auth::TokenError::label`).
+    Token(&'static str),
 }
 
 impl ErrorKind {
@@ -96,14 +117,20 @@ impl ErrorKind {
             ErrorKind::Handshake(431) => "handshake_431_too_large",
             ErrorKind::Handshake(_) => "handshake_other",
             ErrorKind::OverCapacity => "over_capacity",
+            ErrorKind::OverIpLimit => "over_ip_limit",
+            ErrorKind::OverCapacityDropped => "over_capacity_dropped",
             ErrorKind::Accept => "accept",
             ErrorKind::Io => "io",
             ErrorKind::ApiUnauthorized => "api_unauthorized",
+            ErrorKind::ApiForbidden => "api_forbidden",
             ErrorKind::ApiBadRequest => "api_bad_request",
             ErrorKind::ApiBodyTooLarge => "api_body_too_large",
             ErrorKind::TooManyStatusStreams => "too_many_status_streams",
-            ErrorKind::Graph(label) => label,
             ErrorKind::Tls(failure) => failure.label(),
+            ErrorKind::AdminOverCapacity => "admin_over_capacity",
+            ErrorKind::AdminHeaderTimeout => "admin_header_timeout",
+            ErrorKind::AdminBodyTimeout => "admin_body_timeout",
+            ErrorKind::Graph(label) | ErrorKind::Token(label) => label,
         }
     }
 }
@@ -150,7 +177,16 @@ pub struct Metrics {
     publishes: Counter<u64, AtomicU64>,
     publishes_unrouted: Counter<u64, AtomicU64>,
     tls_reloads: Counter<u64, AtomicU64>,
+    sockets_aborted: Counter<u64, AtomicU64>,
     feeds: FeedMetrics,
+    admin: AdminMetrics,
+}
+
+/// The admin listener's series (its refusals are in `errors`).
+#[derive(Default)]
+struct AdminMetrics {
+    connections: Gauge,
+    idle_closes: Counter<u64, AtomicU64>,
 }
 
 /// The follow graph's series.
@@ -274,6 +310,12 @@ impl Metrics {
             "TLS certificate reloads (SIGHUP) that took effect",
             tls_reloads.clone(),
         );
+        let sockets_aborted = Counter::default();
+        registry.register(
+            "sockets_aborted",
+            "Client sockets aborted (SO_LINGER 0) at a deadline because the peer had not taken everything sent",
+            sockets_aborted.clone(),
+        );
         let history = HistoryGauges::default();
         registry.register(
             "history_subjects",
@@ -321,6 +363,17 @@ impl Metrics {
             "Users with at least one connection on this node",
             feeds.users_present.clone(),
         );
+        let admin = AdminMetrics::default();
+        registry.register(
+            "admin_connections",
+            "Open connections of the admin listener",
+            admin.connections.clone(),
+        );
+        registry.register(
+            "admin_idle_closes",
+            "Admin connections closed after admin_idle_timeout without a request",
+            admin.idle_closes.clone(),
+        );
         Metrics {
             registry,
             history,
@@ -330,7 +383,9 @@ impl Metrics {
             publishes,
             publishes_unrouted,
             tls_reloads,
+            sockets_aborted,
             feeds,
+            admin,
         }
     }
 
@@ -352,6 +407,12 @@ impl Metrics {
         self.tls_reloads.inc();
     }
 
+    /// Counts a socket reset at a deadline rather than closed, so that the
+    /// kernel does not keep it for data its peer is not taking.
+    pub fn socket_aborted(&self) {
+        self.sockets_aborted.inc();
+    }
+
     pub fn feed_send(&self) {
         self.feeds.sends.inc();
     }
@@ -369,6 +430,16 @@ impl Metrics {
     pub fn mirror_feeds(&self, users_known: u64, users_present: usize) {
         self.feeds.users_known.set(users_known as i64);
         self.feeds.users_present.set(users_present as i64);
+    }
+
+    /// The gauge of open admin connections: each connection holds a
+    /// handle, raising it on accept and lowering it when dropped.
+    pub fn admin_connections(&self) -> Gauge {
+        self.admin.connections.clone()
+    }
+
+    pub fn admin_idle_closed(&self) {
+        self.admin.idle_closes.inc();
     }
 
     pub fn error(&self, kind: ErrorKind) {
@@ -421,6 +492,8 @@ impl Metrics {
                 total.messages_out += t.messages_out.get();
             }
         }
+        s.admin_connections = self.admin.connections.get().max(0) as u64;
+        s.admin_idle_closes = self.admin.idle_closes.get();
         s.publishes = self.publishes.get();
         s.publishes_unrouted = self.publishes_unrouted.get();
         s.tls_reloads = self.tls_reloads.get();
@@ -461,15 +534,22 @@ impl ErrorKind {
         );
         labels.extend(ErrorKind::GRAPH_LABELS);
         labels.extend(TlsFailure::ALL.map(TlsFailure::label));
+        labels.extend(crate::auth::TokenError::LABELS);
         labels.extend(
             [
                 ErrorKind::OverCapacity,
+                ErrorKind::OverIpLimit,
+                ErrorKind::OverCapacityDropped,
                 ErrorKind::Accept,
                 ErrorKind::Io,
                 ErrorKind::ApiUnauthorized,
+                ErrorKind::ApiForbidden,
                 ErrorKind::ApiBadRequest,
                 ErrorKind::ApiBodyTooLarge,
                 ErrorKind::TooManyStatusStreams,
+                ErrorKind::AdminOverCapacity,
+                ErrorKind::AdminHeaderTimeout,
+                ErrorKind::AdminBodyTimeout,
             ]
             .map(ErrorKind::label),
         );
@@ -492,6 +572,8 @@ pub struct Snapshot {
     pub tls_reloads: u64,
     pub publishes: u64,
     pub publishes_unrouted: u64,
+    pub admin_connections: u64,
+    pub admin_idle_closes: u64,
     pub closes: Vec<(&'static str, u64)>,
     pub errors: Vec<(&'static str, u64)>,
     /// Indexed by `TransportKind::index`.

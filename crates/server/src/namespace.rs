@@ -1,11 +1,14 @@
-//! Namespaces: per-subject-prefix settings, today the history policy.
+//! Namespaces: per-subject-prefix settings, the history policy and the
+//! access policy.
 //!
 //! The config file lists namespaces as `[[namespace]]` tables with a
 //! `prefix`; a subject takes the settings of the longest prefix it starts
-//! with, and the node-wide defaults otherwise. Resolved when a subject's
-//! stream is created (a scan of the prefixes); a subject that keeps no
-//! history and has no subscriber has no stream, so each publish to it
-//! resolves it again.
+//! with, and the node-wide defaults otherwise. One lookup, [`Namespaces`],
+//! serves each kind of setting. The history policy is resolved when a
+//! subject's stream is created (a scan of the prefixes); a subject that
+//! keeps no history and has no subscriber has no stream, so each publish to
+//! it resolves it again. The access policy is resolved per client command
+//! by the worker (see `crate::auth`).
 
 use std::time::Duration;
 
@@ -15,7 +18,7 @@ use crate::config::Ttl;
 use crate::history::HistoryPolicy;
 
 /// One `[[namespace]]` table of the config file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Namespace {
     /// Subjects starting with this text belong to the namespace.
@@ -27,31 +30,54 @@ pub struct Namespace {
     /// unset, "0s" = no age limit.
     #[serde(default)]
     pub history_ttl: Option<Ttl>,
+    /// Whether connections without a token may subscribe (and publish or
+    /// read history, as far as `publish` and `history` allow); the node's
+    /// `anonymous` when unset.
+    #[serde(default)]
+    pub anonymous: Option<bool>,
+    /// Whether clients may publish here at all (the HTTP API always may);
+    /// the node's `client_publish` when unset.
+    #[serde(default)]
+    pub publish: Option<bool>,
+    /// Whether clients may read history with the `history` command; the
+    /// node's `client_history` when unset.
+    #[serde(default)]
+    pub history: Option<bool>,
+}
+
+/// What clients may do in a namespace, before their token's grants are
+/// looked at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AccessPolicy {
+    pub anonymous: bool,
+    pub publish: bool,
+    pub history: bool,
 }
 
 /// A namespace, by its place in [`Namespaces`]; 0 is the default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NamespaceId(u16);
 
-/// Subject → history policy, by longest matching prefix.
+/// Subject → one kind of per-namespace setting `P`, by longest matching
+/// prefix.
 #[derive(Debug, Clone)]
-pub struct Namespaces {
+pub struct Namespaces<P = HistoryPolicy> {
     /// Longest prefix first, so the first match is the most specific.
-    rules: Vec<(String, HistoryPolicy)>,
-    default: HistoryPolicy,
+    rules: Vec<(String, P)>,
+    default: P,
 }
 
-impl Namespaces {
-    pub fn new(default: HistoryPolicy, namespaces: &[Namespace]) -> Namespaces {
-        let mut rules: Vec<(String, HistoryPolicy)> = namespaces
+impl<P: Copy> Namespaces<P> {
+    /// The settings `resolve` makes of each namespace (given the node's
+    /// `default`), under `default` for subjects outside every namespace.
+    pub fn new(
+        default: P,
+        namespaces: &[Namespace],
+        resolve: impl Fn(&Namespace, P) -> P,
+    ) -> Namespaces<P> {
+        let mut rules: Vec<(String, P)> = namespaces
             .iter()
-            .map(|ns| {
-                let policy = HistoryPolicy {
-                    size: ns.history_size.unwrap_or(default.size),
-                    ttl: ns.history_ttl.map_or(default.ttl, Duration::from),
-                };
-                (ns.prefix.clone(), policy)
-            })
+            .map(|ns| (ns.prefix.clone(), resolve(ns, default)))
             .collect();
         rules.sort_by_key(|(prefix, _)| std::cmp::Reverse(prefix.len()));
         Namespaces { rules, default }
@@ -68,24 +94,40 @@ impl Namespaces {
         NamespaceId(found.map_or(0, |i| i as u16 + 1))
     }
 
-    /// The history policy of a namespace.
-    pub fn policy(&self, id: NamespaceId) -> HistoryPolicy {
+    /// The settings of a namespace.
+    pub fn policy(&self, id: NamespaceId) -> P {
         match id.0 {
             0 => self.default,
             n => self.rules[usize::from(n) - 1].1,
         }
+    }
+
+    /// The settings that hold for `subject`.
+    pub fn policy_for(&self, subject: &str) -> P {
+        self.policy(self.id_of(subject))
+    }
+}
+
+/// The history policy a namespace table makes, over the node's.
+pub fn history_policy(ns: &Namespace, node: HistoryPolicy) -> HistoryPolicy {
+    HistoryPolicy {
+        size: ns.history_size.unwrap_or(node.size),
+        ttl: ns.history_ttl.map_or(node.ttl, Duration::from),
+    }
+}
+
+/// The access policy a namespace table makes, over the node's.
+pub fn access_policy(ns: &Namespace, node: AccessPolicy) -> AccessPolicy {
+    AccessPolicy {
+        anonymous: ns.anonymous.unwrap_or(node.anonymous),
+        publish: ns.publish.unwrap_or(node.publish),
+        history: ns.history.unwrap_or(node.history),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    impl Namespaces {
-        fn policy_for(&self, subject: &str) -> HistoryPolicy {
-            self.policy(self.id_of(subject))
-        }
-    }
 
     #[test]
     fn the_longest_prefix_wins_and_unset_fields_inherit() {
@@ -97,6 +139,7 @@ mod tests {
             prefix: prefix.to_owned(),
             history_size: size,
             history_ttl: ttl.map(|s| Ttl(Duration::from_secs(s))),
+            ..Namespace::default()
         };
         let namespaces = Namespaces::new(
             default,
@@ -105,6 +148,7 @@ mod tests {
                 ns("chat.vip.", None, Some(3600)),
                 ns("ticks.", Some(0), None),
             ],
+            history_policy,
         );
         assert_eq!(namespaces.policy_for("other"), default);
         assert_eq!(

@@ -8,13 +8,15 @@
 //! hand the client its positions as one value (Server-Sent Events ids,
 //! long-poll answers; see `myriad_protocol::cursor`): a WebSocket client
 //! reads the position of every message itself. The identity is the user a
-//! connection acts as: set when a WebSocket opens with `?user=` (see
-//! `worker::feeds`); authentication will bind it to a verified token (see
-//! docs/architecture.md, "Session and transport").
+//! connection acts as, and what its token allows: from a verified token
+//! (see `crate::auth`), or from `?user=` on a node that checks no tokens
+//! (see `worker::feeds`).
 
 use std::sync::Arc;
 
 use myriad_graph::UserId;
+
+use crate::auth::Access;
 use myriad_protocol::cursor::write_cursor;
 use myriad_protocol::position::Position;
 use smallvec::SmallVec;
@@ -29,6 +31,9 @@ pub struct Identity {
     /// `max_subscriptions`. Never more than the feeds held: it drops with
     /// every feed the connection loses, whoever had added it.
     pub graph_feeds: u32,
+    /// What the connection's token allows, until when; `None` for a user
+    /// named by `?user=` on a node that checks no tokens.
+    pub access: Option<Access>,
 }
 
 impl Session {
@@ -37,6 +42,11 @@ impl Session {
     pub fn client_subscriptions(&self) -> usize {
         let graph = self.identity.as_ref().map_or(0, |i| i.graph_feeds as usize);
         self.subscriptions.len().saturating_sub(graph)
+    }
+
+    /// What the connection's token allows; `None` without a token.
+    pub fn access(&self) -> Option<&Access> {
+        self.identity.as_ref().and_then(|i| i.access.as_ref())
     }
 
     /// Records that a feed subscription ended; see [`Identity::graph_feeds`].

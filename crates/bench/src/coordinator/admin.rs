@@ -58,14 +58,15 @@ pub fn post_json(
     ))
 }
 
-/// GETs `path` from `target` and parses the body as JSON.
-pub fn get_json(target: &Target, path: &str) -> Option<Value> {
+/// GETs `path` from `target`, with `headers` (as for [`post_json`]), and
+/// parses the body as JSON.
+pub fn get_json(target: &Target, path: &str, headers: &str) -> Option<Value> {
     let mut s = TcpStream::connect_timeout(&target.addr, TIMEOUT).ok()?;
     s.set_read_timeout(Some(TIMEOUT)).ok()?;
     s.set_write_timeout(Some(TIMEOUT)).ok()?;
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        "GET {path} HTTP/1.1\r\nHost: {}\r\n{headers}Connection: close\r\n\r\n",
         target.host
     )
     .ok()?;
@@ -81,6 +82,8 @@ pub fn get_json(target: &Target, path: &str) -> Option<Value> {
 /// Polls /stats of every node once a second until dropped.
 pub struct StatsPoller {
     targets: Vec<Target>,
+    /// Header lines of each request (the admin key).
+    headers: String,
     latest: Arc<Mutex<Option<Vec<Value>>>>,
     stop: Arc<AtomicBool>,
     /// The first answers, one per node, taken before the load starts.
@@ -89,22 +92,25 @@ pub struct StatsPoller {
 
 /// One /stats answer from each of `targets`, or None unless all answered:
 /// a sum over some of the nodes would pass for the whole.
-fn poll_all(targets: &[Target]) -> Option<Vec<Value>> {
-    targets.iter().map(|t| get_json(t, "/stats")).collect()
+fn poll_all(targets: &[Target], headers: &str) -> Option<Vec<Value>> {
+    targets
+        .iter()
+        .map(|t| get_json(t, "/stats", headers))
+        .collect()
 }
 
 impl StatsPoller {
-    /// Starts polling `targets` (the nodes of one run).
-    pub fn start(targets: Vec<Target>) -> StatsPoller {
-        let first = poll_all(&targets);
+    /// Starts polling `targets` (the nodes of one run), sending `headers`.
+    pub fn start(targets: Vec<Target>, headers: String) -> StatsPoller {
+        let first = poll_all(&targets, &headers);
         let latest = Arc::new(Mutex::new(first.clone()));
         let stop = Arc::new(AtomicBool::new(false));
         let (l, s) = (Arc::clone(&latest), Arc::clone(&stop));
-        let polled = targets.clone();
+        let (polled, polled_headers) = (targets.clone(), headers.clone());
         std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_secs(1));
-                if let Some(v) = poll_all(&polled) {
+                if let Some(v) = poll_all(&polled, &polled_headers) {
                     // A poisoned lock only means a reader panicked; the
                     // value is still whole JSON documents.
                     *l.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
@@ -113,6 +119,7 @@ impl StatsPoller {
         });
         StatsPoller {
             targets,
+            headers,
             latest,
             stop,
             first,
@@ -122,7 +129,7 @@ impl StatsPoller {
     /// Fresh answers taken now (the latest periodic ones if a node does not
     /// answer): the report's end state, exact for every counter.
     pub fn final_answers(&self) -> Option<Vec<Value>> {
-        poll_all(&self.targets).or_else(|| self.latest())
+        poll_all(&self.targets, &self.headers).or_else(|| self.latest())
     }
 
     /// The latest answers, one per node.

@@ -79,10 +79,16 @@ pub struct Global {
     /// it for several nodes) and HTTP publishing (to the first).
     #[arg(long = "admin-url", global = true, value_parser = parse_http)]
     pub admin_urls: Vec<Target>,
-    /// API key for HTTP publishing.
-    #[arg(long, global = true, env = "MYRIAD_API_KEY")]
+    /// Key for HTTP publishing (myriad's publish key); when unset,
+    /// --admin-key is sent instead.
+    #[arg(long, global = true, env = "MYRIAD_PUBLISH_KEY")]
     #[serde(skip)]
-    pub api_key: Option<String>,
+    pub publish_key: Option<String>,
+    /// Key for the node's /stats and follow-graph API at --admin-url
+    /// (myriad's admin key, which opens publishing too).
+    #[arg(long, global = true, env = "MYRIAD_ADMIN_KEY")]
+    #[serde(skip)]
+    pub admin_key: Option<String>,
     /// Protocol profile: `myriad`, `generic`, or a TOML/JSON file.
     #[arg(long, global = true, default_value = "myriad")]
     pub profile: String,
@@ -117,6 +123,22 @@ pub struct Global {
     /// Seconds between plain progress lines.
     #[arg(long, global = true, default_value = "5s")]
     pub progress_every: Secs,
+}
+
+impl Global {
+    /// The key HTTP publishing sends: the publish key, else the admin key.
+    pub fn publishing_key(&self) -> Option<&str> {
+        self.publish_key.as_deref().or(self.admin_key.as_deref())
+    }
+
+    /// The header lines (each ending in CRLF; empty without a key) of a
+    /// request to the node's admin API.
+    pub fn admin_headers(&self) -> String {
+        match &self.admin_key {
+            Some(key) => format!("X-Api-Key: {key}\r\n"),
+            None => String::new(),
+        }
+    }
 }
 
 /// How progress is shown.
@@ -268,10 +290,11 @@ impl ReceiveOpts {
     }
 
     /// How long set-up may take beyond connect and handshake: a poll's
-    /// first answer comes only when the server's poll timeout passes.
+    /// first answer comes only when the server's poll timeout passes, and
+    /// myriad's sweep answers within the second after it (never before).
     pub fn first_answer_secs(&self) -> f64 {
         match self.transport {
-            SubscribeTransport::Poll => self.poll_timeout.0,
+            SubscribeTransport::Poll => self.poll_timeout.0 + 1.0,
             _ => 0.0,
         }
     }
@@ -566,7 +589,7 @@ mod tests {
             panic!()
         };
         assert_eq!(c.subs.receive.http_path().as_deref(), Some("/lp"));
-        assert_eq!(c.subs.receive.first_answer_secs(), 2.0);
+        assert_eq!(c.subs.receive.first_answer_secs(), 3.0);
         let b = parse(&["run"]);
         let Workload::Run(r) = &b.workload else {
             panic!()

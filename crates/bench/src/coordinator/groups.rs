@@ -229,7 +229,7 @@ pub fn spawn_publisher(
             spec_targets = Some(vec![admin]);
             let header = setup.profile.http()?.api_key_header.clone();
             header
-                .zip(cmd.global.api_key.clone())
+                .zip(cmd.global.publishing_key())
                 .map(|(h, k)| format!("{h}: {k}\r\n"))
         }
     };

@@ -77,7 +77,7 @@ impl Monitor {
             next_sample: 1.0,
             progress: Progress::new(global.progress, global.progress_every.0),
             admin: (!global.admin_urls.is_empty())
-                .then(|| StatsPoller::start(global.admin_urls.clone())),
+                .then(|| StatsPoller::start(global.admin_urls.clone(), global.admin_headers())),
             setup_secs: None,
             subscribed_at_setup: None,
             interrupted,

@@ -93,7 +93,8 @@ pub struct HttpPublish {
     pub path: String,
     /// Request body.
     pub body: String,
-    /// Header that carries `--api-key`, if the server wants one.
+    /// Header that carries `--publish-key` (or `--admin-key`), if the
+    /// server wants one.
     #[serde(default)]
     pub api_key_header: Option<String>,
 }

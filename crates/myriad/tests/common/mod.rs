@@ -27,6 +27,9 @@ pub struct Node {
     pub admin: SocketAddr,
     /// The client listener speaks TLS (see `tls::Pki::start`).
     pub tls: bool,
+    /// The `--admin-key` the node was started with: the harness's own
+    /// requests (`stats`, `publish`) carry it.
+    pub admin_key: Option<String>,
     /// The node's own data directory, removed with it, unless the test
     /// gave one (`--data-dir`) to outlive the node.
     _data_dir: Option<tempfile::TempDir>,
@@ -36,13 +39,43 @@ impl Node {
     /// Starts `myriad serve` with `extra` flags (plus ephemeral ports, and a
     /// fresh data directory unless `extra` names one).
     pub fn start(extra: &[&str]) -> Node {
+        Node::launch(serve_command(), extra)
+    }
+
+    /// [`Node::start`], with the node's open-file limit (soft and hard) at
+    /// `open_files`, as `ulimit -n` would set it.
+    pub fn start_with_open_files(extra: &[&str], open_files: u64) -> Node {
+        use std::os::unix::process::CommandExt;
+        let mut command = serve_command();
+        // SAFETY: setrlimit is async-signal-safe, and the closure touches
+        // nothing else between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                let limit = libc::rlimit {
+                    rlim_cur: open_files,
+                    rlim_max: open_files,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        Node::launch(command, extra)
+    }
+
+    fn launch(mut command: Command, extra: &[&str]) -> Node {
         let data_dir = (!extra.contains(&"--data-dir"))
             .then(|| tempfile::tempdir().expect("a data directory"));
         let mut own_dir = Vec::new();
         if let Some(dir) = &data_dir {
             own_dir = vec!["--data-dir".to_owned(), dir.path().display().to_string()];
         }
-        let mut child = serve_command()
+        let admin_key = extra
+            .iter()
+            .position(|arg| *arg == "--admin-key")
+            .map(|at| extra[at + 1].to_owned());
+        let mut child = command
             .args(extra)
             .args(&own_dir)
             .env("MYRIAD_LOG", "warn")
@@ -61,6 +94,7 @@ impl Node {
             ws: ready["ws"].as_str().unwrap().parse().unwrap(),
             admin: ready["admin"].as_str().unwrap().parse().unwrap(),
             tls: false,
+            admin_key,
             child,
             _data_dir: data_dir,
         }
@@ -98,8 +132,14 @@ impl Node {
         http(self.admin, method, path, headers, body)
     }
 
+    /// The node's admin key as request headers (none without one).
+    pub fn key_headers(&self) -> Vec<(&str, &str)> {
+        let key = self.admin_key.as_deref();
+        key.map(|key| ("X-Api-Key", key)).into_iter().collect()
+    }
+
     pub fn stats(&self) -> Value {
-        let (status, body) = self.http("GET", "/stats", &[], "");
+        let (status, body) = self.http("GET", "/stats", &self.key_headers(), "");
         assert_eq!(status, 200);
         serde_json::from_str(&body).unwrap()
     }
@@ -132,10 +172,38 @@ impl Node {
         }
     }
 
+    /// A WebSocket subscribed to `subject` whose receive buffer is tiny
+    /// (4 KiB), so that it stalls quickly once it stops reading.
+    pub fn stalled_subscriber(&self, subject: &str) -> Ws {
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        socket.connect(&self.ws.into()).unwrap();
+        let stream: TcpStream = socket.into();
+        let (mut ws, _) =
+            tungstenite::client(self.url("/ws"), MaybeTlsStream::Plain(stream)).expect("handshake");
+        set_timeout(&ws, Duration::from_secs(10));
+        subscribe(&mut ws, &[subject]);
+        ws
+    }
+
+    /// The value of a metric series without labels from `GET /metrics`.
+    pub fn metric(&self, name: &str) -> u64 {
+        let (status, text) = self.http("GET", "/metrics", &[], "");
+        assert_eq!(status, 200);
+        let line = text
+            .lines()
+            .find(|line| {
+                line.split_once(' ')
+                    .is_some_and(|(series, _)| series == name)
+            })
+            .unwrap_or_else(|| panic!("{name} missing from /metrics"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    }
+
     /// Publishes through the HTTP API; returns the response JSON.
     pub fn publish(&self, subject: &str, data: &Value) -> Value {
         let body = serde_json::json!({"subject": subject, "data": data}).to_string();
-        let (status, reply) = self.http("POST", "/api/publish", &[], &body);
+        let (status, reply) = self.http("POST", "/api/publish", &self.key_headers(), &body);
         assert_eq!(status, 200, "{reply}");
         serde_json::from_str(&reply).unwrap()
     }
@@ -227,13 +295,19 @@ impl Node {
                 );
                 std::thread::sleep(Duration::from_millis(1));
             }
-            let messages: Vec<_> = (0..10)
-                .map(|i| serde_json::json!({"subject": subject, "data": format!("{batch}-{i}-{chunk}")}))
-                .collect();
-            let body = serde_json::json!({ "messages": messages }).to_string();
-            let (status, reply) = self.http("POST", "/api/publish", &[], &body);
-            assert_eq!(status, 200, "{reply}");
+            self.publish_batch(subject, batch, 10, &chunk);
         }
+    }
+
+    /// Publishes `count` messages to `subject` in one API request, their
+    /// data `"{batch}-{i}-{filler}"` for `i` in `0..count`.
+    pub fn publish_batch(&self, subject: &str, batch: u64, count: u64, filler: &str) {
+        let messages: Vec<_> = (0..count)
+            .map(|i| serde_json::json!({"subject": subject, "data": format!("{batch}-{i}-{filler}")}))
+            .collect();
+        let body = serde_json::json!({ "messages": messages }).to_string();
+        let (status, reply) = self.http("POST", "/api/publish", &self.key_headers(), &body);
+        assert_eq!(status, 200, "{reply}");
     }
 }
 
@@ -292,6 +366,115 @@ pub fn http(
         .map_or("", |(_, b)| b)
         .to_owned();
     (status, body)
+}
+
+/// One IPv4 TCP socket as the kernel lists it in `/proc/net/tcp`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelSocket {
+    pub local_port: u16,
+    pub remote_port: u16,
+    /// `TCP_ESTABLISHED` is 1, `FIN_WAIT1` 4, `CLOSE_WAIT` 8, `LISTEN` 10 (include/net/tcp_states.h).
+    pub state: u8,
+    /// Bytes not yet acknowledged by the peer (`SIOCOUTQ`).
+    pub tx_queue: u64,
+    /// 0 once no process holds the socket: the kernel keeps it alone.
+    pub inode: u64,
+}
+
+pub const CLOSE_WAIT: u8 = 8;
+
+/// Every IPv4 TCP socket of this network namespace (the node's among them),
+/// read without `ss`.
+pub fn kernel_sockets() -> Vec<KernelSocket> {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("read /proc/net/tcp");
+    let port = |address: &str| {
+        let (_, port) = address.split_once(':').expect("address:port");
+        u16::from_str_radix(port, 16).expect("hex port")
+    };
+    table
+        .lines()
+        .skip(1)
+        .map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (tx, _) = fields[4].split_once(':').expect("tx:rx");
+            KernelSocket {
+                local_port: port(fields[1]),
+                remote_port: port(fields[2]),
+                state: u8::from_str_radix(fields[3], 16).expect("hex state"),
+                tx_queue: u64::from_str_radix(tx, 16).expect("hex queue"),
+                inode: fields[9].parse().expect("inode"),
+            }
+        })
+        .collect()
+}
+
+/// The kernel's socket on the node's side of the connection from `client`
+/// (a socket connected to the node's client port), if it still has one.
+pub fn node_side(node: &Node, client: &TcpStream) -> Option<KernelSocket> {
+    let client_port = client.local_addr().unwrap().port();
+    kernel_sockets()
+        .into_iter()
+        .find(|s| s.local_port == node.ws.port() && s.remote_port == client_port)
+}
+
+/// The head of an HTTP/1.1 `GET path` with `headers`.
+pub fn get_head(path: &str, headers: &[(&str, &str)]) -> String {
+    let mut head = format!("GET {path} HTTP/1.1\r\nHost: test\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head + "\r\n"
+}
+
+/// An HTTP/1.1 connection to `addr` kept open across requests.
+pub struct KeepAlive {
+    reader: BufReader<TcpStream>,
+}
+
+impl KeepAlive {
+    /// Connects; reads time out after 10 s.
+    pub fn open(addr: SocketAddr) -> KeepAlive {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        KeepAlive {
+            reader: BufReader::new(stream),
+        }
+    }
+
+    /// Sends `GET path` with `headers` and reads the answer whole (it must
+    /// have a Content-Length): (status, body).
+    pub fn get(&mut self, path: &str, headers: &[(&str, &str)]) -> (u16, String) {
+        let request = get_head(path, headers);
+        self.reader.get_mut().write_all(request.as_bytes()).unwrap();
+        let mut status = String::new();
+        self.reader.read_line(&mut status).unwrap();
+        assert!(status.starts_with("HTTP/1.1 "), "{status:?}");
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            self.reader.read_line(&mut line).unwrap();
+            if line == "\r\n" {
+                break;
+            }
+            let (name, value) = line.split_once(':').unwrap();
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse().unwrap();
+            }
+        }
+        let mut body = vec![0; length];
+        self.reader.read_exact(&mut body).unwrap();
+        (
+            status[9..12].parse().unwrap(),
+            String::from_utf8(body).unwrap(),
+        )
+    }
+
+    /// The socket, for tests that go on by hand.
+    pub fn stream(&self) -> &TcpStream {
+        self.reader.get_ref()
+    }
 }
 
 /// Sends a raw request on a fresh socket and returns the HTTP status line's code.

@@ -20,8 +20,8 @@ use serde_json::value::RawValue;
 use serde_json::Number;
 
 use super::{
-    bad_json, error_reply, json_reply, publish_items, published_json, read_body,
-    refuse_unauthorized, HttpReply, PublishItem,
+    bad_json, error_reply, json_reply, publish_items, published_json, read_body, HttpReply,
+    PublishItem,
 };
 use crate::feeds::{feed_subject, Direction, FeedsError, Relation};
 use crate::hub::Wakeups;
@@ -206,9 +206,6 @@ pub(super) async fn add_users(req: Request<Incoming>, shared: &Shared) -> HttpRe
 /// `GET /api/followers?user=X[&after=Y][&limit=N]` (and `/api/following`):
 /// one page, ascending; `next` is the `after` of the next page, or null.
 pub(super) async fn read(req: Request<Incoming>, shared: &Shared, relation: Relation) -> HttpReply {
-    if let Some(refusal) = refuse_unauthorized(&req, shared) {
-        return refusal;
-    }
     let (user, after, limit) = match page_query(req.uri().query().unwrap_or("")) {
         Ok(query) => query,
         Err(message) => {

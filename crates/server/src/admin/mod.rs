@@ -1,7 +1,9 @@
 //! The admin/API listener: the HTTP publish and history API for backends,
 //! the follow graph's API ([`graph`]),
 //! `/stats`, `/metrics`, `/healthz`, and the routes to the live status page
-//! (`/status`, `/status/events`, served by [`status`]).
+//! (`/status`, `/status/events`, served by [`status`]). Which key opens
+//! which endpoint is [`access`]'s; how many connections it holds and how long
+//! each may take is [`conn`]'s.
 //!
 //! It runs on its own thread with a single-threaded tokio runtime and hyper,
 //! apart from the workers: admin traffic is low-volume and must never sit in
@@ -13,18 +15,16 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Either, Full, Limited};
+use hyper::body::Body;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
-use hyper::service::service_fn;
+use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use myriad_protocol::close::CloseReason;
 use myriad_protocol::message::{encode_history, present};
 use myriad_protocol::position::{Epoch, Position};
@@ -33,8 +33,10 @@ use serde::Deserialize;
 use serde_json::json;
 use serde_json::value::RawValue;
 use tokio::sync::watch;
-use tracing::{debug, warn};
+use tracing::warn;
 
+mod access;
+mod conn;
 mod graph;
 
 use crate::engine::{HistoryQuery, Published, Reply};
@@ -45,9 +47,6 @@ use crate::process;
 use crate::status;
 use crate::transport::TransportKind;
 use crate::worker::Shared;
-
-/// Header carrying the API key (`Authorization: Bearer <key>` works too).
-pub const API_KEY_HEADER: &str = "x-api-key";
 
 /// How long a publish request waits for congested workers before giving up with 503.
 const CONGESTION_WAIT: Duration = Duration::from_secs(5);
@@ -70,11 +69,14 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let started = Instant::now();
     let status_streams = Arc::new(status::Streams::new(shared.config.max_status_streams));
+    let admission = conn::Admission::new(&shared.config, &shared.metrics);
+    let timeouts = conn::Timeouts::new(&shared.config);
     loop {
         let (stream, _) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(pair) => pair,
                 Err(e) => {
+                    shared.metrics.error(ErrorKind::Accept);
                     warn!(error = %e, "admin accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
@@ -82,30 +84,36 @@ pub async fn serve(
             },
             _ = shutdown.changed() => return Ok(()),
         };
-        let shared = Arc::clone(&shared);
-        let status_streams = Arc::clone(&status_streams);
-        tokio::spawn(async move {
-            let service = service_fn(move |req| {
+        let Some(slot) = admission.admit(&stream, &shared.metrics) else {
+            continue;
+        };
+        let handler = {
+            let shared = Arc::clone(&shared);
+            let status_streams = Arc::clone(&status_streams);
+            move |req| {
                 let shared = Arc::clone(&shared);
                 let status_streams = Arc::clone(&status_streams);
-                async move { Ok::<_, Infallible>(route(req, &shared, started, &status_streams).await) }
-            });
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await
-            {
-                debug!(error = %e, "admin connection ended with an error");
+                async move { route(req, &shared, started, &status_streams).await }
             }
-        });
+        };
+        let metrics = Arc::clone(&shared.metrics);
+        tokio::spawn(conn::serve(stream, slot, timeouts, metrics, handler));
     }
 }
 
+/// Checks the caller's key, then answers.
 async fn route(
     req: Request<Incoming>,
     shared: &Arc<Shared>,
     started: Instant,
     status_streams: &status::Streams,
 ) -> Response<AdminBody> {
+    let Some(needs) = access::of(req.uri().path()) else {
+        return text_reply(StatusCode::NOT_FOUND, "not found\n").map(Either::Left);
+    };
+    if let Err(refusal) = access::check(&shared.config, needs, req.headers()) {
+        return refused(shared, refusal).map(Either::Left);
+    }
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/status/events") => match status::events(shared, started, status_streams) {
             Ok(events) => events.map(Either::Right),
@@ -117,6 +125,25 @@ async fn route(
         },
         _ => whole_reply(req, shared, started).await.map(Either::Left),
     }
+}
+
+/// The answer to a request `auth` refused, counted.
+fn refused(shared: &Shared, refusal: access::Refusal) -> HttpReply {
+    let (status, kind) = match refusal {
+        access::Refusal::Unauthorized => (StatusCode::UNAUTHORIZED, ErrorKind::ApiUnauthorized),
+        access::Refusal::Forbidden => (StatusCode::FORBIDDEN, ErrorKind::ApiForbidden),
+    };
+    shared.metrics.error(kind);
+    let mut reply = error_reply(status, refusal.code(), &refusal.to_string());
+    if refusal == access::Refusal::Unauthorized {
+        // A browser asks for the key (as a password) on the status page,
+        // then sends it with the page's event stream too.
+        reply.headers_mut().insert(
+            WWW_AUTHENTICATE,
+            HeaderValue::from_static(r#"Basic realm="myriad admin", charset="UTF-8""#),
+        );
+    }
+    reply
 }
 
 /// The reply to any request but a status stream.
@@ -153,13 +180,8 @@ async fn whole_reply(req: Request<Incoming>, shared: &Shared, started: Instant) 
                 text_reply(StatusCode::OK, "ok\n")
             }
         }
-        (
-            _,
-            "/api/publish" | "/api/history" | "/api/publish_as" | "/api/follow" | "/api/unfollow"
-            | "/api/users" | "/api/followers" | "/api/following" | "/stats" | "/metrics"
-            | "/healthz" | "/status" | "/status/events",
-        ) => text_reply(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"),
-        _ => text_reply(StatusCode::NOT_FOUND, "not found\n"),
+        // `route` let only endpoints through.
+        _ => text_reply(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"),
     }
 }
 
@@ -182,38 +204,28 @@ struct PublishItem<'a> {
     data: &'a RawValue,
 }
 
-/// The 401 for a request without the right API key, if it lacks one.
-fn refuse_unauthorized(req: &Request<Incoming>, shared: &Shared) -> Option<HttpReply> {
-    if authorized(req, shared.config.api_key.as_deref()) {
-        return None;
-    }
-    shared.metrics.error(ErrorKind::ApiUnauthorized);
-    Some(error_reply(
-        StatusCode::UNAUTHORIZED,
-        "unauthorized",
-        "missing or wrong API key",
-    ))
-}
-
-/// An authorized request's whole body, within `max_http_body`.
+/// A request's whole body, within `max_http_body` and `admin_body_timeout`.
+/// A body declared too large is refused before any of it is read.
 async fn read_body(req: Request<Incoming>, shared: &Shared) -> Result<Bytes, HttpReply> {
-    if let Some(refusal) = refuse_unauthorized(&req, shared) {
-        return Err(refusal);
+    let limit = shared.config.max_http_body;
+    let too_large = || {
+        shared.metrics.error(ErrorKind::ApiBodyTooLarge);
+        closing(error_reply(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            &format!("body over {limit} bytes"),
+        ))
+    };
+    // Content-Length is the lower bound of hyper's size hint.
+    if req.body().size_hint().lower() > limit as u64 {
+        return Err(too_large());
     }
-    match Limited::new(req.into_body(), shared.config.max_http_body)
-        .collect()
-        .await
-    {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            shared.metrics.error(ErrorKind::ApiBodyTooLarge);
-            Err(error_reply(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                &format!("body over {} bytes", shared.config.max_http_body),
-            ))
-        }
-        Err(e) => {
+    let deadline = Duration::from_secs(shared.config.admin_body_timeout.into());
+    let collect = Limited::new(req.into_body(), limit).collect();
+    match tokio::time::timeout(deadline, collect).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+        Ok(Err(e)) => {
             shared.metrics.error(ErrorKind::ApiBadRequest);
             Err(error_reply(
                 StatusCode::BAD_REQUEST,
@@ -221,7 +233,27 @@ async fn read_body(req: Request<Incoming>, shared: &Shared) -> Result<Bytes, Htt
                 &e.to_string(),
             ))
         }
+        Err(_) => {
+            shared.metrics.error(ErrorKind::AdminBodyTimeout);
+            Err(closing(error_reply(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                &format!(
+                    "the body did not arrive within {} s",
+                    shared.config.admin_body_timeout
+                ),
+            )))
+        }
     }
+}
+
+/// `reply`, closing its connection: what is left of the request's body
+/// is not read.
+fn closing(mut reply: HttpReply) -> HttpReply {
+    reply
+        .headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
+    reply
 }
 
 /// The refusal of a body that is not JSON of the expected shape.
@@ -297,9 +329,6 @@ async fn publish(req: Request<Incoming>, shared: &Shared) -> HttpReply {
 /// `GET /api/history?subject=S[&limit=N][&epoch=E&offset=O]`: the same
 /// document as the `history` command's reply.
 async fn history(req: Request<Incoming>, shared: &Shared) -> HttpReply {
-    if let Some(refusal) = refuse_unauthorized(&req, shared) {
-        return refusal;
-    }
     let query = match history_query(req.uri().query().unwrap_or(""), shared) {
         Ok(query) => query,
         Err((code, message)) => {
@@ -366,29 +395,6 @@ fn history_query(query: &str, shared: &Shared) -> Result<HistoryQuery, (&'static
         since,
         limit,
     })
-}
-
-fn authorized(req: &Request<Incoming>, key: Option<&str>) -> bool {
-    let Some(key) = key else {
-        return true;
-    };
-    let headers = req.headers();
-    let given = headers
-        .get(API_KEY_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .or_else(|| {
-            headers
-                .get(AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-        });
-    given.is_some_and(|given| constant_time_eq(given.as_bytes(), key.as_bytes()))
-}
-
-/// Compares without an early exit, so response timing does not reveal how
-/// much of a guessed key was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Publishes `items` in order, waiting (bounded) while workers are congested;
@@ -489,6 +495,11 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
             "evictions": history.evictions,
         },
         "slow_consumer_disconnects": s.closed(CloseReason::SlowConsumer),
+        "admin": {
+            "connections": s.admin_connections,
+            "max_connections": shared.config.admin_max_connections,
+            "idle_closes": s.admin_idle_closes,
+        },
         "graph": {
             "users": shared.feeds.known.count(),
             "users_present": shared.feeds.presence.users(),
@@ -536,16 +547,4 @@ fn error_reply(status: StatusCode, code: &str, message: &str) -> HttpReply {
         status,
         &json!({"error": {"code": code, "message": message}}),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::constant_time_eq;
-
-    #[test]
-    fn key_comparison() {
-        assert!(constant_time_eq(b"secret", b"secret"));
-        assert!(!constant_time_eq(b"secret", b"secreT"));
-        assert!(!constant_time_eq(b"secret", b"secret2"));
-    }
 }

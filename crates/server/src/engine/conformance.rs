@@ -242,6 +242,7 @@ fn namespaces() -> Namespaces {
         prefix: prefix.to_owned(),
         history_size: Some(size),
         history_ttl: ttl_ms.map(|ms| crate::config::Ttl(Duration::from_millis(ms))),
+        ..Namespace::default()
     };
     Namespaces::new(
         policy(100_000, 0),
@@ -250,6 +251,7 @@ fn namespaces() -> Namespaces {
             ns("short.", 3, None),
             ns("brief.", 100, Some(300)),
         ],
+        crate::namespace::history_policy,
     )
 }
 

@@ -624,6 +624,7 @@ impl Engine for MemoryEngine {
 mod tests {
     use super::*;
     use crate::engine::conformance::{self, Harness};
+    use crate::namespace::history_policy;
 
     fn memory(workers: usize, namespaces: Namespaces, max_bytes: usize) -> Harness {
         Harness::new(workers, |hub| {
@@ -643,7 +644,7 @@ mod tests {
             size: 3,
             ttl: Duration::ZERO,
         };
-        let h = memory(1, Namespaces::new(policy, &[]), 5_000);
+        let h = memory(1, Namespaces::new(policy, &[], history_policy), 5_000);
         for n in 0..40 {
             h.publish(&format!("s{}", n % 4), &"7".repeat(n * 10));
         }

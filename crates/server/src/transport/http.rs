@@ -14,6 +14,7 @@ use myriad_protocol::position::Position;
 use myriad_protocol::subject::{self, SubjectError};
 use thiserror::Error;
 
+use crate::auth::{Forbidden, TokenError};
 use crate::config::Config;
 
 /// A valid request for an HTTP transport: the subjects, in the order given,
@@ -23,6 +24,20 @@ pub struct StreamRequest {
     pub subjects: Vec<String>,
     /// One entry per subject; `None` means "live from now".
     pub since: Vec<Option<Position>>,
+    /// The `token` parameter, for clients that cannot set `Authorization`
+    /// (a browser's EventSource).
+    pub token: Option<String>,
+}
+
+/// What a WebSocket upgrade's query says about who the client is. Other
+/// parameters are the application's and are left alone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UpgradeQuery {
+    /// `user`: the user to act as, on a node that checks no tokens.
+    pub user: Option<UserId>,
+    /// `token`: the connection token, for clients that cannot set
+    /// `Authorization` (a browser's WebSocket).
+    pub token: Option<String>,
 }
 
 /// Why a request to an HTTP transport was refused. Each variant has a
@@ -33,7 +48,7 @@ pub enum RequestError {
     MethodNotAllowed,
     #[error("a request to this endpoint cannot carry a body")]
     BodyNotAllowed,
-    #[error("unknown query parameter {0:?}; known: subject, since")]
+    #[error("unknown query parameter {0:?}; known: subject, since, token")]
     UnknownParameter(String),
     #[error("query parameter {0:?} given more than once")]
     RepeatedParameter(&'static str),
@@ -57,11 +72,19 @@ pub enum RequestError {
     InvalidUser(UserIdError),
     #[error("user {0} is not in the follow graph")]
     UnknownUser(UserId),
+    #[error("this node checks tokens: the user is the token's sub, not a user= parameter")]
+    UserWithoutToken,
+    #[error("{0}")]
+    InvalidToken(TokenError),
+    #[error("{0}")]
+    Forbidden(Forbidden),
+    #[error("origin {0:?} is not allowed")]
+    OriginNotAllowed(String),
 }
 
 impl RequestError {
     /// Every metric label, `request_` and the code.
-    pub const LABELS: [&'static str; 10] = [
+    pub const LABELS: [&'static str; 13] = [
         "request_method_not_allowed",
         "request_body_not_allowed",
         "request_unknown_parameter",
@@ -72,10 +95,17 @@ impl RequestError {
         "request_invalid_position",
         "request_invalid_user",
         "request_unknown_user",
+        "request_user_without_token",
+        "request_forbidden",
+        "request_origin_not_allowed",
     ];
 
-    /// The label this refusal is counted under in `myriad_errors_total`.
+    /// The label this refusal is counted under in `myriad_errors_total`;
+    /// a refused token under its own reason (`token_…`).
     pub fn label(&self) -> &'static str {
+        if let RequestError::InvalidToken(e) = self {
+            return e.label();
+        }
         Self::LABELS
             .iter()
             .find(|label| label.strip_prefix("request_") == Some(self.code()))
@@ -86,6 +116,8 @@ impl RequestError {
         match self {
             RequestError::MethodNotAllowed => 405,
             RequestError::UnknownUser(_) => 404,
+            RequestError::InvalidToken(_) => 401,
+            RequestError::Forbidden(_) | RequestError::OriginNotAllowed(_) => 403,
             _ => 400,
         }
     }
@@ -105,14 +137,23 @@ impl RequestError {
             RequestError::InvalidPosition { .. } => "invalid_position",
             RequestError::InvalidUser(_) => "invalid_user",
             RequestError::UnknownUser(_) => "unknown_user",
+            RequestError::UserWithoutToken => "user_without_token",
+            RequestError::InvalidToken(_) => "invalid_token",
+            RequestError::Forbidden(_) => "forbidden",
+            RequestError::OriginNotAllowed(_) => "origin_not_allowed",
         }
     }
 
     /// The complete refusal, with `Connection: close`.
     pub fn response(&self, config: &Config) -> Vec<u8> {
         let mut headers = cors_headers(config);
-        if *self == RequestError::MethodNotAllowed {
-            headers.push(("Allow", "GET, OPTIONS"));
+        match self {
+            RequestError::MethodNotAllowed => headers.push(("Allow", "GET, OPTIONS")),
+            // RFC 6750 §3: the scheme, and that the token was the problem.
+            RequestError::InvalidToken(_) => {
+                headers.push(("WWW-Authenticate", "Bearer error=\"invalid_token\""))
+            }
+            _ => {}
         }
         error_response(self.status(), self.code(), &self.to_string(), &headers)
     }
@@ -127,19 +168,51 @@ pub fn error_response(status: u16, code: &str, message: &str, headers: &[(&str, 
     http_response(status, reason_phrase(status), &all, &body)
 }
 
-/// The user a WebSocket upgrade asks to act as (`?user=ID`), if any. Other
-/// query parameters are the application's and are left alone.
-pub fn parse_user(query: Option<&str>) -> Result<Option<UserId>, RequestError> {
-    let mut user = None;
+/// Reads `user` and `token` from a WebSocket upgrade's query.
+pub fn parse_upgrade_query(query: Option<&str>) -> Result<UpgradeQuery, RequestError> {
+    let mut out = UpgradeQuery::default();
     for (name, value) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
-        if name == "user" {
-            if user.is_some() {
-                return Err(RequestError::RepeatedParameter("user"));
-            }
-            user = Some(value.parse().map_err(RequestError::InvalidUser)?);
+        match &*name {
+            "user" if out.user.is_some() => return Err(RequestError::RepeatedParameter("user")),
+            "user" => out.user = Some(value.parse().map_err(RequestError::InvalidUser)?),
+            "token" if out.token.is_some() => return Err(RequestError::RepeatedParameter("token")),
+            "token" => out.token = Some(value.into_owned()),
+            _ => {}
         }
     }
-    Ok(user)
+    Ok(out)
+}
+
+/// Whether a browser page from the request's `Origin` may open a
+/// connection, against cross-site WebSocket hijacking (a page on another
+/// site opening a connection with the user's cookies). A request without
+/// `Origin` does not come from a browser page and passes. `allowed_origins`
+/// lists the origins that pass (`*`: all); when it is empty, a node whose
+/// client listener is on loopback lets every origin in (development), and
+/// any other admits only its own origin: one whose host is the request's
+/// `Host`.
+pub fn check_origin(head: &RequestHead<'_>, config: &Config) -> Result<(), RequestError> {
+    let Some(origin) = head.origin else {
+        return Ok(());
+    };
+    let allowed = if config.allowed_origins.is_empty() {
+        config.listen.ip().is_loopback()
+            || origin
+                .split_once("://")
+                .is_some_and(|(_, host)| head.host.is_some_and(|h| h.eq_ignore_ascii_case(host)))
+    } else {
+        config
+            .allowed_origins
+            .iter()
+            .any(|o| o == "*" || o.eq_ignore_ascii_case(origin))
+    };
+    if allowed {
+        Ok(())
+    } else {
+        Err(RequestError::OriginNotAllowed(
+            origin.chars().take(64).collect(),
+        ))
+    }
 }
 
 /// Reads the subjects and resume positions of a `GET` to an HTTP
@@ -157,6 +230,7 @@ pub fn parse_stream_request(
     }
     let mut subjects: Vec<String> = Vec::new();
     let mut since: Option<String> = None;
+    let mut token: Option<String> = None;
     for (name, value) in form_urlencoded::parse(head.query.unwrap_or("").as_bytes()) {
         match &*name {
             "subject" => {
@@ -179,6 +253,8 @@ pub fn parse_stream_request(
             }
             "since" if since.is_some() => return Err(RequestError::RepeatedParameter("since")),
             "since" => since = Some(value.into_owned()),
+            "token" if token.is_some() => return Err(RequestError::RepeatedParameter("token")),
+            "token" => token = Some(value.into_owned()),
             other => {
                 return Err(RequestError::UnknownParameter(
                     other.chars().take(64).collect(),
@@ -199,7 +275,11 @@ pub fn parse_stream_request(
             .map_err(|error| RequestError::InvalidPosition { source_name, error })?,
         None => vec![None; subjects.len()],
     };
-    Ok(StreamRequest { subjects, since })
+    Ok(StreamRequest {
+        subjects,
+        since,
+        token,
+    })
 }
 
 /// The CORS headers every HTTP transport response carries, from
@@ -223,7 +303,7 @@ pub fn preflight_response(config: &Config) -> Vec<u8> {
         ("Access-Control-Allow-Methods", "GET, OPTIONS"),
         (
             "Access-Control-Allow-Headers",
-            "Last-Event-ID, Cache-Control",
+            "Last-Event-ID, Cache-Control, Authorization",
         ),
         ("Access-Control-Max-Age", "86400"),
     ]);
@@ -284,25 +364,67 @@ mod tests {
     }
 
     #[test]
-    fn the_user_parameter_is_a_user_id_given_once() {
-        assert_eq!(parse_user(None), Ok(None));
-        assert_eq!(parse_user(Some("x=1&y")), Ok(None));
+    fn the_upgrade_query_names_a_user_and_a_token_once_each() {
+        let user = |q| parse_upgrade_query(q).map(|q| q.user);
+        assert_eq!(user(None), Ok(None));
+        assert_eq!(user(Some("x=1&y")), Ok(None));
         assert_eq!(
-            parse_user(Some("token=a&user=17")),
-            Ok(Some(UserId::new(17).unwrap()))
+            parse_upgrade_query(Some("token=a.b.c&user=17")),
+            Ok(UpgradeQuery {
+                user: Some(UserId::new(17).unwrap()),
+                token: Some("a.b.c".into())
+            })
         );
-        let bad = parse_user(Some("user=-3")).unwrap_err();
+        let bad = parse_upgrade_query(Some("user=-3")).unwrap_err();
         assert_eq!((bad.status(), bad.label()), (400, "request_invalid_user"));
-        let huge = parse_user(Some("user=9007199254740992")).unwrap_err();
+        let huge = parse_upgrade_query(Some("user=9007199254740992")).unwrap_err();
         assert_eq!(huge.code(), "invalid_user");
         assert_eq!(
-            parse_user(Some("user=1&user=2")),
+            user(Some("user=1&user=2")),
             Err(RequestError::RepeatedParameter("user"))
+        );
+        assert_eq!(
+            parse_upgrade_query(Some("token=1&token=2")),
+            Err(RequestError::RepeatedParameter("token"))
         );
         let unknown = RequestError::UnknownUser(UserId::new(5).unwrap());
         assert_eq!(
             (unknown.status(), unknown.label()),
             (404, "request_unknown_user")
+        );
+        let token = RequestError::InvalidToken(TokenError::Expired);
+        assert_eq!((token.status(), token.label()), (401, "token_expired"));
+        let response = String::from_utf8(token.response(&Config::default())).unwrap();
+        assert!(response.contains("WWW-Authenticate: Bearer error=\"invalid_token\""));
+    }
+
+    #[test]
+    fn origins_pass_by_list_by_host_or_on_loopback() {
+        let check = |origin: &str, listen: &str, allowed: &[&str]| {
+            let text = format!("GET /ws HTTP/1.1\r\nHost: chat.example:8080\r\n{origin}\r\n");
+            let head = parse_request(text.as_bytes(), 8192).unwrap().unwrap();
+            let config = Config {
+                listen: listen.parse().unwrap(),
+                allowed_origins: allowed.iter().map(|s| s.to_string()).collect(),
+                ..Config::default()
+            };
+            check_origin(&head, &config).is_ok()
+        };
+        let evil = "Origin: https://evil.example\r\n";
+        let own = "Origin: https://chat.example:8080\r\n";
+        assert!(
+            check("", "0.0.0.0:8080", &[]),
+            "no Origin: not a browser page"
+        );
+        assert!(check(evil, "127.0.0.1:8080", &[]), "loopback lets all in");
+        assert!(!check(evil, "0.0.0.0:8080", &[]));
+        assert!(check(own, "0.0.0.0:8080", &[]), "the node's own origin");
+        assert!(!check(evil, "127.0.0.1:8080", &["https://app.example"]));
+        assert!(check(evil, "0.0.0.0:8080", &["https://EVIL.example"]));
+        assert!(check(evil, "0.0.0.0:8080", &["*"]));
+        assert!(
+            !check(own, "0.0.0.0:8080", &["https://app.example"]),
+            "a list is the whole list"
         );
     }
 
@@ -327,6 +449,8 @@ mod tests {
         let cases = [
             ("/sse", "", "missing_subject"),
             ("/sse?subject=a&x=1", "", "unknown_parameter"),
+            ("/sse?subject=a&user=1", "", "unknown_parameter"),
+            ("/sse?subject=a&token=1&token=2", "", "repeated_parameter"),
             ("/sse?subject=a&since=&since=", "", "repeated_parameter"),
             ("/sse?subject=a%20b", "", "invalid_subject"),
             ("/sse?subject=a&subject=a", "", "invalid_subject"),

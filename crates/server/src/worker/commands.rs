@@ -22,7 +22,9 @@ use myriad_protocol::message::{
 use myriad_protocol::position::Position;
 use myriad_protocol::subject::is_feed;
 
+use super::abuse::Bucket;
 use super::{Flow, Worker};
+use crate::auth::Action;
 use crate::conn::flags;
 use crate::engine::{
     Answer, Attach, Attached, ConnAnswer, ConnRequest, EngineError, HistoryPage, HistoryQuery,
@@ -56,12 +58,27 @@ impl Worker {
                 }
                 let limit = self.shared.config.max_subscriptions;
                 let held = session.client_subscriptions();
+                let refused = new.iter().find_map(|s| {
+                    self.shared
+                        .auth
+                        .check(Action::Subscribe, s, session.access())
+                        .err()
+                });
+                if let Some(forbidden) = refused {
+                    self.refuse(id, request, ErrorCode::Forbidden, &forbidden.to_string());
+                    return Flow::Continue;
+                }
                 if held + new.len() > limit {
                     let detail = format!(
                         "{held} held + {} new would pass the limit of {limit}",
                         new.len()
                     );
                     self.refuse(id, request, ErrorCode::TooManySubscriptions, &detail);
+                    return Flow::Continue;
+                }
+                if !self.abuse.take(id, Bucket::Subscribe, new.len() as u32) {
+                    let detail = "subscription changes past client_subscribe_rate";
+                    self.refuse(id, request, ErrorCode::RateLimited, detail);
                     return Flow::Continue;
                 }
                 if new.is_empty() {
@@ -72,6 +89,8 @@ impl Worker {
                 }
             }
             Command::Unsubscribe { subjects, .. } => {
+                self.abuse
+                    .charge(id, Bucket::Subscribe, subjects.len() as u32);
                 for subject in &subjects {
                     if self.remove_subscription(id, subject) && is_feed(subject) {
                         self.conns[id as usize].session.feed_dropped();
@@ -80,7 +99,11 @@ impl Worker {
                 self.acknowledge(id, request);
             }
             Command::Publish { subject, data, .. } => {
-                return self.publish_for(id, request, &subject, data.get());
+                if self.within_publish_rate(id, request)
+                    && self.permitted(id, request, Action::Publish, &subject)
+                {
+                    return self.publish_for(id, request, &subject, data.get());
+                }
             }
             Command::History {
                 subject,
@@ -88,6 +111,9 @@ impl Worker {
                 limit,
                 ..
             } => {
+                if !self.permitted(id, request, Action::History, &subject) {
+                    return Flow::Continue;
+                }
                 let query = HistoryQuery {
                     subject: Arc::from(&*subject),
                     since,
@@ -96,10 +122,26 @@ impl Worker {
                 let reply = Reply::Conn(self.request_of(id, request));
                 self.shared.engine.history(query, reply, &mut self.wakeups);
             }
-            Command::Send { data, .. } => return self.send_as_user(id, request, data),
+            Command::Send { data, .. } => {
+                if self.within_publish_rate(id, request) {
+                    return self.send_as_user(id, request, data);
+                }
+            }
             Command::Ping { .. } => self.send_reply(id, encode_pong(request).as_bytes()),
+            Command::Connect { token, .. } => self.connect(id, request, &token),
+            Command::Refresh { token, .. } => self.refresh(id, request, &token),
         }
         Flow::Continue
+    }
+
+    /// Spends a publish token of `id`; refuses the command when none is left.
+    fn within_publish_rate(&mut self, id: ConnId, request: Option<u64>) -> bool {
+        if self.abuse.take(id, Bucket::Publish, 1) {
+            return true;
+        }
+        let detail = "publishes past client_publish_rate";
+        self.refuse(id, request, ErrorCode::RateLimited, detail);
+        false
     }
 
     /// Publishes for connection `id`, answered through its mailbox; pauses
@@ -140,7 +182,7 @@ impl Worker {
         }
     }
 
-    fn acknowledge(&mut self, id: ConnId, request: Option<u64>) {
+    pub(super) fn acknowledge(&mut self, id: ConnId, request: Option<u64>) {
         if let Some(request) = request {
             self.send_reply(id, encode_ok(request).as_bytes());
         }
@@ -154,6 +196,17 @@ impl Worker {
         detail: &str,
     ) {
         self.shared.metrics.error(ErrorKind::Command(code));
+        self.reply_error(id, request, code, detail);
+    }
+
+    /// Sends an error reply, leaving the counting to the caller.
+    pub(super) fn reply_error(
+        &mut self,
+        id: ConnId,
+        request: Option<u64>,
+        code: ErrorCode,
+        detail: &str,
+    ) {
         self.send_reply(id, encode_error(request, code, detail).as_bytes());
     }
 

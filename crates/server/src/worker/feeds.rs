@@ -13,18 +13,20 @@ use myriad_protocol::message::ErrorCode;
 use serde_json::value::RawValue;
 
 use super::{Flow, Worker};
+use crate::auth::Access;
 use crate::feeds::{feed_subject, Direction, FeedChange};
 use crate::registry::ConnId;
 use crate::session::Identity;
 
 impl Worker {
-    /// Opens `id` as `user`. The connection is present on the node before
-    /// the keeper is asked whom its user follows (see `feeds::keeper`), and
-    /// gets its own feed at once.
-    pub(super) fn open_as_user(&mut self, id: ConnId, user: UserId) {
+    /// Opens `id` as `user`, with what its token allows if it has one. The
+    /// connection is present on the node before the keeper is asked whom
+    /// its user follows (see `feeds::keeper`), and gets its own feed at once.
+    pub(super) fn open_as_user(&mut self, id: ConnId, user: UserId, access: Option<Access>) {
         self.conns[id as usize].session.identity = Some(Box::new(Identity {
             user,
             graph_feeds: 1,
+            access,
         }));
         let me = self.request_of(id, None);
         self.shared.feeds.presence.add(user, me);

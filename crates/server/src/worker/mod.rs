@@ -17,10 +17,17 @@
 //!
 //! Submodules: `read` (bytes → requests, frames, messages), `request` (the
 //! opening request of every transport, and long-poll answers), `commands`
-//! (protocol v1 commands, engine answers and subscription bookkeeping) and
-//! `attaching` (subscriptions waiting for their attach answer).
+//! (protocol v1 commands, engine answers and subscription bookkeeping),
+//! `auth` (a connection's token: connect, refresh, permission checks),
+//! `abuse` (connections per address, publish and subscribe rates),
+//! `feeds` (connections acting as users), `attaching` (subscriptions
+//! waiting for their attach answer) and `abort` (ending connections at
+//! their deadlines without leaving their data to the kernel).
 
+mod abort;
+mod abuse;
 mod attaching;
+mod auth;
 mod commands;
 mod feeds;
 mod read;
@@ -41,14 +48,17 @@ use myriad_protocol::ws::{ReadLimits, Role};
 use slab::Slab;
 use tracing::{debug, warn};
 
+use crate::auth::Auth;
 use crate::config::Config;
 use crate::conn::{flags, Conn, Phase};
 use crate::engine::Engine;
+use crate::fds;
 use crate::feeds::Feeds;
 use crate::hub::{Event, Hub, Wakeups};
 use crate::link::{Link, LinkError, Tls, SEAL_BYTES};
 use crate::metrics::{ErrorKind, Metrics, WorkerMetrics};
 use crate::outbound::Flushed;
+use crate::peers::PeerCounts;
 use crate::registry::{ConnId, Registry};
 use crate::tls::{self, Acceptor, Certificates, Handshake, TlsFailure};
 use crate::transport::http::error_response;
@@ -90,6 +100,10 @@ pub struct Shared {
     pub config: Config,
     pub hub: Arc<Hub>,
     pub engine: Arc<dyn Engine>,
+    /// Token verification and who may do what with each subject.
+    pub auth: Auth,
+    /// Open connections per source address (`max_connections_per_ip`).
+    pub peers: PeerCounts,
     /// The follow graph's keeper, presence and known users.
     pub feeds: Feeds,
     pub metrics: Arc<Metrics>,
@@ -106,6 +120,15 @@ pub struct Shared {
 
 /// Seconds since the worker started, as stored in connection timestamps.
 /// Starts at 1 so that 0 can mean "never".
+///
+/// A reading is the whole second it falls in, so the clock may show up to
+/// one second more between two readings than really passed: a timeout is
+/// due only once *more* than its length shows ([`passed`]). That holds only
+/// if a stamp is never older than the moment it stands for, so every stamp
+/// that starts a timeout is a fresh [`Clock::tick`], taken at or after its
+/// event (the read that brought a message, the move into a phase, the write
+/// of a ping), never the reading from the start of the loop turn, which a
+/// long turn leaves behind. A stale reading is safe only for deciding.
 struct Clock {
     start: Instant,
     now: u32,
@@ -123,6 +146,13 @@ impl Clock {
         self.now = 1 + self.start.elapsed().as_secs() as u32;
         self.now
     }
+}
+
+/// Whether a timeout of `seconds` has passed since `stamp`, on the clock
+/// reading `now`: never early, and due within one second after (the sweep
+/// looks at every whole second).
+fn passed(now: u32, stamp: u32, seconds: u32) -> bool {
+    now.saturating_sub(stamp) > seconds
 }
 
 /// What the once-a-second sweep found due on a connection.
@@ -161,6 +191,8 @@ pub struct Worker {
     registry: Registry,
     /// Subscriptions waiting for the engine's attach answer.
     attaching: attaching::Attaching,
+    /// Per-address and per-connection rate limits.
+    abuse: abuse::AbuseLimits,
     mailbox: Receiver<Event>,
     shared: Arc<Shared>,
     metrics: WorkerMetrics,
@@ -228,6 +260,7 @@ impl Worker {
             lives: Vec::new(),
             registry: Registry::new(),
             attaching: attaching::Attaching::default(),
+            abuse: abuse::AbuseLimits::new(&shared.config),
             mailbox,
             metrics: shared.metrics.worker(index),
             shared,
@@ -343,7 +376,7 @@ impl Worker {
                 return;
             };
             match listener.accept() {
-                Ok((socket, _)) => self.admit(socket),
+                Ok((socket, peer)) => self.admit(socket, peer.ip()),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.accept_more = false;
                     return;
@@ -369,7 +402,17 @@ impl Worker {
     /// Takes an accepted socket into the slab. `TCP_NODELAY` and `SO_SNDBUF`
     /// came with it from the listener (see `listener.rs`). On a TLS
     /// listener its handshake starts with the certificate in force now.
-    fn admit(&mut self, mut socket: TcpStream) {
+    fn admit(&mut self, mut socket: TcpStream, ip: std::net::IpAddr) {
+        let ceiling = self
+            .shared
+            .max_connections
+            .saturating_add(fds::CLIENT_REFUSALS);
+        if self.shared.connections.load(Ordering::Relaxed) >= ceiling {
+            // Even the room for 503s is full; the descriptors past it are
+            // the admin listener's. Dropping the socket closes it.
+            self.shared.metrics.error(ErrorKind::OverCapacityDropped);
+            return;
+        }
         let entry = self.conns.vacant_entry();
         let id = entry.key();
         if id >= WAKER.0 {
@@ -396,7 +439,7 @@ impl Worker {
                 }
             },
         };
-        let mut conn = Conn::new(socket, tls, self.clock.now);
+        let mut conn = Conn::new(socket, tls, self.clock.tick());
         let open = self.shared.connections.fetch_add(1, Ordering::Relaxed) + 1;
         if open > self.shared.max_connections {
             conn.set_flag(flags::OVER_CAPACITY);
@@ -406,6 +449,7 @@ impl Worker {
             self.lives.resize(id + 1, 0);
         }
         self.lives[id] = self.lives[id].wrapping_add(1);
+        self.abuse.admit(id as ConnId, ip, &self.shared.peers);
         self.metrics.accepted.inc();
         self.metrics.connections.inc();
     }
@@ -633,7 +677,7 @@ impl Worker {
     /// Starts the close handshake: unsubscribes, queues the close frame and
     /// waits for the peer's close (RFC 6455 §7.1.2).
     fn close(&mut self, id: ConnId, reason: CloseReason) {
-        let now = self.clock.now;
+        let now = self.clock.tick();
         let conn = &mut self.conns[id as usize];
         if !conn.phase.is_open() {
             return;
@@ -719,6 +763,7 @@ impl Worker {
         // No epoll_ctl(DEL): the descriptor is never duplicated, so closing it
         // (dropping the Conn) removes it from epoll, one syscall cheaper.
         let conn = self.conns.remove(id as usize);
+        self.abuse.release(id, &self.shared.peers);
         if let Some(identity) = &conn.session.identity {
             let gone = self.request_of(id, None);
             self.shared.feeds.presence.remove(identity.user, &gone);
@@ -732,7 +777,17 @@ impl Worker {
                 .dec();
         }
         if conn.close_reason.is_none() {
-            self.shared.metrics.closed(CloseReason::Abnormal);
+            let reason = match conn.phase {
+                // HTTP lets a client end a kept-alive connection between
+                // requests: that is how a long-poll loop stops.
+                Phase::Request if conn.has_flag(flags::KEEP_ALIVE) && conn.inbound.is_none() => {
+                    CloseReason::Normal
+                }
+                // Port checks and clients that gave up before asking.
+                Phase::Request => CloseReason::NoRequest,
+                _ => CloseReason::Abnormal,
+            };
+            self.shared.metrics.closed(reason);
         }
     }
 
@@ -763,54 +818,65 @@ impl Worker {
         let (interval, answer) = (config.heartbeat_interval, config.heartbeat_timeout);
         let (one_way, poll_timeout) = (config.stream_heartbeat_interval, config.poll_timeout);
         let close_timeout = config.close_timeout;
+        // Tokens expire on the wall clock, the same one their `exp` is on.
+        let unix_now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
         let mut due = Vec::new();
         let mut to_ping = Vec::new();
+        self.abuse.refill();
         for (id, conn) in self.conns.iter_mut() {
-            let age = now.saturating_sub(conn.since);
+            let request_due = passed(now, conn.since, request_timeout);
             let verdict = match conn.phase {
                 // Between long-polls, a quiet kept-alive connection just ends.
                 Phase::Request
-                    if age >= request_timeout
+                    if request_due
                         && conn.inbound.is_none()
                         && conn.has_flag(flags::KEEP_ALIVE) =>
                 {
                     Some(Due::EndKeptAlive)
                 }
-                Phase::Request if age >= request_timeout => Some(Due::RequestTimeout),
-                Phase::Closing | Phase::Draining if age >= close_timeout => Some(Due::Drop),
+                Phase::Request if request_due => Some(Due::RequestTimeout),
+                Phase::Closing | Phase::Draining if passed(now, conn.since, close_timeout) => {
+                    Some(Due::Drop)
+                }
                 Phase::PubSub | Phase::Echo => {
                     let can = conn.transport.get().capabilities();
                     let unanswered = can.heartbeat == Heartbeat::Answered
                         && interval > 0
                         && conn.ping_sent != 0
-                        && now - conn.ping_sent >= answer;
+                        && passed(now, conn.ping_sent, answer);
                     // A connection that cannot send commands will never
                     // subscribe to anything: without subscriptions it is
                     // idle at once.
-                    let idle_for = if can.bidirectional {
-                        now - conn.last_message
-                    } else {
-                        idle
-                    };
-                    if unanswered {
+                    let idle_due = idle > 0
+                        && conn.session.subscriptions.is_empty()
+                        && (!can.bidirectional || passed(now, conn.last_message, idle));
+                    let expired = conn
+                        .session
+                        .access()
+                        .is_some_and(|access| access.expires < unix_now);
+                    if expired {
+                        Some(Due::Close(CloseReason::TokenExpired))
+                    } else if unanswered {
                         Some(Due::Close(CloseReason::HeartbeatTimeout))
-                    } else if can.answers_once && age >= poll_timeout {
+                    } else if can.answers_once && passed(now, conn.since, poll_timeout) {
                         Some(Due::Answer)
-                    } else if idle > 0 && conn.session.subscriptions.is_empty() && idle_for >= idle
-                    {
+                    } else if idle_due {
                         Some(Due::Close(CloseReason::IdleTimeout))
                     } else {
                         let ping = match can.heartbeat {
                             Heartbeat::Answered => {
                                 interval > 0
                                     && conn.ping_sent == 0
-                                    && now - conn.last_heard >= interval
+                                    && passed(now, conn.last_heard, interval)
                             }
-                            Heartbeat::OneWay => one_way > 0 && now - conn.ping_sent >= one_way,
+                            Heartbeat::OneWay => {
+                                one_way > 0 && passed(now, conn.ping_sent, one_way)
+                            }
                             Heartbeat::None => false,
                         };
                         if ping {
-                            conn.ping_sent = now;
                             to_ping.push(id as ConnId);
                         }
                         None
@@ -834,13 +900,20 @@ impl Worker {
                 due.push((id, Due::Close(CloseReason::GoingAway)));
             }
         }
-        for id in to_ping {
+        for &id in &to_ping {
             // Written at once rather than with the turn's flush, so that a
             // round of heartbeats to every connection never holds a queue
             // for each of them at the same time (an RSS step that stays).
             let heartbeat = self.conns[id as usize].transport.get().heartbeat();
             self.send(id, heartbeat);
             self.flush(id);
+        }
+        // Stamped once they are all written (see `Clock`).
+        let sent = self.clock.tick();
+        for id in to_ping {
+            if let Some(conn) = self.conns.get_mut(id as usize) {
+                conn.ping_sent = sent;
+            }
         }
         for (id, verdict) in due {
             match verdict {
@@ -852,19 +925,20 @@ impl Worker {
                     };
                     self.shared.metrics.error(kind);
                     self.decide_close(id, CloseReason::HandshakeTimeout);
-                    self.drop_conn(id);
+                    self.drop_at_deadline(id);
                 }
                 Due::EndKeptAlive => {
                     self.decide_close(id, CloseReason::Normal);
-                    self.drop_conn(id);
+                    self.drop_at_deadline(id);
                 }
-                Due::Drop => self.drop_conn(id),
+                Due::Drop => self.drop_at_deadline(id),
                 Due::Answer => self.answer_now(id, true),
                 Due::Close(CloseReason::HeartbeatTimeout) => {
                     // The peer is not answering: send the close frame if the
                     // socket takes it, but do not wait for a reply.
                     self.close(id, CloseReason::HeartbeatTimeout);
-                    self.conns[id as usize].enter(Phase::Draining, now);
+                    self.flush(id);
+                    self.drop_at_deadline(id);
                 }
                 Due::Close(reason) => self.close(id, reason),
             }
@@ -878,6 +952,7 @@ impl Worker {
         let since = match self.draining_since {
             Some(since) => since,
             None => {
+                let now = self.clock.tick();
                 self.draining_since = Some(now);
                 if let Some(mut listener) = self.listener.take() {
                     // Dropping the listener closes it; deregistering first keeps
@@ -887,7 +962,10 @@ impl Worker {
                 let ids: Vec<ConnId> = self.conns.iter().map(|(id, _)| id as ConnId).collect();
                 for id in ids {
                     match self.conns[id as usize].phase {
-                        Phase::Request => self.drop_conn(id),
+                        Phase::Request => {
+                            self.decide_close(id, CloseReason::GoingAway);
+                            self.drop_conn(id);
+                        }
                         Phase::PubSub | Phase::Echo => self.close(id, CloseReason::GoingAway),
                         Phase::Closing | Phase::Draining => {}
                     }
@@ -899,10 +977,10 @@ impl Worker {
         if self.conns.is_empty() {
             return true;
         }
-        if now.saturating_sub(since) >= self.shared.config.shutdown_timeout {
+        if passed(now, since, self.shared.config.shutdown_timeout) {
             let ids: Vec<ConnId> = self.conns.iter().map(|(id, _)| id as ConnId).collect();
             for id in ids {
-                self.drop_conn(id);
+                self.drop_at_deadline(id);
             }
             return true;
         }

@@ -14,9 +14,6 @@ use super::{Flow, Worker};
 use crate::conn::{flags, Phase};
 use crate::registry::ConnId;
 
-/// Largest request head accepted (HTTP 431 beyond).
-pub(super) const MAX_REQUEST_HEAD: usize = 8 * 1024;
-
 impl Worker {
     /// Reads from `id` until the socket is drained, the per-turn budget is
     /// spent, or publishing must pause.
@@ -53,7 +50,9 @@ impl Worker {
             }
             if input.wire > 0 {
                 self.metrics.bytes_in.inc_by(input.wire as u64);
-                conn.last_heard = self.clock.now;
+                // A fresh reading per read: what it brought arrived by
+                // now, so stamps made while handling it are not early.
+                conn.last_heard = self.clock.tick();
                 conn.ping_sent = 0;
                 budget = budget.saturating_sub(input.wire);
             }
@@ -249,7 +248,7 @@ impl Worker {
                     Some((code, _)) => encode_close(code, "", None),
                     None => encode_frame(OpCode::Close, &[], None),
                 };
-                self.conns[id as usize].enter(Phase::Draining, now);
+                self.conns[id as usize].enter(Phase::Draining, self.clock.tick());
                 self.decide_close(id, CloseReason::Normal);
                 self.unsubscribe_all(id);
                 self.send(id, Bytes::from(reply));

@@ -13,19 +13,29 @@ use std::sync::Arc;
 use bytes::Bytes;
 use myriad_graph::UserId;
 use myriad_protocol::close::CloseReason;
-use myriad_protocol::handshake::{parse_request, switching_protocols};
+use myriad_protocol::handshake::{parse_request, switching_protocols, RequestHead};
 
-use super::read::MAX_REQUEST_HEAD;
 use super::{Flow, Worker};
+use crate::auth::{Action, Verified};
 use crate::config::Config;
 use crate::conn::{flags, Phase};
 use crate::metrics::ErrorKind;
 use crate::registry::ConnId;
+use crate::session::Identity;
 use crate::transport::http::{
-    error_response, parse_stream_request, parse_user, preflight_response, RequestError,
-    StreamRequest,
+    check_origin, error_response, parse_stream_request, parse_upgrade_query, preflight_response,
+    RequestError, StreamRequest,
 };
 use crate::transport::TransportKind;
+
+/// Who a request says it is.
+enum Credentials {
+    Anonymous,
+    /// `?user=`, on a node that checks no tokens.
+    User(UserId),
+    /// A verified token.
+    Token(Verified),
+}
 
 /// Where a request path leads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,7 +68,7 @@ impl Worker {
     pub(super) fn on_request(&mut self, id: ConnId, buf: &[u8]) -> Option<usize> {
         let shared = Arc::clone(&self.shared);
         let config = &shared.config;
-        let head = match parse_request(buf, MAX_REQUEST_HEAD) {
+        let head = match parse_request(buf, config.max_request_head) {
             Ok(None) => return None,
             Ok(Some(head)) => head,
             Err(e) => {
@@ -81,11 +91,25 @@ impl Worker {
             self.refuse_request(id, ErrorKind::OverCapacity, response);
             return Some(buf.len());
         }
+        if self.abuse.over_ip_limit(id) {
+            let response = error_response(
+                429,
+                "too_many_connections",
+                "this address holds max_connections_per_ip connections",
+                &[("Retry-After", "1")],
+            );
+            self.refuse_request(id, ErrorKind::OverIpLimit, response);
+            return Some(buf.len());
+        }
+        if let Err(e) = check_origin(&head, config) {
+            self.refuse_request(id, ErrorKind::Request(e.label()), e.response(config));
+            return Some(buf.len());
+        }
         match endpoint {
             Endpoint::WebSocket(phase) => match head.upgrade() {
                 Ok(upgrade) => {
-                    let user = match self.user_of(head.query) {
-                        Ok(user) => user,
+                    let who = match self.upgrade_credentials(&head) {
+                        Ok(who) => who,
                         Err(e) => {
                             self.refuse_request(
                                 id,
@@ -96,14 +120,18 @@ impl Worker {
                         }
                     };
                     self.set_transport(id, TransportKind::WebSocket);
-                    let now = self.clock.now;
+                    let now = self.clock.tick();
                     let conn = &mut self.conns[id as usize];
                     conn.enter(phase, now);
                     conn.last_message = now;
                     self.send(id, Bytes::from(switching_protocols(upgrade.key, None)));
                     // The echo endpoint carries no pub/sub, so no feeds.
-                    if let (Some(user), Phase::PubSub) = (user, phase) {
-                        self.open_as_user(id, user);
+                    if phase == Phase::PubSub {
+                        match who {
+                            Credentials::Token(v) => self.open_as_user(id, v.user, Some(v.access)),
+                            Credentials::User(user) => self.open_as_user(id, user, None),
+                            Credentials::Anonymous => {}
+                        }
                     }
                     Some(upgrade.header_len)
                 }
@@ -127,28 +155,64 @@ impl Worker {
                 self.refuse_request(id, ErrorKind::Handshake(400), response);
                 Some(buf.len())
             }
-            Endpoint::Http(kind) => match parse_stream_request(&head, config) {
-                Ok(request) => {
-                    self.open_http(id, kind, request, !head.connection_close);
-                    Some(head.header_len)
+            Endpoint::Http(kind) => {
+                match parse_stream_request(&head, config).and_then(|r| self.admit_stream(&head, r))
+                {
+                    Ok((request, who)) => {
+                        self.open_http(id, kind, request, who, !head.connection_close);
+                        Some(head.header_len)
+                    }
+                    Err(e) => {
+                        self.refuse_request(id, ErrorKind::Request(e.label()), e.response(config));
+                        Some(buf.len())
+                    }
                 }
-                Err(e) => {
-                    self.refuse_request(id, ErrorKind::Request(e.label()), e.response(config));
-                    Some(buf.len())
-                }
-            },
+            }
         }
     }
 
-    /// The known user a WebSocket upgrade asks to act as, if any.
-    fn user_of(&self, query: Option<&str>) -> Result<Option<UserId>, RequestError> {
-        let user = parse_user(query)?;
-        match user {
+    /// Who a WebSocket upgrade says it is: its token (`Authorization:
+    /// Bearer`, or `?token=`), or, on a node that checks no tokens, the
+    /// known user of `?user=`.
+    fn upgrade_credentials(&self, head: &RequestHead<'_>) -> Result<Credentials, RequestError> {
+        let query = parse_upgrade_query(head.query)?;
+        let auth = &self.shared.auth;
+        if query.user.is_some() && auth.checks_tokens() {
+            return Err(RequestError::UserWithoutToken);
+        }
+        if let Some(token) = head.bearer.or(query.token.as_deref()) {
+            return auth
+                .verify(token)
+                .map(Credentials::Token)
+                .map_err(RequestError::InvalidToken);
+        }
+        match query.user {
             Some(user) if !self.shared.feeds.known.contains(user) => {
                 Err(RequestError::UnknownUser(user))
             }
-            _ => Ok(user),
+            Some(user) => Ok(Credentials::User(user)),
+            None => Ok(Credentials::Anonymous),
         }
+    }
+
+    /// Checks an HTTP transport's token and that it may read every subject
+    /// it asks for.
+    fn admit_stream(
+        &self,
+        head: &RequestHead<'_>,
+        request: StreamRequest,
+    ) -> Result<(StreamRequest, Option<Verified>), RequestError> {
+        let auth = &self.shared.auth;
+        let verified = match head.bearer.or(request.token.as_deref()) {
+            Some(token) => Some(auth.verify(token).map_err(RequestError::InvalidToken)?),
+            None => None,
+        };
+        let access = verified.as_ref().map(|v| &v.access);
+        for subject in &request.subjects {
+            auth.check(Action::Subscribe, subject, access)
+                .map_err(RequestError::Forbidden)?;
+        }
+        Ok((request, verified))
     }
 
     /// Answers a request with an error and ends the connection.
@@ -164,7 +228,7 @@ impl Worker {
     /// Sends `bytes` and closes once they are out, counting `reason`
     /// (`None`: a normal end).
     fn end_after(&mut self, id: ConnId, bytes: Bytes, reason: Option<CloseReason>) {
-        let now = self.clock.now;
+        let now = self.clock.tick();
         self.conns[id as usize].enter(Phase::Closing, now);
         self.decide_close(id, reason.unwrap_or(CloseReason::Normal));
         self.send(id, bytes);
@@ -178,14 +242,24 @@ impl Worker {
         id: ConnId,
         kind: TransportKind,
         request: StreamRequest,
+        who: Option<Verified>,
         keep_alive: bool,
     ) {
-        let now = self.clock.now;
+        let now = self.clock.tick();
         let transport = kind.get();
         let can = transport.capabilities();
         self.set_transport(id, kind);
         let conn = &mut self.conns[id as usize];
         conn.enter(Phase::PubSub, now);
+        // Each request of a kept-alive connection brings its own token. An
+        // HTTP transport carries no feeds, so the user is not made present.
+        conn.session.identity = who.map(|v| {
+            Box::new(Identity {
+                user: v.user,
+                graph_feeds: 0,
+                access: Some(v.access),
+            })
+        });
         conn.last_message = now;
         conn.ping_sent = now;
         if can.keeps_cursor {
@@ -267,7 +341,7 @@ impl Worker {
     /// where the next poll resumes); a kept-alive connection then waits for
     /// its next request, any other closes.
     pub(super) fn answer_now(&mut self, id: ConnId, keep_alive_allowed: bool) {
-        let now = self.clock.now;
+        let now = self.clock.tick();
         let conn = &mut self.conns[id as usize];
         conn.clear_flag(flags::HELD | flags::NEWS);
         let keep_alive = keep_alive_allowed && conn.has_flag(flags::KEEP_ALIVE);

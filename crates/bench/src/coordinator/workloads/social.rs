@@ -266,11 +266,7 @@ fn admin_api(
             "--load-graph and --follow-rate use the node's admin API: give --admin-url".into(),
         ));
     }
-    let headers = match &cmd.global.api_key {
-        Some(key) => format!("X-Api-Key: {key}\r\n"),
-        None => String::new(),
-    };
-    Ok(target.map(|t| (t, headers)))
+    Ok(target.map(|t| (t, cmd.global.admin_headers())))
 }
 
 /// The CLI name of a sender choice.
