@@ -133,6 +133,12 @@ impl Conn {
         self.outbound.as_ref().map_or(0, |out| out.pending_bytes())
     }
 
+    /// Whether anything for the peer waits in userland: queued frames, or
+    /// TLS records sealed from them and not yet written.
+    pub fn has_unsent(&self) -> bool {
+        self.pending_bytes() > 0 || self.tls.as_deref().is_some_and(Tls::has_unsent)
+    }
+
     /// Sets a flag; returns whether it was newly set.
     pub fn set_flag(&mut self, flag: u8) -> bool {
         let was_clear = self.flags & flag == 0;

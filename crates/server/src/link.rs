@@ -101,6 +101,14 @@ struct Open {
 }
 
 impl Tls {
+    /// See [`Link::has_unsent`].
+    pub fn has_unsent(&self) -> bool {
+        match &self.0 {
+            Stage::Handshaking(handshake) => handshake.has_output(),
+            Stage::Open(open) => open.unsent.is_some(),
+        }
+    }
+
     /// The state of a connection whose handshake has not started.
     pub fn handshaking(handshake: Box<Handshake>) -> Box<Tls> {
         Box::new(Tls(Stage::Handshaking(handshake)))
@@ -131,11 +139,7 @@ impl<'a> Link<'a> {
     /// Whether bytes are waiting for the socket that the outbound queue
     /// no longer holds (handshake messages or sealed records).
     pub fn has_unsent(&self) -> bool {
-        match self.tls.as_deref() {
-            None => false,
-            Some(Tls(Stage::Handshaking(handshake))) => handshake.has_output(),
-            Some(Tls(Stage::Open(open))) => open.unsent.is_some(),
-        }
+        self.tls.as_deref().is_some_and(Tls::has_unsent)
     }
 
     /// Reads once into `buf` and leaves the plaintext at its front. Never
