@@ -3,7 +3,8 @@
 //! through reqwest, both on rustls, with certificates made at test time;
 //! refusals (plain HTTP, TLS 1.2, a handshake that never ends, a KeyUpdate)
 //! counted; clean closes both ways; bad certificate files at start; the
-//! certificate reloaded on SIGHUP under open connections.
+//! certificate reloaded on SIGHUP under open connections; the admin
+//! listener over https.
 
 mod common;
 
@@ -360,4 +361,75 @@ fn sighup_reloads_the_certificate_without_dropping_connections() {
         }
     }
     assert_eq!(node.stats()["connections"], 3);
+}
+
+/// `GET /stats` over https on the admin listener, as JSON.
+async fn admin_stats(
+    node: &common::Node,
+    trusted: &[&rustls::pki_types::CertificateDer<'static>],
+) -> Value {
+    let url = format!("https://localhost:{}/stats", node.admin.port());
+    let response = tls::https_client_for(node.admin, trusted)
+        .get(url)
+        .send()
+        .await
+        .expect("stats over https");
+    assert_eq!(response.status(), 200);
+    serde_json::from_slice(&response.bytes().await.unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn the_admin_listener_speaks_https_and_reloads_with_the_client_port() {
+    let mut pki = Pki::new();
+    let node = pki.start(&["--admin-tls"]);
+    let old = pki.der.clone();
+    let stats = admin_stats(&node, &[&old]).await;
+    assert_eq!(stats["connections"], 0);
+    let body = json!({"subject": "a", "data": 1}).to_string();
+    let published = tls::https_client_for(node.admin, &[&old])
+        .post(format!(
+            "https://localhost:{}/api/publish",
+            node.admin.port()
+        ))
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(published.status(), 200);
+
+    // Plain HTTP gets no answer: the admin port speaks TLS only.
+    let mut plain = TcpStream::connect(node.admin).unwrap();
+    plain.set_read_timeout(Some(WAIT)).unwrap();
+    plain
+        .write_all(b"GET /stats HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = plain.read_to_end(&mut answer);
+    assert!(!answer.starts_with(b"HTTP/"), "{answer:?}");
+
+    let new = pki.renew();
+    node.hang_up();
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let stats = admin_stats(&node, &[&old, &new]).await;
+        if stats["tls_reloads"] == 1 {
+            assert_eq!(
+                stats["errors"]["tls_handshake_failed"], 1,
+                "the plain request"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "no reload: {stats:#}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // New connections get the new certificate, on both listeners.
+    admin_stats(&node, &[&new]).await;
+    let url = format!("https://localhost:{}/stats", node.admin.port());
+    let refused = tls::https_client_for(node.admin, &[&old])
+        .get(url)
+        .send()
+        .await;
+    assert!(refused.is_err(), "the old certificate is gone");
+    let mut ws = tls::wss(&node, "/ws", &tls::client_config(&[&new]));
+    assert_eq!(tls::peer_certificate(&mut ws), new);
 }

@@ -128,6 +128,11 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_TLS_KEY")]
     pub tls_key: Option<PathBuf>,
 
+    /// Serve the admin listener over https too, with tls_cert and tls_key
+    /// (reloaded with them on SIGHUP).
+    #[arg(long, env = "MYRIAD_ADMIN_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub admin_tls: bool,
+
     /// Maximum concurrent client connections on this node; more get HTTP 503.
     #[arg(long, env = "MYRIAD_MAX_CONNECTIONS", default_value_t = 1_000_000)]
     pub max_connections: usize,
@@ -425,6 +430,10 @@ impl Config {
             self.tls_cert.is_some() == self.tls_key.is_some(),
             "tls_cert and tls_key go together: set both or neither",
         )?;
+        check(
+            !self.admin_tls || self.tls_cert.is_some(),
+            "admin_tls needs tls_cert and tls_key",
+        )?;
         if let Some(echo) = &self.echo_path {
             check(echo.starts_with('/'), "echo_path must start with '/'")?;
             check(echo != &self.ws_path, "echo_path must differ from ws_path")?;
@@ -677,6 +686,9 @@ mod tests {
         let m = matches(&["myriad", "--tls-cert", "cert.pem"]);
         let error = Config::assemble(&m, None).unwrap_err();
         assert!(error.to_string().contains("tls_key"), "{error}");
+        let m = matches(&["myriad", "--admin-tls"]);
+        let error = Config::assemble(&m, None).unwrap_err();
+        assert!(error.to_string().contains("admin_tls"), "{error}");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! where the node reads it, and rustls clients (tungstenite for wss,
 //! reqwest for https) that trust exactly the certificates they are given.
 
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -136,14 +136,24 @@ pub fn peer_certificate(ws: &mut Ws) -> CertificateDer<'static> {
     tls_of(ws).conn.peer_certificates().unwrap()[0].clone()
 }
 
-/// A reqwest client for `https://localhost` on the node, trusting `cert`.
+/// A reqwest client for `https://localhost` on the node's client port,
+/// trusting `cert`.
 pub fn https_client(node: &Node, cert: &CertificateDer<'static>) -> reqwest::Client {
-    reqwest::Client::builder()
+    https_client_for(node.ws, &[cert])
+}
+
+/// A reqwest client sending `https://localhost` to `addr`, trusting
+/// `trusted` only, with no connection kept between requests.
+pub fn https_client_for(addr: SocketAddr, trusted: &[&CertificateDer<'static>]) -> reqwest::Client {
+    let mut builder = reqwest::Client::builder()
         .use_rustls_tls()
-        .add_root_certificate(reqwest::Certificate::from_der(cert).unwrap())
-        .resolve("localhost", node.ws)
-        .build()
-        .unwrap()
+        .tls_built_in_root_certs(false)
+        .pool_max_idle_per_host(0)
+        .resolve("localhost", addr);
+    for cert in trusted {
+        builder = builder.add_root_certificate(reqwest::Certificate::from_der(cert).unwrap());
+    }
+    builder.build().unwrap()
 }
 
 pub fn https_url(node: &Node, path_and_query: &str) -> String {
