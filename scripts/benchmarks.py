@@ -14,7 +14,9 @@ runs N times; the table gives the median and the range.
     python3 scripts/benchmarks.py --node-arg=--history-size=0 idle-memory
 
 --node-arg adds a flag to every node a scenario starts (history off, as
-above); --bin runs another build. --baseline BIN runs an older build's
+above); --bin runs another build. Scenarios marked "tls" run their nodes
+with a certificate made once per output directory (openssl, ECDSA P-256,
+self-signed for localhost) and the bench over wss:// trusting it. --baseline BIN runs an older build's
 nodes (without --node-arg flags, which it may not know) alternately with
 this one's, run by run, and prints both medians and their ratio: a
 before/after comparison on a shared, noisy box.
@@ -370,6 +372,45 @@ SCENARIOS["social-half-churn"] = _social(
 )
 
 
+# TLS (issue 10): the idle cost of a wss:// connection and TLS handshakes
+# per second, each beside its plain twin, to be run in one invocation:
+#   python3 scripts/benchmarks.py idle-memory idle-memory-tls \
+#       connect-rate-2k connect-rate-tls-2k connect-rate-tls-4k connect-rate-tls-saturating
+SCENARIOS["idle-memory-tls"] = {
+    **SCENARIOS["idle-memory"],
+    "what": "19,000 idle WebSocket connections over TLS (wss://), each subscribed to its own subject",
+    "tls": True,
+}
+SCENARIOS["idle-memory-tls-in-flight-50"] = {
+    **SCENARIOS["idle-memory-tls"],
+    "what": "the same, the bench setting up 50 connections at a time instead of 1,000 (fewer handshakes in flight at once)",
+    "bench": ["--in-flight", "50", *SCENARIOS["idle-memory"]["bench"]],
+}
+_CONNECT_FIGURES = SCENARIOS["connect-rate"]["figures"]
+_CONNECT = ["connect-rate", "--ramp-up", "2s", "--sustain", "10s", "--ramp-down", "2s"]
+SCENARIOS["connect-rate-2k"] = {
+    "what": "2,000 arrivals/s, each upgrades, holds 1 s ± 5 %, closes; one node (the plain twin of connect-rate-tls-2k)",
+    "nodes": [[]],
+    "bench": [*_CONNECT, "--rate", "2000"],
+    "figures": _CONNECT_FIGURES,
+}
+SCENARIOS["connect-rate-tls-2k"] = {
+    **SCENARIOS["connect-rate-2k"],
+    "what": "the same over TLS: every arrival a full TLS 1.3 handshake (ECDSA P-256, no resumption)",
+    "tls": True,
+}
+SCENARIOS["connect-rate-tls-4k"] = {
+    **SCENARIOS["connect-rate-tls-2k"],
+    "what": "TLS arrivals at 4,000/s, about what this box's two cores can handshake with the bench on them too",
+    "bench": [*_CONNECT, "--rate", "4000"],
+}
+SCENARIOS["connect-rate-tls-saturating"] = {
+    **SCENARIOS["connect-rate-tls-2k"],
+    "what": "TLS arrivals offered at 8,000/s, more than this box's two cores can handshake (bench and node share them): the achieved rate is the ceiling",
+    "bench": [*_CONNECT, "--rate", "8000"],
+}
+
+
 def fmt(value, kind):
     if value is None:
         return "-"
@@ -403,6 +444,22 @@ def graph_fixture(binary, out_dir, users, edges_per_node, seed):
                        stdout=subprocess.DEVNULL)
         open(done, "w").close()
     return path, template
+
+
+def tls_files(out_dir):
+    """A self-signed ECDSA P-256 certificate for localhost and its key, made
+    once per output directory; returns (cert, key)."""
+    cert = os.path.join(out_dir, "tls-cert.pem")
+    key = os.path.join(out_dir, "tls-key.pem")
+    if not (os.path.exists(cert) and os.path.exists(key)):
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+             "-nodes", "-keyout", key, "-out", cert, "-days", "30", "-subj", "/CN=localhost",
+             "-addext", "subjectAltName=DNS:localhost",
+             # A CA certificate cannot serve as a server's own (webpki).
+             "-addext", "basicConstraints=critical,CA:FALSE"],
+            check=True, capture_output=True)
+    return cert, key
 
 
 def start_node(binary, flags, data_template=None):
@@ -439,11 +496,19 @@ def run_once(binary, name, scenario, out_dir, index, node_args):
     if "graph" in scenario:
         graph, template = graph_fixture(binary, out_dir, *scenario["graph"])
         bench_args += ["--graph", graph]
-    nodes = [start_node(binary, [*flags, *node_args], template) for flags in scenario["nodes"]]
+    tls = []
+    if scenario.get("tls"):
+        cert, key = tls_files(out_dir)
+        tls = ["--tls-cert", cert, "--tls-key", key]
+    nodes = [start_node(binary, [*flags, *tls, *node_args], template) for flags in scenario["nodes"]]
     json_path = os.path.join(out_dir, f"{name}-{index}.json")
     cmd = [binary, "bench", "--progress", "off", "--json", json_path]
     for _, ws, admin in nodes:
-        cmd += ["--url", f"ws://{ws}/ws", "--admin-url", f"http://{admin}"]
+        # The certificate is for localhost, the node listens on 127.0.0.1.
+        url = f"wss://localhost:{ws.rsplit(':', 1)[1]}/ws" if tls else f"ws://{ws}/ws"
+        cmd += ["--url", url, "--admin-url", f"http://{admin}"]
+    if tls:
+        cmd += ["--tls-ca", tls[1]]
     cmd += bench_args
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
@@ -503,8 +568,10 @@ def main():
             for flags in scenario["nodes"]
         )
         print(f"\n### {name}\n\n{scenario['what']}.\n")
+        tls = (" Nodes with `--tls-cert`/`--tls-key`, the bench over `wss://localhost:PORT/ws`"
+               " with `--tls-ca`." if scenario.get("tls") else "")
         print(f"Nodes: {nodes}; bench: `myriad bench {shlex.join(scenario['bench'])}` "
-              f"(plus `--url`/`--admin-url` per node). Runs: {args.runs}.\n")
+              f"(plus `--url`/`--admin-url` per node).{tls} Runs: {args.runs}.\n")
         if args.baseline:
             print(f"Baseline: `{args.baseline}`, alternating run by run.\n")
             print("| figure | this build: median | range | baseline: median | range | ratio |")

@@ -38,6 +38,9 @@ pub struct Spec {
     pub workers: u64,
     /// Server endpoints.
     pub targets: Vec<Target>,
+    /// PEM certificates to trust for `wss://` targets.
+    #[serde(default)]
+    pub tls_ca: Option<std::path::PathBuf>,
     /// Source addresses.
     pub sources: Sources,
     /// Source port mode.
@@ -63,6 +66,7 @@ impl Spec {
             worker: 0,
             workers: 1,
             targets: Vec::new(),
+            tls_ca: None,
             sources: Sources::default(),
             port_mode: PortMode::Auto,
             max_conns: 10,

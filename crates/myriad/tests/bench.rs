@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
+use common::tls::Pki;
 use common::Node;
 use serde_json::Value;
 
@@ -353,6 +354,24 @@ fn http_publishing_counts_the_servers_answers() {
     assert_eq!(u(&wrong["totals"]["http_errors"]), 20, "401 for every one");
 }
 
+/// connect-rate at `rate` arrivals/s: 1 s ramping up, 1 s sustained, 1 s
+/// ramping down, each arrival held 1 s.
+fn connect_rate(rate: &str) -> [&str; 11] {
+    [
+        "connect-rate",
+        "--rate",
+        rate,
+        "--ramp-up",
+        "1s",
+        "--sustain",
+        "1s",
+        "--ramp-down",
+        "1s",
+        "--hold",
+        "1s",
+    ]
+}
+
 #[test]
 fn connect_rate_opens_holds_and_closes_every_device() {
     let node = Node::start(&["--workers", "2"]);
@@ -360,21 +379,7 @@ fn connect_rate_opens_holds_and_closes_every_device() {
         &node,
         "connect-rate",
         &[],
-        &[
-            "connect-rate",
-            "--rate",
-            "400",
-            "--ramp-up",
-            "1s",
-            "--sustain",
-            "1s",
-            "--ramp-down",
-            "1s",
-            "--hold",
-            "1s",
-            "--subscribe",
-            "/d/{1..50}",
-        ],
+        &[&connect_rate("400")[..], &["--subscribe", "/d/{1..50}"]].concat(),
     );
     no_failures(&r);
     let t = &r["totals"];
@@ -394,6 +399,49 @@ fn connect_rate_opens_holds_and_closes_every_device() {
         800
     );
     node.wait_for_stats("every device gone", |s| s["connections"] == 0);
+}
+
+/// The workloads the TLS figures come from, over wss://: every arrival of
+/// connect-rate is a TLS handshake the node completes, and idle
+/// subscribers set up and hold over TLS.
+#[test]
+fn connect_rate_and_subscribers_run_over_tls() {
+    let pki = Pki::new();
+    let node = pki.start(&["--workers", "2"]);
+    let ca = pki.cert.display().to_string();
+    let tls = ["--tls-ca", ca.as_str()];
+    let r = bench(&node, "connect-rate-tls", &tls, &connect_rate("100"));
+    no_failures(&r);
+    let t = &r["totals"];
+    assert_eq!(u(&t["attempts"]), 200);
+    assert_eq!(u(&t["upgraded"]), 200);
+    assert_eq!(u(&t["closed"]), 200, "every connection closed cleanly");
+    let (before, after) = (&r["server"]["before"][0], &r["server"]["after"][0]);
+    assert_eq!(
+        u(&after["tls_handshakes"]) - u(&before["tls_handshakes"]),
+        200,
+        "one TLS handshake per arrival"
+    );
+
+    let r = bench(
+        &node,
+        "subscribers-tls",
+        &tls,
+        &["subscribers", "--connections", "300", "--duration", "1s"],
+    );
+    no_failures(&r);
+    assert_eq!(u(&r["totals"]["subscribed"]), 300);
+    node.wait_for_stats("every subscriber gone", |s| s["connections"] == 0);
+    assert_eq!(node.stats()["tls_handshakes"], 500);
+
+    // Without the certificate to trust, the bench says so before starting.
+    let json = temp_path("no-ca.json");
+    let output = bench_command(&node, &json, &[], &["subscribers", "--connections", "1"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--tls-ca"), "{stderr}");
 }
 
 /// A bench whose open-file cap allows 300 connections per process spreads

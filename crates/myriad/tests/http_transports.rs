@@ -9,25 +9,12 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::Node;
-use eventsource_stream::{Event, Eventsource};
+use common::{next_event, Node};
+use eventsource_stream::Eventsource;
 use futures_util::{Stream, StreamExt};
 use serde_json::{json, Value};
 
 const WAIT: Duration = Duration::from_secs(10);
-
-/// The next SSE event, skipping none; fails after [`WAIT`].
-async fn next_event<S, E>(events: &mut S) -> Event
-where
-    S: Stream<Item = Result<Event, E>> + Unpin,
-    E: std::fmt::Debug,
-{
-    tokio::time::timeout(WAIT, events.next())
-        .await
-        .expect("an event within the wait")
-        .expect("the stream goes on")
-        .expect("a well-formed event")
-}
 
 /// Offsets of a cursor's entries (`epoch:offset,…`).
 fn cursor_offsets(cursor: &str) -> Vec<u64> {

@@ -19,6 +19,7 @@ use thiserror::Error;
 
 use crate::history::HistoryPolicy;
 use crate::namespace::{history_policy, Namespace, Namespaces};
+use crate::tls::TlsFiles;
 
 /// The variable of the one key the admin listener had before it had a
 /// publish key and an admin key.
@@ -120,6 +121,21 @@ pub struct Config {
     /// blank line) in bytes on the client listener; HTTP 431 beyond.
     #[arg(long, env = "MYRIAD_MAX_REQUEST_HEAD", default_value_t = 8192)]
     pub max_request_head: usize,
+
+    /// PEM file of the client listener's certificate chain, its own
+    /// certificate first. With tls_key set too, the client listener speaks
+    /// only TLS 1.3 (wss://, https://). Both files are read again on SIGHUP.
+    #[arg(long, env = "MYRIAD_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM file of the private key of tls_cert's first certificate.
+    #[arg(long, env = "MYRIAD_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Serve the admin listener over https too, with tls_cert and tls_key
+    /// (reloaded with them on SIGHUP).
+    #[arg(long, env = "MYRIAD_ADMIN_TLS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub admin_tls: bool,
 
     /// Maximum concurrent client connections on this node; more get HTTP 503.
     #[arg(long, env = "MYRIAD_MAX_CONNECTIONS", default_value_t = 1_000_000)]
@@ -414,6 +430,14 @@ impl Config {
         check(self.workers <= 64, "workers must be at most 64")?;
         self.validate_admin()?;
         check(self.ws_path.starts_with('/'), "ws_path must start with '/'")?;
+        check(
+            self.tls_cert.is_some() == self.tls_key.is_some(),
+            "tls_cert and tls_key go together: set both or neither",
+        )?;
+        check(
+            !self.admin_tls || self.tls_cert.is_some(),
+            "admin_tls needs tls_cert and tls_key",
+        )?;
         if let Some(echo) = &self.echo_path {
             check(echo.starts_with('/'), "echo_path must start with '/'")?;
             check(echo != &self.ws_path, "echo_path must differ from ws_path")?;
@@ -528,6 +552,14 @@ impl Config {
             ttl: self.history_ttl.into(),
         };
         Namespaces::new(default, &self.namespace, history_policy)
+    }
+
+    /// The certificate and key files, when the client listener speaks TLS.
+    pub fn tls_files(&self) -> Option<TlsFiles> {
+        Some(TlsFiles {
+            cert: self.tls_cert.clone()?,
+            key: self.tls_key.clone()?,
+        })
     }
 
     /// The number of workers to start: the setting, or one per core.
@@ -665,6 +697,12 @@ mod tests {
         assert!(Config::assemble(&m, None).is_err());
         let m = matches(&["myriad", "--echo-path", "/ws"]);
         assert!(Config::assemble(&m, None).is_err());
+        let m = matches(&["myriad", "--tls-cert", "cert.pem"]);
+        let error = Config::assemble(&m, None).unwrap_err();
+        assert!(error.to_string().contains("tls_key"), "{error}");
+        let m = matches(&["myriad", "--admin-tls"]);
+        let error = Config::assemble(&m, None).unwrap_err();
+        assert!(error.to_string().contains("admin_tls"), "{error}");
     }
 
     #[test]

@@ -12,6 +12,7 @@ use mio::net::TcpStream;
 use myriad_protocol::close::CloseReason;
 use myriad_protocol::ws::MessageReader;
 
+use crate::link::{Link, Tls};
 use crate::outbound::Outbound;
 use crate::session::Session;
 use crate::transport::TransportKind;
@@ -64,7 +65,10 @@ pub mod flags {
 
 /// A client connection.
 pub struct Conn {
+    /// Read and written through [`Conn::link`], never directly.
     pub socket: TcpStream,
+    /// `None` on a plain listener (a null pointer: nothing allocated).
+    pub tls: Option<Box<Tls>>,
     pub phase: Phase,
     /// How everything sent to it is encoded.
     pub transport: TransportKind,
@@ -92,9 +96,10 @@ pub struct Conn {
 }
 
 impl Conn {
-    pub fn new(socket: TcpStream, now: u32) -> Conn {
+    pub fn new(socket: TcpStream, tls: Option<Box<Tls>>, now: u32) -> Conn {
         Conn {
             socket,
+            tls,
             phase: Phase::Request,
             transport: TransportKind::WebSocket,
             flags: 0,
@@ -110,6 +115,12 @@ impl Conn {
         }
     }
 
+    /// The connection's byte stream, plain or TLS: the seam every read,
+    /// write and shutdown goes through.
+    pub fn link(&mut self) -> Link<'_> {
+        Link::new(&mut self.socket, &mut self.tls)
+    }
+
     /// Queues a frame; returns the bytes now waiting.
     pub fn queue(&mut self, frame: Bytes) -> usize {
         let out = self.outbound.get_or_insert_with(Box::default);
@@ -120,6 +131,12 @@ impl Conn {
     /// Bytes queued and not yet written.
     pub fn pending_bytes(&self) -> usize {
         self.outbound.as_ref().map_or(0, |out| out.pending_bytes())
+    }
+
+    /// Whether anything for the peer waits in userland: queued frames, or
+    /// TLS records sealed from them and not yet written.
+    pub fn has_unsent(&self) -> bool {
+        self.pending_bytes() > 0 || self.tls.as_deref().is_some_and(Tls::has_unsent)
     }
 
     /// Sets a flag; returns whether it was newly set.
@@ -153,8 +170,9 @@ mod tests {
         // Slab entries add a discriminant word. Growing this struct grows RSS
         // per idle connection directly: see docs/benchmarks.md before changing.
         // mio's socket carries a selector id in debug builds only (16 bytes
-        // instead of the 4-byte descriptor, plus padding).
-        let limit = if cfg!(debug_assertions) { 104 } else { 88 };
+        // instead of the 4-byte descriptor, plus padding). The TLS pointer
+        // is 8 of the 96 (null on a plain listener).
+        let limit = if cfg!(debug_assertions) { 112 } else { 96 };
         let size = std::mem::size_of::<Conn>();
         assert!(size <= limit, "Conn is {size} bytes");
     }

@@ -7,6 +7,8 @@
 //!   per-prefix settings.
 //! - [`listener`]: one `SO_REUSEPORT` client listener per worker; [`fds`]:
 //!   how the open-file limit is shared between the listeners.
+//! - [`link`]: a connection's byte stream, plain TCP or TLS ([`tls`]: the
+//!   certificates, the handshake by rustls, the record layer run after it).
 //! - [`worker`]: the per-core event loops; each owns its connections
 //!   ([`conn`], each with its pub/sub [`session`] and its [`transport`]),
 //!   their outbound queues ([`outbound`]) and its local subject
@@ -34,6 +36,7 @@ pub mod fds;
 pub mod feeds;
 pub mod history;
 pub mod hub;
+pub mod link;
 pub mod listener;
 pub mod metrics;
 pub mod namespace;
@@ -44,6 +47,7 @@ pub mod publication;
 pub mod registry;
 pub mod session;
 pub mod status;
+pub mod tls;
 pub mod transport;
 pub mod worker;
 
@@ -92,6 +96,8 @@ pub enum ServeError {
     DataDir(#[from] myriad_graph::DataDirError),
     #[error("cannot open the follow graph: {0}")]
     Graph(#[from] myriad_graph::StoreError),
+    #[error(transparent)]
+    Tls(#[from] tls::CertError),
     #[error("cannot load the token keys: {0}")]
     TokenKeys(#[from] auth::keys::KeyError),
     #[error(transparent)]
@@ -106,6 +112,11 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let workers = config.worker_count();
     let auth = Auth::from_config(&config)?;
     let max_connections = admission_cap(&config)?;
+    let tls = config
+        .tls_files()
+        .map(tls::Certificates::load)
+        .transpose()?
+        .map(Arc::new);
     let listen_options = listener::ListenOptions {
         backlog: config.backlog,
         send_buffer: config.socket_send_buffer,
@@ -155,6 +166,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         refusing: AtomicUsize::new(0),
         max_connections,
         shutting_down: AtomicBool::new(false),
+        tls,
         config,
     });
 
@@ -185,7 +197,8 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
 
     spawn_signal_watcher(Arc::clone(&shared))?;
 
-    info!(ws = %ws_addr, admin = %admin_addr, workers, "myriad listening");
+    let tls = shared.tls.is_some();
+    info!(ws = %ws_addr, admin = %admin_addr, workers, tls, "myriad listening");
     let ready = serde_json::json!({"event": "listening", "ws": ws_addr.to_string(), "admin": admin_addr.to_string()});
     let mut stdout = std::io::stdout().lock();
     // A closed stdout (daemonized, piped to nothing) must not stop the node.
@@ -264,25 +277,52 @@ fn admission_cap(config: &Config) -> Result<usize, ServeError> {
 }
 
 /// SIGTERM or SIGINT starts graceful shutdown; a second one exits at once.
+/// SIGHUP reloads the TLS certificate and key.
 fn spawn_signal_watcher(shared: Arc<Shared>) -> Result<(), ServeError> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals =
-        signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).map_err(ServeError::Signals)?;
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
+        .map_err(ServeError::Signals)?;
     std::thread::Builder::new()
         .name("myriad-signals".into())
         .spawn(move || {
-            let mut received = signals.forever();
-            if let Some(signal) = received.next() {
-                info!(signal, "shutting down: closing clients with 1001");
-                shared.shutting_down.store(true, Ordering::Release);
-                shared.engine.shut_down();
-                shared.hub.wake_all();
-            }
-            if received.next().is_some() {
-                error!("second signal: exiting without waiting for clients");
-                std::process::exit(130);
+            let mut stopping = false;
+            for signal in signals.forever() {
+                if signal == SIGHUP {
+                    reload_certificates(&shared);
+                } else if stopping {
+                    error!("second signal: exiting without waiting for clients");
+                    std::process::exit(130);
+                } else {
+                    stopping = true;
+                    info!(signal, "shutting down: closing clients with 1001");
+                    shared.shutting_down.store(true, Ordering::Release);
+                    shared.engine.shut_down();
+                    shared.hub.wake_all();
+                }
             }
         })
         .map_err(ServeError::Signals)?;
     Ok(())
+}
+
+/// Reads the TLS files again: new handshakes use them, connections already
+/// open go on with the keys they have. Files that do not make a working
+/// configuration leave the previous one in force, and are logged and counted.
+fn reload_certificates(shared: &Shared) {
+    let Some(certs) = &shared.tls else {
+        info!("SIGHUP: no TLS certificate configured, nothing to reload");
+        return;
+    };
+    match certs.reload() {
+        Ok(()) => {
+            shared.metrics.tls_reloaded();
+            info!(cert = %certs.files().cert.display(), "TLS certificate reloaded");
+        }
+        Err(e) => {
+            shared
+                .metrics
+                .error(metrics::ErrorKind::Tls(tls::TlsFailure::ReloadFailed));
+            error!(error = %e, "TLS reload failed; the previous certificate stays in use");
+        }
+    }
 }

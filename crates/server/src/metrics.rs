@@ -15,6 +15,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::feeds::Direction;
+use crate::tls::TlsFailure;
 use crate::transport::TransportKind;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -83,6 +84,8 @@ pub enum ErrorKind {
     /// A follow-graph request of the admin API was refused or failed
     /// (labelled `graph_<code>`, one of [`ErrorKind::GRAPH_LABELS`]).
     Graph(&'static str),
+    /// TLS refused or ended a connection, or a certificate reload failed.
+    Tls(TlsFailure),
     /// A connection token was refused, at the request or in a `connect` or
     /// `refresh` command (labelled `token_<reason>`, see
     /// `auth::TokenError::label`).
@@ -123,6 +126,7 @@ impl ErrorKind {
             ErrorKind::ApiBadRequest => "api_bad_request",
             ErrorKind::ApiBodyTooLarge => "api_body_too_large",
             ErrorKind::TooManyStatusStreams => "too_many_status_streams",
+            ErrorKind::Tls(failure) => failure.label(),
             ErrorKind::AdminOverCapacity => "admin_over_capacity",
             ErrorKind::AdminHeaderTimeout => "admin_header_timeout",
             ErrorKind::AdminBodyTimeout => "admin_body_timeout",
@@ -151,6 +155,7 @@ pub struct WorkerMetrics {
     pub bytes_in: Counter,
     pub bytes_out: Counter,
     pub writes: Counter,
+    pub tls_handshakes: Counter,
 }
 
 /// What history holds, mirrored from the engine when metrics are read.
@@ -171,6 +176,7 @@ pub struct Metrics {
     errors: Family<KindLabel, Counter>,
     publishes: Counter<u64, AtomicU64>,
     publishes_unrouted: Counter<u64, AtomicU64>,
+    tls_reloads: Counter<u64, AtomicU64>,
     sockets_aborted: Counter<u64, AtomicU64>,
     feeds: FeedMetrics,
     admin: AdminMetrics,
@@ -196,7 +202,7 @@ struct FeedMetrics {
 impl Metrics {
     pub fn new(worker_count: usize) -> Metrics {
         let mut registry = Registry::with_prefix("myriad");
-        let families: [(&str, &str); 8] = [
+        let families: [(&str, &str); 9] = [
             ("connections", "Open client connections"),
             ("connections_accepted", "Client connections accepted"),
             (
@@ -211,9 +217,13 @@ impl Metrics {
             ("bytes_in", "Bytes read from client sockets"),
             ("bytes_out", "Bytes written to client sockets"),
             ("socket_writes", "write/writev calls on client sockets"),
+            (
+                "tls_handshakes",
+                "TLS handshakes completed on the client listener",
+            ),
         ];
         let gauges: [Family<WorkerLabel, Gauge>; 2] = Default::default();
-        let counters: [Family<WorkerLabel, Counter>; 6] = Default::default();
+        let counters: [Family<WorkerLabel, Counter>; 7] = Default::default();
         let transport_connections = Family::<TransportLabel, Gauge>::default();
         let transport_messages = Family::<TransportLabel, Counter>::default();
         let workers = (0..worker_count)
@@ -241,11 +251,13 @@ impl Metrics {
                     bytes_in: counters[3].get_or_create(&label).clone(),
                     bytes_out: counters[4].get_or_create(&label).clone(),
                     writes: counters[5].get_or_create(&label).clone(),
+                    tls_handshakes: counters[6].get_or_create(&label).clone(),
                 }
             })
             .collect();
         let [connections, subscriptions] = gauges;
-        let [accepted, messages_in, messages_out, bytes_in, bytes_out, writes] = counters;
+        let [accepted, messages_in, messages_out, bytes_in, bytes_out, writes, tls_handshakes] =
+            counters;
         registry.register(families[0].0, families[0].1, connections);
         registry.register(families[1].0, families[1].1, accepted);
         registry.register(families[2].0, families[2].1, subscriptions);
@@ -254,6 +266,7 @@ impl Metrics {
         registry.register(families[5].0, families[5].1, bytes_in);
         registry.register(families[6].0, families[6].1, bytes_out);
         registry.register(families[7].0, families[7].1, writes);
+        registry.register(families[8].0, families[8].1, tls_handshakes);
         registry.register(
             "transport_connections",
             "Open client connections, by transport (once their request is accepted)",
@@ -290,6 +303,12 @@ impl Metrics {
             "publishes_unrouted",
             "Messages published to a subject with no subscribers",
             publishes_unrouted.clone(),
+        );
+        let tls_reloads = Counter::default();
+        registry.register(
+            "tls_reloads",
+            "TLS certificate reloads (SIGHUP) that took effect",
+            tls_reloads.clone(),
         );
         let sockets_aborted = Counter::default();
         registry.register(
@@ -363,6 +382,7 @@ impl Metrics {
             errors,
             publishes,
             publishes_unrouted,
+            tls_reloads,
             sockets_aborted,
             feeds,
             admin,
@@ -380,6 +400,11 @@ impl Metrics {
                 reason: reason.name(),
             })
             .inc();
+    }
+
+    /// A SIGHUP reload put new certificate files in force.
+    pub fn tls_reloaded(&self) {
+        self.tls_reloads.inc();
     }
 
     /// Counts a socket reset at a deadline rather than closed, so that the
@@ -461,6 +486,7 @@ impl Metrics {
             s.bytes_in += w.bytes_in.get();
             s.bytes_out += w.bytes_out.get();
             s.socket_writes += w.writes.get();
+            s.tls_handshakes += w.tls_handshakes.get();
             for (total, t) in s.transports.iter_mut().zip(&w.transports) {
                 total.connections += t.connections.get().max(0) as u64;
                 total.messages_out += t.messages_out.get();
@@ -470,6 +496,7 @@ impl Metrics {
         s.admin_idle_closes = self.admin.idle_closes.get();
         s.publishes = self.publishes.get();
         s.publishes_unrouted = self.publishes_unrouted.get();
+        s.tls_reloads = self.tls_reloads.get();
         s.closes = CloseReason::ALL
             .iter()
             .map(|r| {
@@ -506,6 +533,7 @@ impl ErrorKind {
                 .map(|label| ErrorKind::Request(label).label()),
         );
         labels.extend(ErrorKind::GRAPH_LABELS);
+        labels.extend(TlsFailure::ALL.map(TlsFailure::label));
         labels.extend(crate::auth::TokenError::LABELS);
         labels.extend(
             [
@@ -540,6 +568,8 @@ pub struct Snapshot {
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub socket_writes: u64,
+    pub tls_handshakes: u64,
+    pub tls_reloads: u64,
     pub publishes: u64,
     pub publishes_unrouted: u64,
     pub admin_connections: u64,

@@ -123,19 +123,31 @@ impl Outbound {
         Ok(report)
     }
 
-    /// Advances past `written` bytes, releasing frames that are fully sent.
-    fn consume(&mut self, mut written: usize) {
-        self.pending -= written;
-        while written > 0 {
-            let head_left = self.frames[0].len() - self.head_written;
-            if written >= head_left {
-                written -= head_left;
-                self.frames.pop_front();
-                self.head_written = 0;
+    /// The unwritten bytes, in order, frame by frame (what a TLS link
+    /// seals instead of writing them).
+    pub fn chunks(&self) -> impl Iterator<Item = &[u8]> {
+        self.frames.iter().enumerate().map(|(i, frame)| {
+            if i == 0 {
+                &frame[self.head_written..]
             } else {
-                self.head_written += written;
-                written = 0;
+                &frame[..]
             }
+        })
+    }
+
+    /// Advances past `written` bytes, releasing frames that are fully sent
+    /// (an empty frame is, whatever `written` is).
+    pub fn consume(&mut self, mut written: usize) {
+        self.pending -= written;
+        while let Some(head) = self.frames.front() {
+            let head_left = head.len() - self.head_written;
+            if written < head_left {
+                self.head_written += written;
+                return;
+            }
+            written -= head_left;
+            self.frames.pop_front();
+            self.head_written = 0;
         }
     }
 }
@@ -247,6 +259,18 @@ mod tests {
         q.discard_unstarted();
         assert!(q.is_empty());
         assert_eq!(q.pending_bytes(), 0);
+    }
+
+    #[test]
+    fn consuming_releases_whole_frames_and_empty_ones() {
+        let mut q = queue(&[b"abc", b"", b"de"]);
+        let chunks: Vec<&[u8]> = q.chunks().collect();
+        assert_eq!(chunks, [&b"abc"[..], b"", b"de"]);
+        q.consume(3);
+        assert_eq!(q.len(), 1, "the empty frame went with the one before it");
+        q.consume(1);
+        assert_eq!(q.chunks().collect::<Vec<_>>(), [&b"e"[..]]);
+        assert_eq!(q.pending_bytes(), 1);
     }
 
     #[test]

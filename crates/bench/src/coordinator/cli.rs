@@ -66,9 +66,14 @@ pub enum Workload {
 /// Options shared by every workload.
 #[derive(Debug, Clone, Args, Serialize)]
 pub struct Global {
-    /// WebSocket URL of the server; repeat for several listeners or nodes.
+    /// WebSocket URL of the server (ws://, or wss:// over TLS); repeat for
+    /// several listeners or nodes.
     #[arg(long = "url", global = true, value_parser = parse_ws, default_value = "ws://127.0.0.1:8080/ws")]
     pub urls: Vec<Target>,
+    /// PEM file of the certificate(s) to trust for wss:// URLs (e.g. the
+    /// node's own self-signed certificate).
+    #[arg(long, global = true)]
+    pub tls_ca: Option<PathBuf>,
     /// The server's admin URL (myriad: http://127.0.0.1:PORT); enables the
     /// server's own figures from /stats (summed over every node given; repeat
     /// it for several nodes) and HTTP publishing (to the first).

@@ -68,6 +68,7 @@ impl Setup {
             worker,
             workers,
             targets: g.urls.clone(),
+            tls_ca: g.tls_ca.clone(),
             sources: self.sources.clone(),
             port_mode: g.source_ports,
             max_conns: self.per_process,

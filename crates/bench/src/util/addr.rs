@@ -44,18 +44,25 @@ pub struct Target {
     pub host: String,
     /// Request path, `/` when the URL has none.
     pub path: String,
+    /// Spoken over TLS (a `wss://` URL).
+    #[serde(default)]
+    pub tls: bool,
 }
 
 impl Target {
-    /// Parses `scheme://host:port/path`, resolving the host now.
+    /// Parses `scheme://host:port/path`, resolving the host now. For `ws`,
+    /// `wss://` is taken too and makes a TLS target.
     pub fn parse(url: &str, scheme: &'static str) -> Result<Target, AddrError> {
-        let rest = url
-            .strip_prefix(scheme)
-            .and_then(|r| r.strip_prefix("://"))
-            .ok_or_else(|| AddrError::Scheme {
-                url: url.to_owned(),
-                scheme,
-            })?;
+        let after = |scheme: &str| url.strip_prefix(scheme)?.strip_prefix("://");
+        let wrong_scheme = || AddrError::Scheme {
+            url: url.to_owned(),
+            scheme,
+        };
+        let (rest, tls) = match after(scheme) {
+            Some(rest) => (rest, false),
+            None if scheme == "ws" => (after("wss").ok_or_else(wrong_scheme)?, true),
+            None => return Err(wrong_scheme()),
+        };
         let (host, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
@@ -76,6 +83,7 @@ impl Target {
             addr,
             host: host.to_owned(),
             path: path.to_owned(),
+            tls,
         })
     }
 
@@ -195,8 +203,13 @@ mod tests {
             ("127.0.0.1:9000", "/ws")
         );
         assert!(t.is_local());
+        assert!(!t.tls);
+        let t = Target::parse("wss://localhost:9000/ws", "ws").unwrap();
+        assert!(t.tls);
+        assert_eq!(t.host, "localhost:9000");
         let t = Target::parse("http://127.0.0.2:81", "http").unwrap();
         assert_eq!(t.path, "/");
+        assert!(Target::parse("https://127.0.0.2:81", "http").is_err());
         assert!(matches!(
             Target::parse("http://127.0.0.1:1", "ws"),
             Err(AddrError::Scheme { .. })

@@ -21,7 +21,8 @@ pub enum Failure {
     /// EMFILE / ENFILE, or the worker's planned connection cap.
     NoFiles,
     /// The server answered the upgrade with something other than a valid
-    /// 101, or an HTTP transport's request with other than its 200.
+    /// 101, or an HTTP transport's request with other than its 200; or TLS
+    /// failed (a `wss://` target).
     Handshake,
     /// A frame broke RFC 6455, or a message was too big.
     Protocol,

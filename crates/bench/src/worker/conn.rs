@@ -31,6 +31,7 @@ use myriad_protocol::position::Position;
 use myriad_protocol::ws::{
     apply_mask, write_frame_header, Message, MessageReader, OpCode, Read, ReadLimits,
 };
+use rustls::ClientConnection;
 
 use crate::schema::SubscribeTransport;
 use crate::util::counters::{Counters, Failure};
@@ -273,6 +274,57 @@ impl Cx {
     }
 }
 
+/// Hands the plaintext in `outbuf` to rustls and writes what it has for
+/// the socket: the handshake first, then records.
+fn flush_tls(
+    tls: &mut ClientConnection,
+    stream: &mut TcpStream,
+    outbuf: &mut Vec<u8>,
+    cx: &mut Cx,
+) -> Step {
+    let failed = |e: io::Error| Outcome::Failed(Failure::of_io(&e));
+    if !outbuf.is_empty() {
+        let taken = tls.writer().write(outbuf).map_err(failed)?;
+        outbuf.drain(..taken);
+        if outbuf.is_empty() {
+            *outbuf = Vec::new();
+        }
+    }
+    while tls.wants_write() {
+        match tls.write_tls(stream) {
+            Ok(n) => cx.counters.bytes_out += n as u64,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(failed(e)),
+        }
+    }
+    Ok(())
+}
+
+/// One read of plaintext: from the socket, or through rustls, which reads
+/// and decrypts records until it has plaintext, the socket would block, or
+/// the stream ends (0, with or without close_notify).
+fn read_some(
+    stream: &mut TcpStream,
+    tls: Option<&mut ClientConnection>,
+    buf: &mut [u8],
+) -> io::Result<usize> {
+    let Some(tls) = tls else {
+        return stream.read(buf);
+    };
+    loop {
+        match tls.reader().read(buf) {
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+        tls.read_tls(stream)?;
+        tls.process_new_packets()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    }
+}
+
 /// Appends one masked, final frame to `out` without an intermediate copy.
 pub fn push_frame(out: &mut Vec<u8>, opcode: OpCode, payload: &[u8], mask: [u8; 4]) {
     write_frame_header(out, true, opcode, payload.len(), Some(mask));
@@ -325,13 +377,22 @@ pub struct Conn {
     /// Bytes of an incomplete frame (or event, line, response) left from
     /// the last read.
     inbuf: Vec<u8>,
-    /// Bytes the socket has not accepted yet.
+    /// Bytes the socket has not accepted yet (on TLS: plaintext rustls
+    /// has not taken yet).
     pub outbuf: Vec<u8>,
+    /// rustls' client on a `wss://` target: every byte goes through it.
+    tls: Option<Box<ClientConnection>>,
 }
 
 impl Conn {
     /// A connection whose connect() is in progress.
-    pub fn new(stream: TcpStream, index: u32, wire: Wire, now_ns: u64) -> Conn {
+    pub fn new(
+        stream: TcpStream,
+        index: u32,
+        wire: Wire,
+        now_ns: u64,
+        tls: Option<Box<ClientConnection>>,
+    ) -> Conn {
         Conn {
             stream,
             reader: MessageReader::new(),
@@ -341,6 +402,7 @@ impl Conn {
             since_ns: now_ns,
             inbuf: Vec::new(),
             outbuf: Vec::new(),
+            tls,
         }
     }
 
@@ -375,6 +437,9 @@ impl Conn {
 
     /// Writes as much of `outbuf` as the socket takes.
     pub fn flush(&mut self, cx: &mut Cx) -> Step {
+        if let Some(tls) = self.tls.as_deref_mut() {
+            return flush_tls(tls, &mut self.stream, &mut self.outbuf, cx);
+        }
         let mut written = 0;
         while written < self.outbuf.len() {
             match self.stream.write(&self.outbuf[written..]) {
@@ -514,7 +579,11 @@ impl Conn {
                 scratch.resize(grown, 0);
             }
             let want = scratch.len() - have;
-            let n = match self.stream.read(&mut scratch[have..]) {
+            let n = match read_some(
+                &mut self.stream,
+                self.tls.as_deref_mut(),
+                &mut scratch[have..],
+            ) {
                 Ok(0) => {
                     eof = true;
                     0
@@ -522,6 +591,10 @@ impl Conn {
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                // rustls refused what the server sent.
+                Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                    return Err(Outcome::Failed(Failure::Handshake))
+                }
                 Err(e) => return Err(Outcome::Failed(Failure::of_io(&e))),
             };
             have += n;
@@ -529,7 +602,10 @@ impl Conn {
             let used = self.consume(key, cx, &mut scratch[..have], now_real, h)?;
             scratch.copy_within(used..have, 0);
             have -= used;
-            if eof || (n < want && !read_closed) {
+            // Plaintext shorter than asked says nothing about the socket
+            // under TLS: read on until it would block.
+            let drained = n < want && self.tls.is_none();
+            if eof || (drained && !read_closed) {
                 break;
             }
         }
@@ -757,10 +833,11 @@ mod tests {
     #[test]
     fn a_connection_stays_compact() {
         // The idle-cost budget (≲1 KiB of RSS per connection, with slab and
-        // timers) rests on this staying small: 80 bytes in release, plus the
-        // 8-byte selector id mio adds to a socket in debug builds.
+        // timers) rests on this staying small: 88 bytes in release (8 of
+        // them the TLS pointer, null on ws://), plus the 8-byte selector id
+        // mio adds to a socket in debug builds.
         let size = std::mem::size_of::<Conn>();
-        assert!(size <= 88, "{size}");
+        assert!(size <= 96, "{size}");
         assert_eq!(std::mem::size_of::<MessageReader>(), 8);
     }
 

@@ -26,6 +26,7 @@ use crate::util::addr::{route, PortCursor, PortMode, Route, Sources, Target};
 use crate::util::clock::Epoch;
 use crate::util::counters::Failure;
 use crate::worker::conn::{Conn, Cx, Handler, Outcome, Readiness, Wire};
+use crate::worker::tls;
 
 /// The token of the waker that the control thread uses.
 const WAKER: Token = Token(usize::MAX);
@@ -64,6 +65,8 @@ pub struct NetConfig {
     /// once. Other connections send one request at a time anyway, and the
     /// setsockopt would cost a syscall per connection.
     pub nodelay: bool,
+    /// The TLS client configuration, when a target is `wss://`.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// A timer on one connection, checked against the connection's index so a
@@ -178,9 +181,20 @@ impl Engine {
                 return Err(f);
             }
         };
+        let target = &self.net.targets[r.target];
+        let tls = match (&self.net.tls, target.tls) {
+            (Some(config), true) => match tls::connect(config, &target.host) {
+                Ok(tls) => Some(Box::new(tls)),
+                Err(_) => {
+                    self.cx.counters.fail(Failure::Handshake);
+                    return Err(Failure::Handshake);
+                }
+            },
+            _ => None,
+        };
         let entry = self.conns.vacant_entry();
         let key = entry.key();
-        let mut conn = Conn::new(stream, index, wire, self.cx.now_ns);
+        let mut conn = Conn::new(stream, index, wire, self.cx.now_ns, tls);
         if let Err(e) = self.poll.registry().register(
             &mut conn.stream,
             Token(key),

@@ -4,7 +4,7 @@
 //! protocol crate ([`conn`]), and what a workload does on the worker side
 //! ([`driver`]): the subscribing connections most workloads hold
 //! ([`subscriber`]) and one file per workload's own driver
-//! ([`workloads`]).
+//! ([`workloads`]); [`tls`] for `wss://` targets.
 //!
 //! Uses the helpers and the schema only; knows nothing of the coordinator
 //! or the report, which see a worker only through its JSON lines.
@@ -14,4 +14,5 @@ pub mod driver;
 pub mod engine;
 pub mod process;
 pub mod subscriber;
+pub mod tls;
 pub mod workloads;

@@ -16,6 +16,7 @@ use crate::util::{histogram, plan, sys};
 use crate::worker::driver::Driver;
 use crate::worker::engine::{Engine, NetConfig};
 use crate::worker::subscriber::SubscribeDriver;
+use crate::worker::tls;
 use crate::worker::workloads::churn::ChurnDriver;
 use crate::worker::workloads::connect_rate::ConnectRateDriver;
 use crate::worker::workloads::publishers::PublishDriver;
@@ -79,6 +80,13 @@ fn run_spec(spec: Spec) -> Result<(), BenchError> {
         // Publishers and social users send small frames that must leave
         // at once.
         nodelay: matches!(spec.task, Task::Publish(_) | Task::Social(_)),
+        tls: match spec.targets.iter().any(|t| t.tls) {
+            true => Some(
+                tls::client_config(spec.tls_ca.as_deref())
+                    .map_err(|e| BenchError::Config(e.to_string()))?,
+            ),
+            false => None,
+        },
     };
     let mut engine = Engine::new(
         net,

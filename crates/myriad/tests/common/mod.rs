@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test file uses a different part of the harness
 
 pub mod browser;
+pub mod tls;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -24,6 +25,8 @@ pub struct Node {
     pub child: Child,
     pub ws: SocketAddr,
     pub admin: SocketAddr,
+    /// The client listener speaks TLS (see `tls::Pki::start`).
+    pub tls: bool,
     /// The `--admin-key` the node was started with: the harness's own
     /// requests (`stats`, `publish`) carry it.
     pub admin_key: Option<String>,
@@ -90,14 +93,20 @@ impl Node {
         Node {
             ws: ready["ws"].as_str().unwrap().parse().unwrap(),
             admin: ready["admin"].as_str().unwrap().parse().unwrap(),
+            tls: false,
             admin_key,
             child,
             _data_dir: data_dir,
         }
     }
 
+    /// The WebSocket URL of `path`; `wss://localhost:…` on a TLS node, the
+    /// name its certificate is for.
     pub fn url(&self, path: &str) -> String {
-        format!("ws://{}{}", self.ws, path)
+        match self.tls {
+            true => format!("wss://localhost:{}{path}", self.ws.port()),
+            false => format!("ws://{}{path}", self.ws),
+        }
     }
 
     /// Opens a WebSocket to `/ws`.
@@ -219,8 +228,17 @@ impl Node {
 impl Node {
     /// Sends SIGTERM: graceful shutdown starts.
     pub fn terminate(&self) {
+        self.signal("TERM");
+    }
+
+    /// Sends SIGHUP: the TLS certificate is read again.
+    pub fn hang_up(&self) {
+        self.signal("HUP");
+    }
+
+    fn signal(&self, name: &str) {
         let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args([&format!("-{name}"), &self.child.id().to_string()])
             .status()
             .unwrap();
         assert!(status.success());
@@ -520,6 +538,20 @@ pub fn subscribe(ws: &mut Ws, subjects: &[&str]) -> Vec<Value> {
         );
     }
     subjects.iter().map(|s| positions[*s].clone()).collect()
+}
+
+/// The next Server-Sent Event, skipping none; fails after 10 s.
+pub async fn next_event<S, E>(events: &mut S) -> eventsource_stream::Event
+where
+    S: futures_util::Stream<Item = Result<eventsource_stream::Event, E>> + Unpin,
+    E: std::fmt::Debug,
+{
+    use futures_util::StreamExt;
+    tokio::time::timeout(Duration::from_secs(10), events.next())
+        .await
+        .expect("an event within the wait")
+        .expect("the stream goes on")
+        .expect("a well-formed event")
 }
 
 pub fn close_code(code: u16) -> CloseCode {

@@ -17,8 +17,10 @@
 //!   streams are capped by `max_status_streams`); idle once it ends.
 //!
 //! One watchdog per connection sleeps until its stage's deadline and drops
-//! the connection, closing it, if it is still in that stage. It must not
-//! route or answer requests: that is `mod.rs`.
+//! the connection, closing it, if it is still in that stage. With
+//! `admin_tls` the TLS handshake runs first, inside the *head* stage's
+//! deadline; a failed one is counted (`errors{kind="tls_handshake_failed"}`).
+//! It must not route or answer requests: that is `mod.rs`.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -39,10 +41,12 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
+use tokio_rustls::TlsAcceptor;
 use tracing::debug;
 
 use crate::config::Config;
 use crate::metrics::{ErrorKind, Metrics};
+use crate::tls::TlsFailure;
 
 /// The cap on open admin connections.
 pub(super) struct Admission {
@@ -306,10 +310,21 @@ impl AsyncWrite for Watched {
     }
 }
 
-/// Serves one admitted connection with `handler` until it ends or
-/// overstays a stage; `slot` is given back when it is gone.
+/// How an admin connection ended on its own.
+#[derive(Debug, thiserror::Error)]
+enum Ended {
+    #[error("TLS handshake: {0}")]
+    Tls(io::Error),
+    #[error(transparent)]
+    Http(#[from] hyper::Error),
+}
+
+/// Serves one admitted connection with `handler`, over TLS when `tls` is
+/// given, until it ends or overstays a stage; `slot` is given back when it
+/// is gone.
 pub(super) async fn serve<H, F, S>(
     stream: TcpStream,
+    tls: Option<TlsAcceptor>,
     slot: Slot,
     timeouts: Timeouts,
     metrics: Arc<Metrics>,
@@ -320,10 +335,10 @@ pub(super) async fn serve<H, F, S>(
     S: Body<Data = Bytes, Error = Infallible> + Unpin + Send + 'static,
 {
     let watch = Arc::new(Watch::new());
-    let io = TokioIo::new(Watched {
+    let watched = Watched {
         stream,
         watch: Arc::clone(&watch),
-    });
+    };
     let service = {
         let watch = Arc::clone(&watch);
         service_fn(move |req| {
@@ -334,8 +349,18 @@ pub(super) async fn serve<H, F, S>(
             async move { Ok::<_, Infallible>(watch.replied(reply.await)) }
         })
     };
-    let mut connection =
-        Box::pin(hyper::server::conn::http1::Builder::new().serve_connection(io, service));
+    let http = hyper::server::conn::http1::Builder::new();
+    let mut connection = Box::pin(async move {
+        match tls {
+            None => Ok(http
+                .serve_connection(TokioIo::new(watched), service)
+                .await?),
+            Some(acceptor) => {
+                let stream = acceptor.accept(watched).await.map_err(Ended::Tls)?;
+                Ok(http.serve_connection(TokioIo::new(stream), service).await?)
+            }
+        }
+    });
     loop {
         // Taken before the deadline is read, so a change in between is not missed.
         let changed = watch.changed.notified();
@@ -348,8 +373,13 @@ pub(super) async fn serve<H, F, S>(
         };
         tokio::select! {
             ended = connection.as_mut() => {
-                if let Err(e) = ended {
-                    debug!(error = %e, "admin connection ended with an error");
+                match ended {
+                    Ok(()) => {}
+                    Err(e @ Ended::Tls(_)) => {
+                        metrics.error(ErrorKind::Tls(TlsFailure::HandshakeFailed));
+                        debug!(error = %e, "admin TLS handshake failed");
+                    }
+                    Err(e) => debug!(error = %e, "admin connection ended with an error"),
                 }
                 break;
             }

@@ -33,6 +33,7 @@ use serde::Deserialize;
 use serde_json::json;
 use serde_json::value::RawValue;
 use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
 use tracing::warn;
 
 mod access;
@@ -97,7 +98,14 @@ pub async fn serve(
             }
         };
         let metrics = Arc::clone(&shared.metrics);
-        tokio::spawn(conn::serve(stream, slot, timeouts, metrics, handler));
+        // The configuration in force now: a SIGHUP reload reaches the next
+        // connection.
+        let tls = shared
+            .tls
+            .as_ref()
+            .filter(|_| shared.config.admin_tls)
+            .map(|certs| TlsAcceptor::from(certs.current()));
+        tokio::spawn(conn::serve(stream, tls, slot, timeouts, metrics, handler));
     }
 }
 
@@ -484,6 +492,8 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
         "bytes_in": s.bytes_in,
         "bytes_out": s.bytes_out,
         "socket_writes": s.socket_writes,
+        "tls_handshakes": s.tls_handshakes,
+        "tls_reloads": s.tls_reloads,
         "publishes": s.publishes,
         "publishes_unrouted": s.publishes_unrouted,
         "history": {

@@ -38,7 +38,7 @@ impl Worker {
         // Should the ioctl fail, the kernel's queue is unknown: abort, as
         // nothing says the socket would not stay.
         let unsent =
-            conn.pending_bytes() > 0 || unsent_bytes(&conn.socket).map_or(true, |bytes| bytes > 0);
+            conn.has_unsent() || unsent_bytes(&conn.socket).map_or(true, |bytes| bytes > 0);
         if unsent {
             match socket2::SockRef::from(&conn.socket).set_linger(Some(Duration::ZERO)) {
                 Ok(()) => self.shared.metrics.socket_aborted(),

@@ -55,10 +55,13 @@ use crate::engine::Engine;
 use crate::fds;
 use crate::feeds::Feeds;
 use crate::hub::{Event, Hub, Wakeups};
+use crate::link::{Link, LinkError, Tls, SEAL_BYTES};
 use crate::metrics::{ErrorKind, Metrics, WorkerMetrics};
 use crate::outbound::Flushed;
 use crate::peers::PeerCounts;
 use crate::registry::{ConnId, Registry};
+use crate::tls::{self, Acceptor, Certificates, Handshake, TlsFailure};
+use crate::transport::http::error_response;
 use crate::transport::{self, Heartbeat, TransportKind};
 
 const LISTENER: Token = Token(usize::MAX - 1);
@@ -66,6 +69,10 @@ pub const WAKER: Token = Token(usize::MAX - 2);
 
 /// Size of the per-worker read buffer every socket read lands in.
 const SCRATCH_BYTES: usize = 64 * 1024;
+// A TLS read puts a partial record, or a handshake's plaintext, in front.
+const _: () = assert!(
+    SCRATCH_BYTES >= 2 * tls::record::MAX_RECORD && SCRATCH_BYTES >= tls::handshake::MAX_INPUT
+);
 /// Bytes read from one connection per turn before others get a go.
 const READ_BUDGET_BYTES: usize = 256 * 1024;
 /// Connections accepted per turn before the loop serves the others.
@@ -111,6 +118,8 @@ pub struct Shared {
     pub max_connections: usize,
     /// Set once by the signal handler; every worker then drains and exits.
     pub shutting_down: AtomicBool,
+    /// The client listener's certificates, when it speaks TLS.
+    pub tls: Option<Arc<Certificates>>,
 }
 
 /// Seconds since the worker started, as stored in connection timestamps.
@@ -195,6 +204,12 @@ pub struct Worker {
     clock: Clock,
     /// Where every socket read lands; taken out while a read is processed.
     scratch: Box<[u8]>,
+    /// Where a TLS flush seals records before writing them; empty without TLS.
+    seal: Box<[u8]>,
+    /// The configuration new TLS handshakes start from; `None` without TLS.
+    acceptor: Option<Acceptor>,
+    /// TLS connections whose sending key nears its limit, closed at the sweep.
+    worn_out: Vec<ConnId>,
     /// Connections with output queued this turn.
     dirty: Vec<ConnId>,
     /// Connections with input left to read (budget or back-pressure).
@@ -240,6 +255,7 @@ impl Worker {
             role: Role::Server,
             max_message: shared.config.max_message_size,
         };
+        let acceptor = shared.tls.clone().map(Acceptor::new);
         Ok(Worker {
             index,
             poll,
@@ -255,6 +271,9 @@ impl Worker {
             limits,
             clock: Clock::new(),
             scratch: vec![0; SCRATCH_BYTES].into_boxed_slice(),
+            seal: vec![0; if acceptor.is_some() { SEAL_BYTES } else { 0 }].into_boxed_slice(),
+            acceptor,
+            worn_out: Vec::new(),
             dirty: Vec::new(),
             deferred_reads: Vec::new(),
             slow: Vec::new(),
@@ -385,7 +404,8 @@ impl Worker {
     }
 
     /// Takes an accepted socket into the slab. `TCP_NODELAY` and `SO_SNDBUF`
-    /// came with it from the listener (see `listener.rs`).
+    /// came with it from the listener (see `listener.rs`). On a TLS
+    /// listener its handshake starts with the certificate in force now.
     fn admit(&mut self, mut socket: TcpStream, ip: std::net::IpAddr) {
         let ceiling = self
             .shared
@@ -412,7 +432,20 @@ impl Worker {
             warn!(error = %e, "registering a connection failed");
             return;
         }
-        let mut conn = Conn::new(socket, self.clock.tick());
+        let tls = match self.acceptor.as_mut() {
+            None => None,
+            Some(acceptor) => match Handshake::new(acceptor.config()) {
+                Ok(handshake) => Some(Tls::handshaking(handshake)),
+                Err(e) => {
+                    self.shared
+                        .metrics
+                        .error(ErrorKind::Tls(TlsFailure::HandshakeFailed));
+                    warn!(error = %e, "cannot start a TLS handshake");
+                    return;
+                }
+            },
+        };
+        let mut conn = Conn::new(socket, tls, self.clock.tick());
         if self.abuse.admit(id as ConnId, ip, &self.shared.peers) {
             let open = self.shared.connections.fetch_add(1, Ordering::Relaxed) + 1;
             if open > self.shared.max_connections {
@@ -599,8 +632,8 @@ impl Worker {
         self.dirty = dirty;
     }
 
-    /// Writes what `id` has queued; drops the queue once empty and moves a
-    /// closing connection on.
+    /// Writes what `id` has queued (and, on TLS, what its link still holds);
+    /// drops the queue once empty and moves a closing connection on.
     fn flush(&mut self, id: ConnId) {
         let Some(conn) = self.conns.get_mut(id as usize) else {
             return;
@@ -608,16 +641,21 @@ impl Worker {
         if conn.has_flag(flags::HELD) {
             return; // a long-poll's answer goes out whole, once ready
         }
-        let Some(out) = conn.outbound.as_mut() else {
+        if conn.outbound.is_none() && !conn.link().has_unsent() {
             return;
-        };
-        let before = out.len();
-        let result = out.flush_to(&mut conn.socket);
-        self.queued_frames -= before - out.len();
+        }
+        let queued = |conn: &Conn| conn.outbound.as_ref().map_or(0, |out| out.len());
+        let before = queued(conn);
+        let mut link = Link::new(&mut conn.socket, &mut conn.tls);
+        let result = link.flush(conn.outbound.as_deref_mut(), &mut self.seal);
+        self.queued_frames -= before - queued(conn);
+        if conn.link().keys_worn_out() {
+            self.worn_out.push(id);
+        }
         let report = match result {
             Ok(report) => report,
             Err(e) => {
-                self.on_io_error(id, &e);
+                self.on_link_error(id, e);
                 return;
             }
         };
@@ -629,12 +667,15 @@ impl Worker {
         }
         conn.outbound = None;
         match conn.phase {
-            Phase::Draining => self.drop_conn(id),
+            Phase::Draining => {
+                conn.link().close_notify();
+                self.drop_conn(id);
+            }
             // Our close frame (or HTTP error) is out: half-close so the peer
             // sees EOF, then wait for its close frame or EOF.
             Phase::Closing if !conn.has_flag(flags::WRITE_SHUT) => {
                 conn.set_flag(flags::WRITE_SHUT);
-                if let Err(e) = conn.socket.shutdown(std::net::Shutdown::Write) {
+                if let Err(e) = conn.link().shutdown_write() {
                     debug!(error = %e, "shutdown(write) failed");
                     self.drop_conn(id);
                 }
@@ -684,6 +725,32 @@ impl Worker {
         }
         debug!(worker = self.index, conn = id, "closing slow consumer");
         self.close(id, CloseReason::SlowConsumer);
+    }
+
+    /// A link failed: a socket error, or TLS refusing or ending the
+    /// connection (counted by cause; a plain-HTTP client is told to use TLS).
+    fn on_link_error(&mut self, id: ConnId, error: LinkError) {
+        let Some(failure) = error.failure() else {
+            if let LinkError::Io(e) = error {
+                self.on_io_error(id, &e);
+            }
+            return;
+        };
+        self.shared.metrics.error(ErrorKind::Tls(failure));
+        debug!(worker = self.index, conn = id, %error, "TLS ended a connection");
+        if let LinkError::Handshake(_) = error {
+            if failure == TlsFailure::PlainHttp {
+                let response = error_response(
+                    400,
+                    "tls_required",
+                    "this port speaks TLS: use https:// or wss://",
+                    &[("Connection", "close")],
+                );
+                self.conns[id as usize].link().refuse_in_plain(&response);
+            }
+            self.decide_close(id, CloseReason::HandshakeRejected);
+        }
+        self.drop_conn(id);
     }
 
     fn on_io_error(&mut self, id: ConnId, error: &io::Error) {
@@ -836,6 +903,18 @@ impl Worker {
                 due.push((id as ConnId, verdict));
             }
         }
+        for id in std::mem::take(&mut self.worn_out) {
+            if self
+                .conns
+                .get(id as usize)
+                .is_some_and(|c| c.phase.is_open())
+            {
+                self.shared
+                    .metrics
+                    .error(ErrorKind::Tls(TlsFailure::KeysUsedUp));
+                due.push((id, Due::Close(CloseReason::GoingAway)));
+            }
+        }
         for &id in &to_ping {
             // Written at once rather than with the turn's flush, so that a
             // round of heartbeats to every connection never holds a queue
@@ -854,7 +933,12 @@ impl Worker {
         for (id, verdict) in due {
             match verdict {
                 Due::RequestTimeout => {
-                    self.shared.metrics.error(ErrorKind::Handshake(408));
+                    let kind = if self.conns[id as usize].link().is_handshaking() {
+                        ErrorKind::Tls(TlsFailure::HandshakeTimeout)
+                    } else {
+                        ErrorKind::Handshake(408)
+                    };
+                    self.shared.metrics.error(kind);
                     self.decide_close(id, CloseReason::HandshakeTimeout);
                     self.drop_at_deadline(id);
                 }

@@ -6,8 +6,6 @@
 //! connection's own `inbound` buffer, which exists only until the rest
 //! arrives; an idle connection has no read buffer.
 
-use std::io::{self, Read as _};
-
 use bytes::Bytes;
 use myriad_protocol::close::CloseReason;
 use myriad_protocol::ws::{encode_close, encode_frame, Message, MessageReader, OpCode, Read};
@@ -38,44 +36,42 @@ impl Worker {
                 return;
             };
             let mut scratch = std::mem::take(&mut self.scratch);
-            let result = conn.socket.read(&mut scratch);
-            let flow = match result {
-                Ok(0) => {
-                    // EOF: mid-close this is the expected end (the reason is
-                    // already set); otherwise it ends without a close frame.
-                    self.scratch = scratch;
-                    self.drop_conn(id);
-                    return;
-                }
-                Ok(n) => {
-                    self.metrics.bytes_in.inc_by(n as u64);
-                    // A fresh reading per read: what it brought arrived by
-                    // now, so stamps made while handling it are not early.
-                    conn.last_heard = self.clock.tick();
-                    conn.ping_sent = 0;
-                    budget = budget.saturating_sub(n);
-                    let drained = n < scratch.len() && !drain_to_eof;
-                    let flow = self.ingest(id, &mut scratch[..n]);
-                    self.scratch = scratch;
-                    if drained && flow == Flow::Continue {
-                        return;
-                    }
-                    flow
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    self.scratch = scratch;
-                    return;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                    self.scratch = scratch;
-                    continue;
-                }
+            let result = conn.link().read(&mut scratch);
+            let input = match result {
+                Ok(input) => input,
                 Err(e) => {
                     self.scratch = scratch;
-                    self.on_io_error(id, &e);
+                    self.on_link_error(id, e);
                     return;
                 }
             };
+            if input.established {
+                self.metrics.tls_handshakes.inc();
+            }
+            if input.wire > 0 {
+                self.metrics.bytes_in.inc_by(input.wire as u64);
+                // A fresh reading per read: what it brought arrived by
+                // now, so stamps made while handling it are not early.
+                conn.last_heard = self.clock.tick();
+                conn.ping_sent = 0;
+                budget = budget.saturating_sub(input.wire);
+            }
+            let flow = if input.plain > 0 {
+                self.ingest(id, &mut scratch[..input.plain])
+            } else {
+                Flow::Continue
+            };
+            self.scratch = scratch;
+            if input.end {
+                // EOF or TLS close_notify: mid-close this is the expected
+                // end (the reason is already set); otherwise it ends
+                // without a close frame.
+                self.drop_conn(id);
+                return;
+            }
+            if input.wire == 0 || (input.drained && !drain_to_eof && flow == Flow::Continue) {
+                return;
+            }
             match flow {
                 Flow::Stop => return,
                 Flow::Pause => {

@@ -1,0 +1,225 @@
+//! The node's certificate and key: read from PEM files into the rustls
+//! configuration every handshake starts from, at start and again on
+//! SIGHUP.
+//!
+//! A reload swaps the configuration only if the new files make a working
+//! one; otherwise the previous certificate stays in use. Connections hold
+//! no reference to it once their handshake is done, and a handshake in
+//! progress keeps the configuration it started with, so a reload drops
+//! nothing. Workers read the current configuration through an
+//! [`Acceptor`], which takes the lock only after a reload changed it.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use rustls::crypto::ring as provider;
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::NoServerSessionStorage;
+use rustls::ServerConfig;
+use thiserror::Error;
+
+/// Where the certificate chain and its private key are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// PEM certificates, the server's own first, then its chain.
+    pub cert: PathBuf,
+    /// The PEM private key of the first certificate.
+    pub key: PathBuf,
+}
+
+/// Why the files could not be made into a TLS configuration.
+#[derive(Debug, Error)]
+pub enum CertError {
+    #[error("TLS certificate file {path}: {source}")]
+    Certificate { path: PathBuf, source: pem::Error },
+    #[error("TLS certificate file {path} holds no certificate")]
+    NoCertificate { path: PathBuf },
+    #[error("TLS key file {path}: {source}")]
+    Key { path: PathBuf, source: pem::Error },
+    #[error("TLS certificate {cert} with key {key}: {source}")]
+    Unusable {
+        cert: PathBuf,
+        key: PathBuf,
+        source: rustls::Error,
+    },
+}
+
+/// Builds the configuration every client handshake uses: TLS 1.3 only
+/// (the record layer in `super::record` speaks nothing else), ALPN
+/// `http/1.1` (WebSocket and the HTTP transports are HTTP/1.1), no session
+/// tickets or resumption (nothing may follow the handshake but what the
+/// record layer handles; a ticket store would be memory of its own), and
+/// secret extraction on (the record layer needs the traffic keys).
+pub fn server_config(files: &TlsFiles) -> Result<Arc<ServerConfig>, CertError> {
+    let chain = CertificateDer::pem_file_iter(&files.cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|source| CertError::Certificate {
+            path: files.cert.clone(),
+            source,
+        })?;
+    if chain.is_empty() {
+        return Err(CertError::NoCertificate {
+            path: files.cert.clone(),
+        });
+    }
+    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|source| CertError::Key {
+        path: files.key.clone(),
+        source,
+    })?;
+    let unusable = |source| CertError::Unusable {
+        cert: files.cert.clone(),
+        key: files.key.clone(),
+        source,
+    };
+    let mut config = ServerConfig::builder_with_provider(Arc::new(provider::default_provider()))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(unusable)?
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(unusable)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.send_tls13_tickets = 0;
+    config.session_storage = Arc::new(NoServerSessionStorage {});
+    config.enable_secret_extraction = true;
+    Ok(Arc::new(config))
+}
+
+/// The configuration in force, and the files it is reloaded from.
+#[derive(Debug)]
+pub struct Certificates {
+    files: TlsFiles,
+    current: RwLock<Arc<ServerConfig>>,
+    /// Bumped by every reload that changed `current`.
+    generation: AtomicU64,
+}
+
+impl Certificates {
+    /// Reads the files; fails if they do not make a working configuration.
+    pub fn load(files: TlsFiles) -> Result<Certificates, CertError> {
+        let config = server_config(&files)?;
+        Ok(Certificates {
+            files,
+            current: RwLock::new(config),
+            generation: AtomicU64::new(0),
+        })
+    }
+
+    /// Reads the files again. On success new handshakes use them; on
+    /// failure nothing changes.
+    pub fn reload(&self) -> Result<(), CertError> {
+        let config = server_config(&self.files)?;
+        // A panic while holding this lock cannot leave the Arc half-written.
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = config;
+        self.generation.fetch_add(1, Ordering::Release);
+        Ok(())
+    }
+
+    /// The configuration new handshakes start from.
+    pub fn current(&self) -> Arc<ServerConfig> {
+        Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    pub fn files(&self) -> &TlsFiles {
+        &self.files
+    }
+}
+
+/// A worker's view of the configuration: a copy of the `Arc`, refreshed
+/// only when the generation moved, so that accepting a connection costs an
+/// atomic load, not a lock.
+pub struct Acceptor {
+    certs: Arc<Certificates>,
+    config: Arc<ServerConfig>,
+    generation: u64,
+}
+
+impl Acceptor {
+    pub fn new(certs: Arc<Certificates>) -> Acceptor {
+        let generation = certs.generation.load(Ordering::Acquire);
+        Acceptor {
+            config: certs.current(),
+            certs,
+            generation,
+        }
+    }
+
+    /// The configuration a new handshake starts from.
+    pub fn config(&mut self) -> Arc<ServerConfig> {
+        let generation = self.certs.generation.load(Ordering::Acquire);
+        if generation != self.generation {
+            self.config = self.certs.current();
+            self.generation = generation;
+        }
+        Arc::clone(&self.config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tls::testing;
+
+    #[test]
+    fn a_reload_reaches_acceptors_and_a_bad_one_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (files, _) = testing::certificate(dir.path());
+        let certs = Arc::new(Certificates::load(files.clone()).unwrap());
+        let mut acceptor = Acceptor::new(Arc::clone(&certs));
+        let first = acceptor.config();
+        assert!(
+            Arc::ptr_eq(&first, &acceptor.config()),
+            "no reload, same config"
+        );
+
+        testing::certificate(dir.path());
+        certs.reload().unwrap();
+        let second = acceptor.config();
+        assert!(
+            !Arc::ptr_eq(&first, &second),
+            "the reload reached the acceptor"
+        );
+
+        std::fs::write(&files.key, "not a key").unwrap();
+        assert!(matches!(certs.reload(), Err(CertError::Key { .. })));
+        assert!(
+            Arc::ptr_eq(&second, &acceptor.config()),
+            "a failed reload changes nothing"
+        );
+    }
+
+    #[test]
+    fn bad_files_are_named_in_the_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let (files, _) = testing::certificate(dir.path());
+        let missing = TlsFiles {
+            cert: dir.path().join("missing.pem"),
+            key: files.key.clone(),
+        };
+        let error = Certificates::load(missing).unwrap_err();
+        assert!(error.to_string().contains("missing.pem"), "{error}");
+
+        std::fs::write(dir.path().join("empty.pem"), "").unwrap();
+        let empty = TlsFiles {
+            cert: dir.path().join("empty.pem"),
+            key: files.key.clone(),
+        };
+        assert!(matches!(
+            Certificates::load(empty),
+            Err(CertError::NoCertificate { .. })
+        ));
+
+        // A key that is not the certificate's.
+        let other = tempfile::tempdir().unwrap();
+        let (other_files, _) = testing::certificate(other.path());
+        let mismatched = TlsFiles {
+            cert: files.cert.clone(),
+            key: other_files.key,
+        };
+        assert!(matches!(
+            Certificates::load(mismatched),
+            Err(CertError::Unusable { .. })
+        ));
+    }
+}
