@@ -70,11 +70,10 @@ for target in "${targets[@]}"; do
         echo "!!! $target crashed (exit $status); input: ${artifact:-none written, see $log}"
         grep -m1 -A12 -E "panicked at|ERROR: (libFuzzer|AddressSanitizer|LeakSanitizer)" "$log" || tail -20 "$log"
         crashed+=("$target: ${artifact:-$log}")
-        summary+=("$(printf '%-14s %6ss %12s execs  CRASHED' "$target" "$seconds" "${execs:-?}")")
-        continue
     fi
-    # Minimise (what `cargo fuzz cmin` does, by set cover, which keeps
-    # fewer files): the smallest set of inputs that reaches the same code.
+    # Minimise, after a crash too (what the run added stays in the corpus
+    # folder otherwise); as `cargo fuzz cmin` does, but by set cover, which
+    # keeps fewer files: the smallest set of inputs reaching the same code.
     # Edges only (-use_counters=0): hit-count buckets would keep hundreds
     # of inputs that differ only in how often a loop ran.
     merged="$(mktemp -d "$artifacts/cmin.XXXXXX")"
@@ -90,7 +89,9 @@ for target in "${targets[@]}"; do
     rm -rf "$merged"
     files="$(find "$corpus" -type f | wc -l)"
     kib="$(find "$corpus" -type f -printf '%s\n' | awk '{s += $1} END {printf "%d", s / 1024}')"
-    summary+=("$(printf '%-14s %6ss %12s execs  %4s files %6s KiB' "$target" "$seconds" "${execs:-?}" "$files" "$kib")")
+    result="$( ((status == 0)) && echo ok || echo CRASHED)"
+    summary+=("$(printf '%-14s %6ss %12s execs  %4s files %6s KiB  %s' \
+        "$target" "$seconds" "${execs:-?}" "$files" "$kib" "$result")")
 done
 
 echo
