@@ -197,7 +197,7 @@ fn is_valid_key(key: &str) -> bool {
 
 /// The head of any request on the client listener, with the headers the
 /// transports read. Every field borrows from the request bytes.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RequestHead<'a> {
     pub method: &'a str,
     /// The request target up to (not including) any `?`.

@@ -10,14 +10,7 @@ use proptest::prelude::*;
 use proptest::sample::Index;
 
 fn any_opcode() -> impl Strategy<Value = OpCode> {
-    prop::sample::select(vec![
-        OpCode::Continuation,
-        OpCode::Text,
-        OpCode::Binary,
-        OpCode::Close,
-        OpCode::Ping,
-        OpCode::Pong,
-    ])
+    prop::sample::select(OpCode::ALL.to_vec())
 }
 
 /// Lengths clustered around the 7/16/64-bit encoding boundaries.

@@ -36,6 +36,16 @@ pub enum OpCode {
 }
 
 impl OpCode {
+    /// Every opcode, data then control.
+    pub const ALL: [OpCode; 6] = [
+        OpCode::Continuation,
+        OpCode::Text,
+        OpCode::Binary,
+        OpCode::Close,
+        OpCode::Ping,
+        OpCode::Pong,
+    ];
+
     /// Control opcodes have the high bit of the nibble set (§5.5). They may
     /// not be fragmented and may appear between fragments of a data message.
     pub fn is_control(self) -> bool {
@@ -375,6 +385,8 @@ mod tests {
                 None => assert!(matches!(b, 3..=7 | 11..=15)),
             }
         }
+        let known: Vec<OpCode> = (0..16).filter_map(OpCode::from_u8).collect();
+        assert_eq!(known, OpCode::ALL);
     }
 
     #[test]

@@ -12,15 +12,12 @@ use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
-use myriad_graph::{Edge, StoreError, UserId};
-use myriad_protocol::message::present;
-use serde::Deserialize;
+use myriad_graph::StoreError;
 use serde_json::json;
-use serde_json::value::RawValue;
-use serde_json::Number;
 
+use super::body::{self, PageQuery, PublishAs};
 use super::{
-    bad_json, error_reply, json_reply, publish_items, published_json, read_body, HttpReply,
+    error_reply, json_reply, publish_items, published_json, read_body, refuse_body, HttpReply,
     PublishItem,
 };
 use crate::feeds::{feed_subject, Direction, FeedsError, Relation};
@@ -30,10 +27,6 @@ use crate::worker::Shared;
 
 /// How long a follow waits for workers to apply it before answering 503.
 const SETTLE_WAIT: Duration = Duration::from_secs(5);
-
-/// The default and the largest page of `/api/followers` and `/api/following`.
-const DEFAULT_PAGE: usize = 1_000;
-const MAX_PAGE: usize = 10_000;
 
 /// A refusal: counted under `graph_<code>` and answered with `status`.
 fn refuse(shared: &Shared, status: StatusCode, code: &'static str, message: &str) -> HttpReply {
@@ -45,13 +38,8 @@ fn refuse(shared: &Shared, status: StatusCode, code: &'static str, message: &str
     error_reply(status, code, message)
 }
 
-/// A JSON number as a user id; `what` names it in the refusal.
-fn user_of(number: &Number, what: &str) -> Result<UserId, String> {
-    let id = number.as_u64().and_then(|id| UserId::new(id).ok());
-    id.ok_or_else(|| format!("{what}: {number} is not a user id (0 to {})", UserId::MAX))
-}
-
-fn invalid_user(shared: &Shared, message: &str) -> HttpReply {
+/// The refusal of an id that is not a user id.
+pub(super) fn invalid_user(shared: &Shared, message: &str) -> HttpReply {
     refuse(shared, StatusCode::BAD_REQUEST, "invalid_user", message)
 }
 
@@ -77,31 +65,16 @@ fn store_refusal(shared: &Shared, error: &FeedsError) -> HttpReply {
     }
 }
 
-#[derive(Deserialize)]
-struct PublishAsRequest<'a> {
-    user: Number,
-    #[serde(borrow, deserialize_with = "present")]
-    data: Option<&'a RawValue>,
-}
-
 /// `POST /api/publish_as {"user": X, "data": …}`: what X's followers and
 /// X's own connections receive, answered with how many were reached.
 pub(super) async fn publish_as(req: Request<Incoming>, shared: &Shared) -> HttpReply {
-    let body = match read_body(req, shared).await {
-        Ok(body) => body,
+    let payload = match read_body(req, shared).await {
+        Ok(payload) => payload,
         Err(reply) => return reply,
     };
-    let request: PublishAsRequest<'_> = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => return bad_json(shared, &e),
-    };
-    let Some(data) = request.data else {
-        shared.metrics.error(ErrorKind::ApiBadRequest);
-        return error_reply(StatusCode::BAD_REQUEST, "missing_field", "data is required");
-    };
-    let user = match user_of(&request.user, "user") {
-        Ok(user) => user,
-        Err(message) => return invalid_user(shared, &message),
+    let PublishAs { user, data } = match body::parse_publish_as(&payload) {
+        Ok(request) => request,
+        Err(e) => return refuse_body(shared, &e),
     };
     if !shared.feeds.known.contains(user) {
         let message = format!("user {user} is not in the follow graph");
@@ -121,11 +94,6 @@ pub(super) async fn publish_as(req: Request<Incoming>, shared: &Shared) -> HttpR
     }
 }
 
-#[derive(Deserialize)]
-struct EdgesRequest {
-    edges: Vec<(Number, Number)>,
-}
-
 /// `POST /api/follow` and `/api/unfollow` with `{"edges": [[follower,
 /// followee], …]}`: applied whole or not at all, idempotent.
 pub(super) async fn change(
@@ -133,24 +101,14 @@ pub(super) async fn change(
     shared: &Shared,
     direction: Direction,
 ) -> HttpReply {
-    let body = match read_body(req, shared).await {
-        Ok(body) => body,
+    let payload = match read_body(req, shared).await {
+        Ok(payload) => payload,
         Err(reply) => return reply,
     };
-    let request: EdgesRequest = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => return bad_json(shared, &e),
+    let edges = match body::parse_edges(&payload) {
+        Ok(edges) => edges,
+        Err(e) => return refuse_body(shared, &e),
     };
-    let mut edges = Vec::with_capacity(request.edges.len());
-    for (index, (follower, followee)) in request.edges.iter().enumerate() {
-        let what = format!("edges[{index}]");
-        let edge =
-            user_of(follower, &what).and_then(|a| Ok(Edge::new(a, user_of(followee, &what)?)));
-        match edge {
-            Ok(edge) => edges.push(edge),
-            Err(message) => return invalid_user(shared, &message),
-        }
-    }
     let applied = match shared.feeds.change(direction, edges).await {
         Ok(applied) => applied,
         Err(e) => return store_refusal(shared, &e),
@@ -175,28 +133,16 @@ pub(super) async fn change(
     json_reply(StatusCode::OK, &json!({ key: applied.changed }))
 }
 
-#[derive(Deserialize)]
-struct UsersRequest {
-    users: Vec<Number>,
-}
-
 /// `POST /api/users {"users": [...]}`: makes users known without edges.
 pub(super) async fn add_users(req: Request<Incoming>, shared: &Shared) -> HttpReply {
-    let body = match read_body(req, shared).await {
-        Ok(body) => body,
+    let payload = match read_body(req, shared).await {
+        Ok(payload) => payload,
         Err(reply) => return reply,
     };
-    let request: UsersRequest = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => return bad_json(shared, &e),
+    let users = match body::parse_users(&payload) {
+        Ok(users) => users,
+        Err(e) => return refuse_body(shared, &e),
     };
-    let mut users = Vec::with_capacity(request.users.len());
-    for (index, number) in request.users.iter().enumerate() {
-        match user_of(number, &format!("users[{index}]")) {
-            Ok(user) => users.push(user),
-            Err(message) => return invalid_user(shared, &message),
-        }
-    }
     match shared.feeds.add_users(users).await {
         Ok(added) => json_reply(StatusCode::OK, &json!({ "added": added })),
         Err(e) => store_refusal(shared, &e),
@@ -206,13 +152,11 @@ pub(super) async fn add_users(req: Request<Incoming>, shared: &Shared) -> HttpRe
 /// `GET /api/followers?user=X[&after=Y][&limit=N]` (and `/api/following`):
 /// one page, ascending; `next` is the `after` of the next page, or null.
 pub(super) async fn read(req: Request<Incoming>, shared: &Shared, relation: Relation) -> HttpReply {
-    let (user, after, limit) = match page_query(req.uri().query().unwrap_or("")) {
-        Ok(query) => query,
-        Err(message) => {
-            shared.metrics.error(ErrorKind::ApiBadRequest);
-            return error_reply(StatusCode::BAD_REQUEST, "invalid_query", &message);
-        }
-    };
+    let PageQuery { user, after, limit } =
+        match body::parse_page_query(req.uri().query().unwrap_or("")) {
+            Ok(query) => query,
+            Err(e) => return refuse_body(shared, &e),
+        };
     if !shared.feeds.known.contains(user) {
         let message = format!("user {user} is not in the follow graph");
         return refuse(shared, StatusCode::NOT_FOUND, "unknown_user", &message);
@@ -232,50 +176,5 @@ pub(super) async fn read(req: Request<Incoming>, shared: &Shared, relation: Rela
             )
         }
         Err(e) => store_refusal(shared, &e),
-    }
-}
-
-/// The user, `after` and page size of a paged read.
-fn page_query(query: &str) -> Result<(UserId, Option<UserId>, usize), String> {
-    let (mut user, mut after, mut limit) = (None, None, DEFAULT_PAGE);
-    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
-        let bad = |e: &dyn std::fmt::Display| format!("{key}: {e}");
-        match key.as_ref() {
-            "user" => user = Some(value.parse::<UserId>().map_err(|e| bad(&e))?),
-            "after" => after = Some(value.parse::<UserId>().map_err(|e| bad(&e))?),
-            "limit" => {
-                limit = value.parse().map_err(|e| bad(&e))?;
-                if !(1..=MAX_PAGE).contains(&limit) {
-                    return Err(bad(&format!("between 1 and {MAX_PAGE}")));
-                }
-            }
-            _ => return Err(bad(&"unknown parameter")),
-        }
-    }
-    Ok((user.ok_or("user is required")?, after, limit))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn page_queries_need_a_user_and_bound_the_page() {
-        let (user, after, limit) = page_query("user=3&after=10&limit=5").unwrap();
-        assert_eq!(
-            (user.get(), after.map(UserId::get), limit),
-            (3, Some(10), 5)
-        );
-        assert_eq!(page_query("user=3").unwrap().2, DEFAULT_PAGE);
-        for bad in [
-            "",
-            "after=1",
-            "user=x",
-            "user=1&limit=0",
-            "user=1&limit=10001",
-            "user=1&z=2",
-        ] {
-            assert!(page_query(bad).is_err(), "{bad:?}");
-        }
     }
 }

@@ -1,5 +1,6 @@
 //! The admin/API listener: the HTTP publish and history API for backends,
-//! the follow graph's API ([`graph`]),
+//! the follow graph's API ([`graph`]), with every body and query read by
+//! [`body`],
 //! `/stats`, `/metrics`, `/healthz`, and the routes to the live status page
 //! (`/status`, `/status/events`, served by [`status`]). Which key opens
 //! which endpoint is [`access`]'s; how many connections it holds and how long
@@ -13,7 +14,6 @@
 //! [`Engine`]: crate::engine::Engine
 //! [`status`]: crate::status
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -26,21 +26,18 @@ use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::{Method, Request, Response, StatusCode};
 use myriad_protocol::close::CloseReason;
-use myriad_protocol::message::{encode_history, present};
-use myriad_protocol::position::{Epoch, Position};
-use myriad_protocol::subject;
-use serde::Deserialize;
+use myriad_protocol::message::encode_history;
 use serde_json::json;
-use serde_json::value::RawValue;
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tracing::warn;
 
 mod access;
+pub mod body;
 mod conn;
 mod graph;
 
-use crate::engine::{HistoryQuery, Published, Reply};
+use crate::engine::{Published, Reply};
 use crate::feeds::{Direction, Relation};
 use crate::hub::Wakeups;
 use crate::metrics::ErrorKind;
@@ -48,6 +45,7 @@ use crate::process;
 use crate::status;
 use crate::transport::TransportKind;
 use crate::worker::Shared;
+use body::{BodyError, Publish, PublishItem};
 
 /// How long a publish request waits for congested workers before giving up with 503.
 const CONGESTION_WAIT: Duration = Duration::from_secs(5);
@@ -193,25 +191,6 @@ async fn whole_reply(req: Request<Incoming>, shared: &Shared, started: Instant) 
     }
 }
 
-/// `{"subject":..,"data":..}` or `{"messages":[{"subject":..,"data":..},..]}`.
-#[derive(Deserialize)]
-struct PublishRequest<'a> {
-    #[serde(default, borrow)]
-    subject: Option<Cow<'a, str>>,
-    #[serde(default, borrow, deserialize_with = "present")]
-    data: Option<&'a RawValue>,
-    #[serde(default, borrow)]
-    messages: Option<Vec<PublishItem<'a>>>,
-}
-
-#[derive(Deserialize)]
-struct PublishItem<'a> {
-    #[serde(borrow)]
-    subject: Cow<'a, str>,
-    #[serde(borrow)]
-    data: &'a RawValue,
-}
-
 /// A request's whole body, within `max_http_body` and `admin_body_timeout`.
 /// A body declared too large is refused before any of it is read.
 async fn read_body(req: Request<Incoming>, shared: &Shared) -> Result<Bytes, HttpReply> {
@@ -264,56 +243,25 @@ fn closing(mut reply: HttpReply) -> HttpReply {
     reply
 }
 
-/// The refusal of a body that is not JSON of the expected shape.
-fn bad_json(shared: &Shared, error: &serde_json::Error) -> HttpReply {
+/// The refusal of a body or query that [`body`] could not read.
+fn refuse_body(shared: &Shared, error: &BodyError) -> HttpReply {
+    if let BodyError::InvalidUser(message) = error {
+        return graph::invalid_user(shared, message);
+    }
     shared.metrics.error(ErrorKind::ApiBadRequest);
-    error_reply(StatusCode::BAD_REQUEST, "invalid_json", &error.to_string())
+    error_reply(StatusCode::BAD_REQUEST, error.code(), &error.to_string())
 }
 
 async fn publish(req: Request<Incoming>, shared: &Shared) -> HttpReply {
-    let body = match read_body(req, shared).await {
-        Ok(body) => body,
+    let payload = match read_body(req, shared).await {
+        Ok(payload) => payload,
         Err(reply) => return reply,
     };
-    let request: PublishRequest<'_> = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => return bad_json(shared, &e),
+    let max_subject_len = shared.config.max_subject_len;
+    let Publish { items, batch } = match body::parse_publish(&payload, max_subject_len) {
+        Ok(publish) => publish,
+        Err(e) => return refuse_body(shared, &e),
     };
-    let (items, batch) = match request {
-        PublishRequest {
-            messages: Some(items),
-            subject: None,
-            data: None,
-        } => (items, true),
-        PublishRequest {
-            messages: None,
-            subject: Some(subject),
-            data: Some(data),
-        } => (vec![PublishItem { subject, data }], false),
-        _ => {
-            shared.metrics.error(ErrorKind::ApiBadRequest);
-            return error_reply(
-                StatusCode::BAD_REQUEST,
-                "missing_field",
-                "expected {\"subject\",\"data\"} or {\"messages\":[...]}",
-            );
-        }
-    };
-    // All or nothing: check every subject before publishing any.
-    for item in &items {
-        if let Err(e) = subject::validate(&item.subject, shared.config.max_subject_len) {
-            shared.metrics.error(ErrorKind::ApiBadRequest);
-            return error_reply(StatusCode::BAD_REQUEST, "invalid_subject", &e.to_string());
-        }
-        if subject::is_feed(&item.subject) {
-            shared.metrics.error(ErrorKind::ApiBadRequest);
-            return error_reply(
-                StatusCode::BAD_REQUEST,
-                "reserved_subject",
-                &format!("{}: a user's feed takes only /api/publish_as", item.subject),
-            );
-        }
-    }
     let mut wakeups = Wakeups::default();
     let outcome = publish_items(&items, shared, &mut wakeups).await;
     shared.hub.wake(wakeups);
@@ -337,12 +285,10 @@ async fn publish(req: Request<Incoming>, shared: &Shared) -> HttpReply {
 /// `GET /api/history?subject=S[&limit=N][&epoch=E&offset=O]`: the same
 /// document as the `history` command's reply.
 async fn history(req: Request<Incoming>, shared: &Shared) -> HttpReply {
-    let query = match history_query(req.uri().query().unwrap_or(""), shared) {
+    let query = req.uri().query().unwrap_or("");
+    let query = match body::parse_history_query(query, shared.config.max_subject_len) {
         Ok(query) => query,
-        Err((code, message)) => {
-            shared.metrics.error(ErrorKind::ApiBadRequest);
-            return error_reply(StatusCode::BAD_REQUEST, code, &message);
-        }
+        Err(e) => return refuse_body(shared, &e),
     };
     let (tx, answer) = tokio::sync::oneshot::channel();
     let mut wakeups = Wakeups::default();
@@ -367,42 +313,6 @@ async fn history(req: Request<Incoming>, shared: &Shared) -> HttpReply {
         ),
         Err(_) => error_reply(StatusCode::SERVICE_UNAVAILABLE, "unavailable", NO_ANSWER),
     }
-}
-
-/// Reads the query string of a history request.
-fn history_query(query: &str, shared: &Shared) -> Result<HistoryQuery, (&'static str, String)> {
-    let mut subject = None;
-    let mut limit = usize::MAX;
-    let (mut epoch, mut offset) = (None, None);
-    // Percent-decoded: subjects may hold '/', '&', '+' or '='.
-    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
-        let bad = |what: &str| ("invalid_query", format!("{key}: {what}"));
-        match key.as_ref() {
-            "subject" => subject = Some(value.into_owned()),
-            "limit" => limit = value.parse().map_err(|_| bad("not a number"))?,
-            "epoch" => epoch = Some(value.parse::<Epoch>().map_err(|e| bad(&e.to_string()))?),
-            "offset" => offset = Some(value.parse::<u64>().map_err(|_| bad("not a number"))?),
-            _ => return Err(bad("unknown parameter")),
-        }
-    }
-    let subject = subject.ok_or(("missing_field", "subject is required".to_owned()))?;
-    subject::validate(&subject, shared.config.max_subject_len)
-        .map_err(|e| ("invalid_subject", e.to_string()))?;
-    let since = match (epoch, offset) {
-        (Some(epoch), Some(offset)) => Some(Position::new(epoch, offset)),
-        (None, None) => None,
-        _ => {
-            return Err((
-                "invalid_position",
-                "epoch and offset go together".to_owned(),
-            ))
-        }
-    };
-    Ok(HistoryQuery {
-        subject: Arc::from(subject),
-        since,
-        limit,
-    })
 }
 
 /// Publishes `items` in order, waiting (bounded) while workers are congested;
