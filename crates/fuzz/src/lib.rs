@@ -46,6 +46,7 @@ targets! {
     message,
     admin_body,
     stream_query,
+    token,
 }
 
 /// The target called `name`.
