@@ -12,7 +12,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 use crate::feeds::Direction;
 use crate::tls::TlsFailure;
@@ -159,7 +159,6 @@ pub struct WorkerMetrics {
 }
 
 /// What history holds, mirrored from the engine when metrics are read.
-#[derive(Default)]
 struct HistoryGauges {
     subjects: Gauge,
     messages: Gauge,
@@ -183,14 +182,12 @@ pub struct Metrics {
 }
 
 /// The admin listener's series (its refusals are in `errors`).
-#[derive(Default)]
 struct AdminMetrics {
     connections: Gauge,
     idle_closes: Counter<u64, AtomicU64>,
 }
 
 /// The follow graph's series.
-#[derive(Default)]
 struct FeedMetrics {
     sends: Counter<u64, AtomicU64>,
     follows: Counter<u64, AtomicU64>,
@@ -199,33 +196,59 @@ struct FeedMetrics {
     users_present: Gauge,
 }
 
+/// Registers a fresh metric (or family) as `name` and returns a handle to
+/// it: every handle clones one shared value, so what the node counts
+/// through the handle is what `/metrics` reads from the registry.
+fn registered<M>(registry: &mut Registry, name: &str, help: &str) -> M
+where
+    M: Metric + Clone + Default,
+{
+    let metric = M::default();
+    registry.register(name, help, metric.clone());
+    metric
+}
+
 impl Metrics {
     pub fn new(worker_count: usize) -> Metrics {
         let mut registry = Registry::with_prefix("myriad");
-        let families: [(&str, &str); 9] = [
-            ("connections", "Open client connections"),
-            ("connections_accepted", "Client connections accepted"),
-            (
-                "subscriptions",
-                "Subscriptions held (subject, connection pairs)",
-            ),
-            ("messages_in", "WebSocket messages received from clients"),
-            (
-                "messages_out",
-                "Data messages queued to clients on every transport (deliveries, replies, echoes)",
-            ),
-            ("bytes_in", "Bytes read from client sockets"),
-            ("bytes_out", "Bytes written to client sockets"),
-            ("socket_writes", "write/writev calls on client sockets"),
-            (
-                "tls_handshakes",
-                "TLS handshakes completed on the client listener",
-            ),
-        ];
-        let gauges: [Family<WorkerLabel, Gauge>; 2] = Default::default();
-        let counters: [Family<WorkerLabel, Counter>; 7] = Default::default();
-        let transport_connections = Family::<TransportLabel, Gauge>::default();
-        let transport_messages = Family::<TransportLabel, Counter>::default();
+        let r = &mut registry;
+        let connections: Family<WorkerLabel, Gauge> =
+            registered(r, "connections", "Open client connections");
+        let accepted: Family<WorkerLabel, Counter> =
+            registered(r, "connections_accepted", "Client connections accepted");
+        let subscriptions: Family<WorkerLabel, Gauge> = registered(
+            r,
+            "subscriptions",
+            "Subscriptions held (subject, connection pairs)",
+        );
+        let messages_in: Family<WorkerLabel, Counter> =
+            registered(r, "messages_in", "WebSocket messages received from clients");
+        let messages_out: Family<WorkerLabel, Counter> = registered(
+            r,
+            "messages_out",
+            "Data messages queued to clients on every transport (deliveries, replies, echoes)",
+        );
+        let bytes_in: Family<WorkerLabel, Counter> =
+            registered(r, "bytes_in", "Bytes read from client sockets");
+        let bytes_out: Family<WorkerLabel, Counter> =
+            registered(r, "bytes_out", "Bytes written to client sockets");
+        let writes: Family<WorkerLabel, Counter> =
+            registered(r, "socket_writes", "write/writev calls on client sockets");
+        let tls_handshakes: Family<WorkerLabel, Counter> = registered(
+            r,
+            "tls_handshakes",
+            "TLS handshakes completed on the client listener",
+        );
+        let transport_connections: Family<TransportLabel, Gauge> = registered(
+            r,
+            "transport_connections",
+            "Open client connections, by transport (once their request is accepted)",
+        );
+        let transport_messages: Family<TransportLabel, Counter> = registered(
+            r,
+            "transport_messages_out",
+            "Data messages queued to clients, by transport",
+        );
         let workers = (0..worker_count)
             .map(|w| {
                 let label = WorkerLabel {
@@ -243,137 +266,88 @@ impl Metrics {
                 });
                 WorkerMetrics {
                     transports,
-                    connections: gauges[0].get_or_create(&label).clone(),
-                    accepted: counters[0].get_or_create(&label).clone(),
-                    subscriptions: gauges[1].get_or_create(&label).clone(),
-                    messages_in: counters[1].get_or_create(&label).clone(),
-                    messages_out: counters[2].get_or_create(&label).clone(),
-                    bytes_in: counters[3].get_or_create(&label).clone(),
-                    bytes_out: counters[4].get_or_create(&label).clone(),
-                    writes: counters[5].get_or_create(&label).clone(),
-                    tls_handshakes: counters[6].get_or_create(&label).clone(),
+                    connections: connections.get_or_create(&label).clone(),
+                    accepted: accepted.get_or_create(&label).clone(),
+                    subscriptions: subscriptions.get_or_create(&label).clone(),
+                    messages_in: messages_in.get_or_create(&label).clone(),
+                    messages_out: messages_out.get_or_create(&label).clone(),
+                    bytes_in: bytes_in.get_or_create(&label).clone(),
+                    bytes_out: bytes_out.get_or_create(&label).clone(),
+                    writes: writes.get_or_create(&label).clone(),
+                    tls_handshakes: tls_handshakes.get_or_create(&label).clone(),
                 }
             })
             .collect();
-        let [connections, subscriptions] = gauges;
-        let [accepted, messages_in, messages_out, bytes_in, bytes_out, writes, tls_handshakes] =
-            counters;
-        registry.register(families[0].0, families[0].1, connections);
-        registry.register(families[1].0, families[1].1, accepted);
-        registry.register(families[2].0, families[2].1, subscriptions);
-        registry.register(families[3].0, families[3].1, messages_in);
-        registry.register(families[4].0, families[4].1, messages_out);
-        registry.register(families[5].0, families[5].1, bytes_in);
-        registry.register(families[6].0, families[6].1, bytes_out);
-        registry.register(families[7].0, families[7].1, writes);
-        registry.register(families[8].0, families[8].1, tls_handshakes);
-        registry.register(
-            "transport_connections",
-            "Open client connections, by transport (once their request is accepted)",
-            transport_connections,
-        );
-        registry.register(
-            "transport_messages_out",
-            "Data messages queued to clients, by transport",
-            transport_messages,
-        );
 
-        let closes = Family::<ReasonLabel, Counter>::default();
+        let closes: Family<ReasonLabel, Counter> = registered(
+            r,
+            "connections_closed",
+            "Client connections closed, by reason",
+        );
         // Create every reason's series up front so each shows as 0, not absent.
         for reason in CloseReason::ALL {
             drop(closes.get_or_create(&ReasonLabel {
                 reason: reason.name(),
             }));
         }
-        registry.register(
-            "connections_closed",
-            "Client connections closed, by reason",
-            closes.clone(),
-        );
-        let errors = Family::<KindLabel, Counter>::default();
-        registry.register(
-            "errors",
-            "Refused input and failures, by kind",
-            errors.clone(),
-        );
-        let publishes = Counter::default();
-        registry.register("publishes", "Messages published", publishes.clone());
-        let publishes_unrouted = Counter::default();
-        registry.register(
+        let errors = registered(r, "errors", "Refused input and failures, by kind");
+        let publishes = registered(r, "publishes", "Messages published");
+        let publishes_unrouted = registered(
+            r,
             "publishes_unrouted",
             "Messages published to a subject with no subscribers",
-            publishes_unrouted.clone(),
         );
-        let tls_reloads = Counter::default();
-        registry.register(
+        let tls_reloads = registered(
+            r,
             "tls_reloads",
             "TLS certificate reloads (SIGHUP) that took effect",
-            tls_reloads.clone(),
         );
-        let sockets_aborted = Counter::default();
-        registry.register(
+        let sockets_aborted = registered(
+            r,
             "sockets_aborted",
             "Client sockets aborted (SO_LINGER 0) at a deadline because the peer had not taken everything sent",
-            sockets_aborted.clone(),
         );
-        let history = HistoryGauges::default();
-        registry.register(
-            "history_subjects",
-            "Subjects holding history",
-            history.subjects.clone(),
-        );
-        registry.register(
-            "history_messages",
-            "Publications held in history",
-            history.messages.clone(),
-        );
-        registry.register(
-            "history_bytes",
-            "Bytes held by history (shared with live fan-out)",
-            history.bytes.clone(),
-        );
-        registry.register(
-            "history_evictions",
-            "Publications evicted from history to stay within history_max_bytes",
-            history.evictions.clone(),
-        );
-        let feeds = FeedMetrics::default();
-        registry.register(
-            "feed_sends",
-            "Sends as a user (the send command and /api/publish_as)",
-            feeds.sends.clone(),
-        );
-        registry.register(
-            "follows",
-            "Follow edges added to the graph",
-            feeds.follows.clone(),
-        );
-        registry.register(
-            "unfollows",
-            "Follow edges removed from the graph",
-            feeds.unfollows.clone(),
-        );
-        registry.register(
-            "graph_users",
-            "Users the follow graph knows",
-            feeds.users_known.clone(),
-        );
-        registry.register(
-            "users_present",
-            "Users with at least one connection on this node",
-            feeds.users_present.clone(),
-        );
-        let admin = AdminMetrics::default();
-        registry.register(
-            "admin_connections",
-            "Open connections of the admin listener",
-            admin.connections.clone(),
-        );
-        registry.register(
-            "admin_idle_closes",
-            "Admin connections closed after admin_idle_timeout without a request",
-            admin.idle_closes.clone(),
-        );
+        let history = HistoryGauges {
+            subjects: registered(r, "history_subjects", "Subjects holding history"),
+            messages: registered(r, "history_messages", "Publications held in history"),
+            bytes: registered(
+                r,
+                "history_bytes",
+                "Bytes held by history (shared with live fan-out)",
+            ),
+            evictions: registered(
+                r,
+                "history_evictions",
+                "Publications evicted from history to stay within history_max_bytes",
+            ),
+        };
+        let feeds = FeedMetrics {
+            sends: registered(
+                r,
+                "feed_sends",
+                "Sends as a user (the send command and /api/publish_as)",
+            ),
+            follows: registered(r, "follows", "Follow edges added to the graph"),
+            unfollows: registered(r, "unfollows", "Follow edges removed from the graph"),
+            users_known: registered(r, "graph_users", "Users the follow graph knows"),
+            users_present: registered(
+                r,
+                "users_present",
+                "Users with at least one connection on this node",
+            ),
+        };
+        let admin = AdminMetrics {
+            connections: registered(
+                r,
+                "admin_connections",
+                "Open connections of the admin listener",
+            ),
+            idle_closes: registered(
+                r,
+                "admin_idle_closes",
+                "Admin connections closed after admin_idle_timeout without a request",
+            ),
+        };
         Metrics {
             registry,
             history,

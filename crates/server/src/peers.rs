@@ -3,9 +3,10 @@
 //!
 //! Connections from one address land on any worker (`SO_REUSEPORT`), so the
 //! count is shared, sharded by address so that accepting workers rarely
-//! meet on one lock. An address is keyed in 4 bytes, which is what a
-//! worker keeps per connection while the limit is on: an IPv4 address as
-//! itself, an IPv6 one by its /64 prefix (what one host or site is
+//! meet on one lock. An address is keyed in 4 bytes, so that what a worker
+//! keeps per connection while the limit is on stays small (8 bytes with
+//! its state, see `worker::abuse`): an IPv4 address as itself, an IPv6 one
+//! by its /64 prefix (what one host or site is
 //! usually given, so one client cannot dodge the limit by cycling through
 //! its own prefix), folded to 32 bits.
 

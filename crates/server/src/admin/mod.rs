@@ -133,7 +133,7 @@ async fn route(
     }
 }
 
-/// The answer to a request `auth` refused, counted.
+/// The answer to a request the access check refused, counted.
 fn refused(shared: &Shared, refusal: access::Refusal) -> HttpReply {
     let (status, kind) = match refusal {
         access::Refusal::Unauthorized => (StatusCode::UNAUTHORIZED, ErrorKind::ApiUnauthorized),

@@ -14,7 +14,7 @@ use myriad_protocol::position::Position;
 use myriad_protocol::subject::{self, SubjectError};
 use thiserror::Error;
 
-use crate::auth::{Forbidden, TokenError};
+use crate::auth::{clip, Forbidden, TokenError};
 use crate::config::Config;
 
 /// A valid request for an HTTP transport: the subjects, in the order given,
@@ -215,9 +215,7 @@ pub fn check_origin(head: &RequestHead<'_>, config: &Config) -> Result<(), Reque
     if allowed {
         Ok(())
     } else {
-        Err(RequestError::OriginNotAllowed(
-            origin.chars().take(64).collect(),
-        ))
+        Err(RequestError::OriginNotAllowed(clip(origin)))
     }
 }
 
@@ -242,7 +240,7 @@ pub fn parse_stream_request(
             "subject" => {
                 subject::validate(&value, config.max_subject_len).map_err(|error| {
                     RequestError::InvalidSubject {
-                        subject: value.chars().take(64).collect(),
+                        subject: clip(&value),
                         error,
                     }
                 })?;
@@ -261,11 +259,7 @@ pub fn parse_stream_request(
             "since" => since = Some(value.into_owned()),
             "token" if token.is_some() => return Err(RequestError::RepeatedParameter("token")),
             "token" => token = Some(value.into_owned()),
-            other => {
-                return Err(RequestError::UnknownParameter(
-                    other.chars().take(64).collect(),
-                ))
-            }
+            other => return Err(RequestError::UnknownParameter(clip(other))),
         }
     }
     if subjects.is_empty() {

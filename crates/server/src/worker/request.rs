@@ -82,24 +82,27 @@ impl Worker {
             self.refuse_request(id, ErrorKind::Handshake(404), response);
             return Some(buf.len());
         };
-        if self.conns[id as usize].has_flag(flags::OVER_CAPACITY) {
-            let response = error_response(
+        // Admission refusals, decided at accept: both say when to come back.
+        let refusal = if self.conns[id as usize].has_flag(flags::OVER_CAPACITY) {
+            Some((
                 503,
                 "over_capacity",
                 "server at max_connections",
-                &[("Retry-After", "1")],
-            );
-            self.refuse_request(id, ErrorKind::OverCapacity, response);
-            return Some(buf.len());
-        }
-        if self.abuse.over_ip_limit(id) {
-            let response = error_response(
+                ErrorKind::OverCapacity,
+            ))
+        } else if self.abuse.over_ip_limit(id) {
+            Some((
                 429,
                 "too_many_connections",
                 "this address holds max_connections_per_ip connections",
-                &[("Retry-After", "1")],
-            );
-            self.refuse_request(id, ErrorKind::OverIpLimit, response);
+                ErrorKind::OverIpLimit,
+            ))
+        } else {
+            None
+        };
+        if let Some((status, code, message, kind)) = refusal {
+            let response = error_response(status, code, message, &[("Retry-After", "1")]);
+            self.refuse_request(id, kind, response);
             return Some(buf.len());
         }
         if let Err(e) = check_origin(&head, config) {
