@@ -2,7 +2,9 @@
 # Installs what myriad's tests need beyond the Rust toolchain: Debian's
 # `chromium`, which drives the admin `/status` page in a real browser
 # (crates/myriad/tests/status_page.rs), `openssl`, which makes the keys the
-# token tests sign with (crates/myriad/tests/auth.rs), and the Autobahn WebSocket testsuite
+# token tests sign with (crates/myriad/tests/auth.rs), `redis-server`, which
+# the Redis engine, graph store and cluster tests start on ephemeral ports
+# (crates/testkit), and the Autobahn WebSocket testsuite
 # (`wstest`, Python 2 code) in a Python 2.7 virtualenv.
 #
 #   scripts/install-test-deps.sh
@@ -67,6 +69,7 @@ $why CANNOT run. Install $package so '$command' is on PATH."
 
 ensure_package chromium chromium "the status page test (a real browser)"
 ensure_package openssl openssl "the token tests (they make their keys with openssl)"
+ensure_package redis-server redis-server "the Redis engine, graph store and cluster tests (real redis-server processes)"
 
 # --- the Autobahn testsuite ----------------------------------------------------------
 [[ -f "$REQUIREMENTS" ]] || die "missing $REQUIREMENTS"
