@@ -17,6 +17,7 @@ use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::engine::RedisSettings;
 use crate::history::HistoryPolicy;
 use crate::namespace::{history_policy, Namespace, Namespaces};
 use crate::tls::TlsFiles;
@@ -239,6 +240,32 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_GRAPH_CACHE_MB", default_value_t = 64)]
     pub graph_cache_mb: usize,
 
+    /// Where positions, history and routing live: `memory` (this node
+    /// alone) or `redis` (every node sharing the instances of `redis_url`).
+    #[arg(long, env = "MYRIAD_ENGINE", value_enum, default_value_t = EngineKind::Memory)]
+    pub engine: EngineKind,
+
+    /// A Redis 7 instance of the cluster, `redis://[user:password@]host:port[/db]`,
+    /// for `engine = redis`. Repeatable, one per shard: subjects are spread
+    /// over them in this order, so new ones are only ever appended.
+    /// Comma-separated in the environment.
+    #[arg(long = "redis-url", env = "MYRIAD_REDIS_URLS", value_delimiter = ',')]
+    pub redis_urls: Vec<String>,
+
+    /// Prefix of the cluster's keys and channels, so clusters can share a Redis.
+    #[arg(long, env = "MYRIAD_REDIS_PREFIX", default_value = "myriad")]
+    pub redis_prefix: String,
+
+    /// How long the node waits for Redis to connect or to answer; past it
+    /// the request fails (`redis_timeout`) and the node reconnects.
+    #[arg(long, env = "MYRIAD_REDIS_TIMEOUT", default_value = "5s")]
+    pub redis_timeout: Ttl,
+
+    /// Requests that may wait for one Redis instance; past it requests are
+    /// refused at once (`redis_busy`), so a stalled Redis cannot grow the node.
+    #[arg(long, env = "MYRIAD_REDIS_QUEUE", default_value_t = 65_536)]
+    pub redis_queue: usize,
+
     /// The most users one user may follow; a follow past it is refused
     /// (HTTP 422, `following_limit`). Also bounds the feeds a connection is
     /// subscribed to when its user connects.
@@ -438,6 +465,7 @@ impl Config {
             !self.admin_tls || self.tls_cert.is_some(),
             "admin_tls needs tls_cert and tls_key",
         )?;
+        self.validate_redis()?;
         if let Some(echo) = &self.echo_path {
             check(echo.starts_with('/'), "echo_path must start with '/'")?;
             check(echo != &self.ws_path, "echo_path must differ from ws_path")?;
@@ -545,6 +573,43 @@ impl Config {
         Ok(())
     }
 
+    fn validate_redis(&self) -> Result<(), ConfigError> {
+        let invalid = |what: String| Err(ConfigError::Invalid(what));
+        match self.engine {
+            EngineKind::Redis if self.redis_urls.is_empty() => {
+                return invalid("engine = redis needs at least one redis_url".into());
+            }
+            EngineKind::Memory if !self.redis_urls.is_empty() => {
+                return invalid("redis_url is set but engine is memory: add --engine redis".into());
+            }
+            _ => {}
+        }
+        for url in &self.redis_urls {
+            if let Err(e) = redis::IntoConnectionInfo::into_connection_info(url.as_str()) {
+                return invalid(format!(
+                    "redis_url {url:?}: {e} (expected redis://[user:password@]host:port[/db])"
+                ));
+            }
+        }
+        if self.redis_prefix.is_empty() || self.redis_prefix.contains(char::is_whitespace) {
+            return invalid("redis_prefix must be non-empty, without spaces".into());
+        }
+        if self.redis_queue == 0 {
+            return invalid("redis_queue must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// Where the Redis engine's instances are, from `redis_*`.
+    pub fn redis_settings(&self) -> RedisSettings {
+        RedisSettings {
+            urls: self.redis_urls.clone(),
+            prefix: self.redis_prefix.clone(),
+            timeout: self.redis_timeout.into(),
+            queue: self.redis_queue,
+        }
+    }
+
     /// The history policy of every subject, by namespace.
     pub fn namespaces(&self) -> Namespaces {
         let default = HistoryPolicy {
@@ -570,6 +635,16 @@ impl Config {
             std::thread::available_parallelism().map_or(1, |n| n.get().min(64))
         }
     }
+}
+
+/// Which engine a node runs (see `crate::engine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    /// This node is the whole world: positions and history in its memory.
+    Memory,
+    /// Nodes joined over Redis.
+    Redis,
 }
 
 /// A span of time written the human way ("90s", "5m", "1h 30m"), in flags,

@@ -145,9 +145,17 @@ impl Route {
     /// worker, in line with the subject's publications. Returns whether it
     /// is the subject's first subscriber on the node.
     pub fn join(&mut self, hub: &Hub, worker: usize, answer: Event, wakeups: &mut Wakeups) -> bool {
+        let first = self.enter(worker);
+        hub.send(worker, answer, wakeups);
+        first
+    }
+
+    /// Records one more subscriber on `worker`, whose answer the caller
+    /// sends later (an engine waiting on a network round trip). Returns
+    /// whether it is the subject's first subscriber on the node.
+    pub fn enter(&mut self, worker: usize) -> bool {
         self.subscribers += 1;
         self.workers |= 1 << worker;
-        hub.send(worker, answer, wakeups);
         self.subscribers == 1
     }
 

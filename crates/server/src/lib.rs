@@ -61,7 +61,8 @@ use tracing::{error, info, warn};
 pub use config::Config;
 
 use crate::auth::Auth;
-use crate::engine::MemoryEngine;
+use crate::config::EngineKind;
+use crate::engine::{Engine, MemoryEngine, RedisEngine};
 use crate::feeds::{Feeds, Keeper};
 use crate::hub::Hub;
 use crate::metrics::Metrics;
@@ -102,6 +103,8 @@ pub enum ServeError {
     TokenKeys(#[from] auth::keys::KeyError),
     #[error(transparent)]
     OpenFiles(#[from] fds::FdsError),
+    #[error("cannot start the Redis engine: {0}")]
+    Redis(#[from] engine::RedisEngineError),
 }
 
 /// Runs a node with `config` until SIGTERM or SIGINT, then shuts down
@@ -155,11 +158,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         auth,
         peers: peers::PeerCounts::default(),
         feeds,
-        engine: Arc::new(MemoryEngine::new(
-            Arc::clone(&hub),
-            config.namespaces(),
-            config.history_max_bytes,
-        )),
+        engine: open_engine(&config, Arc::clone(&hub))?,
         hub,
         metrics: Arc::new(Metrics::new(workers)),
         connections: AtomicUsize::new(0),
@@ -229,6 +228,20 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     shared.feeds.stop();
     info!("myriad stopped");
     outcome
+}
+
+/// The engine `config` asks for; the Redis engine connects to every
+/// instance first, so an unreachable Redis stops the start with its error.
+fn open_engine(config: &Config, hub: Arc<Hub>) -> Result<Arc<dyn Engine>, ServeError> {
+    let namespaces = config.namespaces();
+    let max_bytes = config.history_max_bytes;
+    Ok(match config.engine {
+        EngineKind::Memory => Arc::new(MemoryEngine::new(hub, namespaces, max_bytes)),
+        EngineKind::Redis => {
+            let settings = config.redis_settings();
+            Arc::new(RedisEngine::connect(hub, namespaces, max_bytes, settings)?)
+        }
+    })
 }
 
 /// Takes the data directory (no other node or bulk load may use it while

@@ -173,6 +173,7 @@ pub struct Metrics {
     workers: Vec<WorkerMetrics>,
     closes: Family<ReasonLabel, Counter>,
     errors: Family<KindLabel, Counter>,
+    engine_failures: Family<KindLabel, Counter>,
     publishes: Counter<u64, AtomicU64>,
     publishes_unrouted: Counter<u64, AtomicU64>,
     tls_reloads: Counter<u64, AtomicU64>,
@@ -291,6 +292,14 @@ impl Metrics {
             }));
         }
         let errors = registered(r, "errors", "Refused input and failures, by kind");
+        let engine_failures: Family<KindLabel, Counter> = registered(
+            r,
+            "engine_failures",
+            "Requests the engine could not serve (Redis down, slow or full), by kind",
+        );
+        for kind in crate::engine::EngineFailures::KINDS {
+            drop(engine_failures.get_or_create(&KindLabel { kind }));
+        }
         let publishes = registered(r, "publishes", "Messages published");
         let publishes_unrouted = registered(
             r,
@@ -354,6 +363,7 @@ impl Metrics {
             workers,
             closes,
             errors,
+            engine_failures,
             publishes,
             publishes_unrouted,
             tls_reloads,
@@ -438,6 +448,12 @@ impl Metrics {
         self.history.messages.set(gauge(history.messages));
         self.history.bytes.set(gauge(history.bytes));
         catch_up(&self.history.evictions, history.evictions);
+        for (kind, total) in stats.failures.by_kind() {
+            catch_up(
+                &self.engine_failures.get_or_create(&KindLabel { kind }),
+                total,
+            );
+        }
     }
 
     /// The Prometheus text exposition.

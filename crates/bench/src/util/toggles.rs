@@ -93,7 +93,7 @@ impl Toggler {
     /// unfollow in turn (the other kind when none of one is free). None
     /// when no pair is free.
     pub fn pick(&mut self) -> Option<Toggle> {
-        let follow_first = self.made % 2 == 0;
+        let follow_first = self.made.is_multiple_of(2);
         let picked = if follow_first {
             self.pick_follow().or_else(|| self.pick_unfollow())
         } else {

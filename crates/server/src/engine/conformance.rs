@@ -5,7 +5,15 @@
 //! suite plays the workers' part with [`Sim`], which applies mailbox events
 //! exactly as a worker does: a connection receives a subject's publications
 //! only between its attach answer and its detach.
+//!
+//! Answers and deliveries may come later than the call that caused them
+//! (clause 7: an engine over the network answers when its round trip is
+//! done), so the suite waits for what it expects, never for a time: a
+//! drain takes events until every attach is answered and every attached
+//! connection has the last publication the suite was told of, and fails
+//! after [`SETTLE_WITHIN`] if that never happens.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,6 +34,10 @@ use crate::registry::ConnId;
 /// congested.
 const CONGESTED_PAST: usize = 64;
 
+/// How long a drain may wait for answers and deliveries it expects: far
+/// beyond any round trip, so that only a lost answer fails it.
+const SETTLE_WITHIN: Duration = Duration::from_secs(30);
+
 /// Builds the engine under test for a harness of `workers` workers.
 pub type Make = fn(usize, Namespaces, usize) -> Harness;
 
@@ -35,6 +47,8 @@ pub struct Harness {
     pub hub: Arc<Hub>,
     mailboxes: Vec<Receiver<Event>>,
     _polls: Vec<mio::Poll>,
+    /// The newest offset each subject's publishes were given, as answered.
+    published: RefCell<HashMap<String, Position>>,
 }
 
 impl Harness {
@@ -50,6 +64,7 @@ impl Harness {
             hub,
             mailboxes,
             _polls: polls,
+            published: RefCell::default(),
         }
     }
 
@@ -59,7 +74,25 @@ impl Harness {
         self.engine
             .publish(subject, data, Reply::Task(tx), &mut wakeups);
         self.hub.wake(wakeups);
-        rx.blocking_recv().expect("answered").expect("published")
+        let published = rx.blocking_recv().expect("answered").expect("published");
+        if let Some(position) = published.position {
+            self.published
+                .borrow_mut()
+                .insert(subject.to_owned(), position);
+        }
+        published
+    }
+
+    /// Waits until every worker has at least `n` events waiting.
+    fn await_queued(&self, n: usize) {
+        let deadline = std::time::Instant::now() + SETTLE_WITHIN;
+        while (0..self.mailboxes.len()).any(|w| self.mailboxes[w].len() < n) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "deliveries never arrived"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     pub fn history(&self, subject: &str, since: Option<Position>, limit: usize) -> HistoryPage {
@@ -169,16 +202,51 @@ impl Sim {
         h.engine.detach(subject, worker, last_local);
     }
 
-    /// Takes every event waiting for every worker.
+    /// Takes events until every attach is answered and every attached
+    /// connection has the newest publication of its subject the harness
+    /// published.
     fn drain(&mut self, h: &Harness) {
-        for (worker, mailbox) in h.mailboxes.iter().enumerate() {
-            let mut taken = 0;
-            while let Ok(event) = mailbox.try_recv() {
-                taken += 1;
-                self.apply(worker, event);
+        let deadline = std::time::Instant::now() + SETTLE_WITHIN;
+        loop {
+            for (worker, mailbox) in h.mailboxes.iter().enumerate() {
+                let mut taken = 0;
+                while let Ok(event) = mailbox.try_recv() {
+                    taken += 1;
+                    self.apply(worker, event);
+                }
+                h.hub.mailbox(worker).taken(taken);
             }
-            h.hub.mailbox(worker).taken(taken);
+            if self.settled(h) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "answers or deliveries never arrived: pending {:?}",
+                self.pending.keys().collect::<Vec<_>>()
+            );
+            std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    fn settled(&self, h: &Harness) -> bool {
+        if !self.pending.is_empty() {
+            return false;
+        }
+        let published = h.published.borrow();
+        self.live.iter().all(|((_, subject), conns)| {
+            let Some(newest) = published.get(&**subject) else {
+                return true;
+            };
+            conns.iter().all(|conn| {
+                let seen = &self.seen[&(*conn, Arc::clone(subject))];
+                let Some((at, _)) = seen.attached_at else {
+                    return true;
+                };
+                at.epoch != newest.epoch
+                    || at.offset >= newest.offset
+                    || seen.offsets.last() >= Some(&newest.offset)
+            })
+        })
     }
 
     fn apply(&mut self, worker: usize, event: Event) {
@@ -282,6 +350,7 @@ fn positions_and_order(make: Make) {
         assert_eq!(*epoch.get_or_insert(position.epoch), position.epoch);
         assert_eq!(p.subscribers, 2);
     }
+    h.await_queued(100);
     assert!(
         h.engine.congested(),
         "100 undrained deliveries per worker pass the harness's high water"
@@ -311,9 +380,11 @@ fn attach_is_an_exact_switch_under_concurrent_publishing(make: Make) {
             started.recv().unwrap();
             while published.load(Ordering::Relaxed) < 50_000 && !stop.load(Ordering::Relaxed) {
                 let mut wakeups = Wakeups::default();
-                let (tx, _rx) = oneshot::channel();
+                let (tx, rx) = oneshot::channel();
                 engine.publish("race", "0", Reply::Task(tx), &mut wakeups);
                 hub.wake(wakeups);
+                // Counted once done: an engine may answer later (clause 7).
+                rx.blocking_recv().expect("answered").expect("published");
                 published.fetch_add(1, Ordering::Relaxed);
             }
         })

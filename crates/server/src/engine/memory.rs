@@ -165,7 +165,7 @@ impl MemoryEngine {
             publishes_unrouted: AtomicU64::new(0),
             routed_subjects: AtomicUsize::new(0),
             order: AtomicU64::new(0),
-            epoch_base: random_u64(),
+            epoch_base: super::random_epoch().0,
             epochs_made: AtomicU64::new(0),
             clock: Instant::now(),
         });
@@ -183,20 +183,6 @@ impl Drop for MemoryEngine {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }
-}
-
-/// A random `u64` from the standard library's per-process hash keys (seeded
-/// by the OS), mixed with the time so two nodes started together differ.
-fn random_u64() -> u64 {
-    use std::hash::{BuildHasher as _, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    hasher.write_u32(std::process::id());
-    hasher.finish()
 }
 
 /// A millisecond time in whole seconds, as streams store it (136 years
@@ -616,6 +602,7 @@ impl Engine for MemoryEngine {
                 bytes: inner.held_bytes.load(Ordering::Relaxed) as u64,
                 evictions: inner.evictions.load(Ordering::Relaxed),
             },
+            failures: super::EngineFailures::default(),
         }
     }
 }

@@ -45,16 +45,18 @@
 //!    on an engine: an engine that must make a network round trip answers
 //!    when it is done. `publish` never waits on a slow subscriber.
 //!
-//! Submodules: [`memory`] (the single-node engine).
+//! Submodules: [`memory`] (the single-node engine), [`redis`] (nodes
+//! joined over Redis).
 
 pub mod memory;
+pub mod redis;
 
 #[cfg(test)]
 pub(crate) mod conformance;
 
 use std::sync::Arc;
 
-use myriad_protocol::position::Position;
+use myriad_protocol::position::{Epoch, Position};
 use thiserror::Error;
 use tokio::sync::oneshot;
 
@@ -63,6 +65,7 @@ use crate::publication::Publication;
 use crate::registry::ConnId;
 
 pub use memory::MemoryEngine;
+pub use redis::{RedisEngine, RedisEngineError, RedisSettings};
 
 /// Why an engine could not do what it was asked.
 #[derive(Debug, Clone, Error, PartialEq, Eq)]
@@ -70,6 +73,35 @@ pub enum EngineError {
     /// The node is shutting down and takes no more requests.
     #[error("the node is shutting down")]
     ShuttingDown,
+    /// The subject's Redis cannot be reached (the node reconnects by itself).
+    #[error("redis_unavailable: the subject's Redis cannot be reached")]
+    RedisUnavailable,
+    /// The subject's Redis did not answer within the timeout.
+    #[error("redis_timeout: the subject's Redis did not answer in time")]
+    RedisTimeout,
+    /// Too many requests already wait for the subject's Redis.
+    #[error("redis_busy: too many requests wait for the subject's Redis")]
+    RedisBusy,
+    /// Redis answered with an error.
+    #[error("redis_error: {0}")]
+    Redis(String),
+}
+
+/// A new epoch: random, so that a stream created again, on any node or
+/// after any restart, never continues an old one's offsets.
+pub(crate) fn random_epoch() -> Epoch {
+    use std::hash::{BuildHasher as _, Hasher};
+    // The standard library's per-process hash keys are seeded by the OS
+    // and differ on every call; the time and pid separate nodes started
+    // together.
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    hasher.write_u32(std::process::id());
+    Epoch(hasher.finish())
 }
 
 /// A publish's outcome.
@@ -161,11 +193,16 @@ pub struct Attached {
 /// A successful attach.
 #[derive(Debug)]
 pub struct Attachment {
-    /// Live delivery continues after this position.
+    /// Where the attach was taken: live delivery continues after the last
+    /// of `replay`, or after this position when there is none.
     pub position: Position,
     /// Whether the recovery asked for was complete; `None` when none was.
     pub recovered: Option<bool>,
-    /// The publications after `since`, oldest first (empty unless recovered).
+    /// Oldest first: with a complete recovery, the publications after
+    /// `since`; without one asked, the publications after `position` that
+    /// an engine whose answers trail live delivery had already handed to
+    /// the worker (always none from the memory engine). Empty when the
+    /// recovery failed.
     pub replay: Vec<Arc<Publication>>,
 }
 
@@ -240,6 +277,41 @@ pub struct EngineStats {
     /// Of those, publishes no subscriber on this node received.
     pub publishes_unrouted: u64,
     pub history: HistoryStats,
+    pub failures: EngineFailures,
+}
+
+/// Requests an engine could not serve, by the error they got (always none
+/// from the memory engine).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct EngineFailures {
+    /// [`EngineError::RedisUnavailable`], including failed reconnects.
+    pub unavailable: u64,
+    /// [`EngineError::RedisTimeout`].
+    pub timeout: u64,
+    /// [`EngineError::RedisBusy`].
+    pub busy: u64,
+    /// [`EngineError::Redis`], and malformed messages from Redis.
+    pub error: u64,
+}
+
+impl EngineFailures {
+    /// The metric labels, in [`EngineFailures::by_kind`] order.
+    pub const KINDS: [&'static str; 4] = [
+        "redis_unavailable",
+        "redis_timeout",
+        "redis_busy",
+        "redis_error",
+    ];
+
+    pub fn by_kind(&self) -> [(&'static str, u64); 4] {
+        let [a, b, c, d] = Self::KINDS;
+        [
+            (a, self.unavailable),
+            (b, self.timeout),
+            (c, self.busy),
+            (d, self.error),
+        ]
+    }
 }
 
 /// What all history on the node holds.

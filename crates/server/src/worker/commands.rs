@@ -275,7 +275,13 @@ impl Worker {
             .collect();
         let mut recovered = attachment.recovered;
         let mut replay = &attachment.replay[..];
+        let mut position = attachment.position;
         if forms.iter().map(Bytes::len).sum::<usize>() > self.reply_room(id) {
+            // Without a recovery asked, the replay is what live delivery
+            // had already passed: the connection starts after it instead.
+            if let (None, Some(last)) = (recovered, replay.last()) {
+                position = last.position;
+            }
             replay = &[];
             recovered = recovered.map(|_| false);
         }
@@ -284,18 +290,14 @@ impl Worker {
         // to walk it there: the announcement's cursor must not claim what
         // the client has not received yet.
         if recovered != Some(true) {
-            conn.session.advance(&attached.subject, attachment.position);
+            conn.session.advance(&attached.subject, position);
         }
         // Asked or not, the transport says whether the client must hear of
         // it (every transport tells a failed recovery).
         let feed = is_feed(&attached.subject);
         if attached.to.request.is_some() || kind.get().announces(recovered, feed) {
-            let reply = encode_subscribed(
-                attached.to.request,
-                &attached.subject,
-                attachment.position,
-                recovered,
-            );
+            let reply =
+                encode_subscribed(attached.to.request, &attached.subject, position, recovered);
             self.send_reply(id, reply.as_bytes());
         }
         for (publication, form) in replay.iter().zip(&forms) {

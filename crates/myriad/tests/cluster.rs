@@ -1,0 +1,223 @@
+//! Nodes joined over a real Redis (`--engine redis`): publications reach
+//! subscribers on every node exactly once and in order, a client recovers
+//! on another node from Redis history, Redis going away fails publishes
+//! fast and comes back by itself, and bad Redis settings stop the start
+//! with a clear error.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::{recv, send, serve_command, subscribe, Node, Ws};
+use myriad_testkit::RedisServer;
+use serde_json::{json, Value};
+
+/// A node of the cluster over `redis`, with its keys under `prefix`.
+fn node(redis: &RedisServer, prefix: &str) -> Node {
+    let url = redis.url();
+    Node::start(&[
+        "--workers",
+        "2",
+        "--engine",
+        "redis",
+        "--redis-url",
+        &url,
+        "--redis-prefix",
+        prefix,
+        "--redis-timeout",
+        "2s",
+    ])
+}
+
+/// The next `n` messages' (offset, data) pairs.
+fn take(ws: &mut Ws, n: usize) -> Vec<(u64, u64)> {
+    (0..n)
+        .map(|_| {
+            let msg = recv(ws);
+            assert_eq!(msg["op"], "msg", "{msg}");
+            (
+                msg["offset"].as_u64().unwrap(),
+                msg["data"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn publications_from_either_node_reach_subscribers_on_both_once_and_in_order() {
+    let redis = RedisServer::start();
+    let a = node(&redis, "two");
+    let b = node(&redis, "two");
+    let mut on_a = a.connect();
+    let mut on_b = b.connect();
+    let at_a = subscribe(&mut on_a, &["room"]).remove(0);
+    let at_b = subscribe(&mut on_b, &["room"]).remove(0);
+    assert_eq!(at_a, at_b, "one stream, whichever node is asked");
+    // Alternate the publishing node: Redis orders them, every node agrees.
+    for n in 1..=200u64 {
+        let via = if n % 2 == 0 { &a } else { &b };
+        let reply = via.publish("room", &json!(n));
+        assert_eq!(reply["offset"], n, "{reply}");
+    }
+    let want: Vec<(u64, u64)> = (1..=200).map(|n| (n, n)).collect();
+    assert_eq!(take(&mut on_a, 200), want);
+    assert_eq!(take(&mut on_b, 200), want);
+    // And nothing more: the next message is the next publish.
+    a.publish("room", &json!(201));
+    assert_eq!(take(&mut on_b, 1), [(201, 201)]);
+    assert_eq!(take(&mut on_a, 1), [(201, 201)]);
+}
+
+#[test]
+fn a_client_recovers_on_another_node_from_redis_history() {
+    let redis = RedisServer::start();
+    let a = node(&redis, "failover");
+    let b = node(&redis, "failover");
+    let mut ws = a.connect();
+    let at = subscribe(&mut ws, &["feed"]).remove(0);
+    for n in 1..=5 {
+        b.publish("feed", &json!(n));
+    }
+    let seen = take(&mut ws, 5);
+    let last = seen.last().unwrap().0;
+    drop(ws);
+    for n in 6..=9 {
+        b.publish("feed", &json!(n));
+    }
+    // Back on the other node, from where it left off.
+    let mut ws = b.connect();
+    send(
+        &mut ws,
+        json!({"op": "subscribe", "subject": "feed", "id": 2,
+               "since": {"epoch": at["epoch"], "offset": last}}),
+    );
+    let reply = recv(&mut ws);
+    assert_eq!(reply["op"], "subscribed", "{reply}");
+    assert_eq!(reply["recovered"], true, "{reply}");
+    assert_eq!(reply["epoch"], at["epoch"]);
+    assert_eq!(take(&mut ws, 4), [(6, 6), (7, 7), (8, 8), (9, 9)]);
+    a.publish("feed", &json!(10));
+    assert_eq!(take(&mut ws, 1), [(10, 10)]);
+    // History reads come from Redis too, on any node.
+    let (status, body) = a.http(
+        "GET",
+        "/api/history?subject=feed&limit=3",
+        &a.key_headers(),
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
+    let history: Value = serde_json::from_str(&body).unwrap();
+    let offsets: Vec<u64> = history["publications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["offset"].as_u64().unwrap())
+        .collect();
+    assert_eq!(offsets, [8, 9, 10]);
+}
+
+#[test]
+fn while_redis_is_down_publishes_fail_fast_and_the_node_comes_back_by_itself() {
+    let mut redis = RedisServer::start_persistent();
+    let a = node(&redis, "restart");
+    let b = node(&redis, "restart");
+    let mut ws = a.connect();
+    let at = subscribe(&mut ws, &["r"]).remove(0);
+    b.publish("r", &json!(1));
+    assert_eq!(take(&mut ws, 1), [(1, 1)]);
+    redis.kill();
+    let started = Instant::now();
+    let body = json!({"subject": "r", "data": 2}).to_string();
+    let (status, reply) = b.http("POST", "/api/publish", &b.key_headers(), &body);
+    assert_eq!(status, 503, "{reply}");
+    assert!(reply.contains("redis_"), "{reply}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "a publish while Redis is down fails instead of hanging"
+    );
+    // Every failure is named and counted.
+    assert!(b.metric("myriad_engine_failures_total{kind=\"redis_unavailable\"}") >= 1);
+    // The client stays connected meanwhile.
+    send(&mut ws, json!({"op": "ping", "id": 9}));
+    assert_eq!(recv(&mut ws)["id"], 9);
+    redis.restart();
+    // Both nodes reconnect and resubscribe by themselves.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let published = loop {
+        let (status, reply) = b.http("POST", "/api/publish", &b.key_headers(), &body);
+        if status == 200 {
+            break serde_json::from_str::<Value>(&reply).unwrap();
+        }
+        assert!(Instant::now() < deadline, "never reconnected: {reply}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // The append-only file kept the stream: same epoch, next offset.
+    assert_eq!(published["epoch"], at["epoch"], "{published}");
+    assert_eq!(published["offset"], 2);
+    // A subscriber that connects now hears it from either node.
+    let mut late = a.connect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        send(
+            &mut late,
+            json!({"op": "subscribe", "subject": "r", "id": 3,
+                   "since": {"epoch": at["epoch"], "offset": 1}}),
+        );
+        let reply = recv(&mut late);
+        if reply["op"] == "subscribed" {
+            assert_eq!(reply["recovered"], true, "{reply}");
+            assert_eq!(take(&mut late, 1), [(2, 2)]);
+            break;
+        }
+        assert_eq!(reply["op"], "error", "{reply}");
+        assert!(Instant::now() < deadline, "never resubscribed: {reply}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Runs `myriad serve` with `args`, expecting it to exit non-zero on its
+/// own; returns its stderr.
+fn refused_start(args: &[&str]) -> String {
+    let data_dir = tempfile::tempdir().unwrap();
+    let mut child = serve_command()
+        .args(args)
+        .arg("--data-dir")
+        .arg(data_dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start myriad");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(!status.success(), "started although it should not");
+            let mut stderr = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+            return stderr;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("myriad hung instead of refusing to start");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn bad_redis_settings_stop_the_start_with_a_clear_error() {
+    let nobody = format!("redis://127.0.0.1:{}", myriad_testkit::free_port());
+    let stderr = refused_start(&[
+        "--engine",
+        "redis",
+        "--redis-url",
+        &nobody,
+        "--redis-timeout",
+        "2s",
+    ]);
+    assert!(stderr.contains("cannot reach Redis at"), "{stderr}");
+    let stderr = refused_start(&["--engine", "redis", "--redis-url", "http://nowhere"]);
+    assert!(stderr.contains("redis_url \"http://nowhere\""), "{stderr}");
+    let stderr = refused_start(&["--engine", "redis"]);
+    assert!(stderr.contains("needs at least one redis_url"), "{stderr}");
+}

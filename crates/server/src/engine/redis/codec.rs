@@ -1,0 +1,127 @@
+//! The text the Redis engine's scripts write and its nodes read back: a
+//! publication on a subject's channel (`<epoch> <offset> <ms> <data>`) and
+//! a history entry (`<order> <offset> <ms> <cost> <data>`; see lib.lua).
+//!
+//! Pure parsing, tested with byte strings: whatever is in Redis is
+//! untrusted input to the node, so a malformed message is an error, never
+//! a panic.
+
+use std::sync::Arc;
+
+use myriad_protocol::position::{Epoch, Position};
+use thiserror::Error;
+
+use crate::publication::Publication;
+
+/// Why a message from Redis could not be read.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+#[error("malformed {what} from Redis: {text:?}")]
+pub struct CodecError {
+    what: &'static str,
+    text: String,
+}
+
+impl CodecError {
+    fn new(what: &'static str, text: &[u8]) -> CodecError {
+        let shown = &text[..text.len().min(80)];
+        CodecError {
+            what,
+            text: String::from_utf8_lossy(shown).into_owned(),
+        }
+    }
+}
+
+/// Splits off `fields` space-separated numbers-or-words from the front;
+/// the rest (which may hold spaces) is the data.
+fn split<const N: usize>(text: &str) -> Option<([&str; N], &str)> {
+    let mut fields = [""; N];
+    let mut rest = text;
+    for field in &mut fields {
+        let (head, tail) = rest.split_once(' ')?;
+        *field = head;
+        rest = tail;
+    }
+    Some((fields, rest))
+}
+
+/// A publication as it arrives on `subject`'s channel.
+pub fn channel_message(subject: &Arc<str>, payload: &[u8]) -> Result<Publication, CodecError> {
+    let bad = || CodecError::new("channel message", payload);
+    let text = std::str::from_utf8(payload).map_err(|_| bad())?;
+    let ([epoch, offset, ms], data) = split::<3>(text).ok_or_else(bad)?;
+    let epoch: Epoch = epoch.parse().map_err(|_| bad())?;
+    let offset: u64 = offset.parse().map_err(|_| bad())?;
+    let ms: u64 = ms.parse().map_err(|_| bad())?;
+    Ok(Publication::new(
+        Arc::clone(subject),
+        Position::new(epoch, offset),
+        data,
+        ms,
+    ))
+}
+
+/// A history entry of `subject` in `epoch`.
+pub fn history_entry(
+    subject: &Arc<str>,
+    epoch: Epoch,
+    entry: &[u8],
+) -> Result<Arc<Publication>, CodecError> {
+    let bad = || CodecError::new("history entry", entry);
+    let text = std::str::from_utf8(entry).map_err(|_| bad())?;
+    let ([_order, offset, ms, _cost], data) = split::<4>(text).ok_or_else(bad)?;
+    let offset: u64 = offset.parse().map_err(|_| bad())?;
+    let ms: u64 = ms.parse().map_err(|_| bad())?;
+    Ok(Arc::new(Publication::new(
+        Arc::clone(subject),
+        Position::new(epoch, offset),
+        data,
+        ms,
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subject() -> Arc<str> {
+        Arc::from("chat.room1")
+    }
+
+    #[test]
+    fn a_channel_message_keeps_spaces_in_its_data() {
+        let p = channel_message(
+            &subject(),
+            b"00000000000000ff 7 1700000000123 {\"a\": \"b c\"}",
+        )
+        .unwrap();
+        assert_eq!(p.position, Position::new(Epoch(255), 7));
+        assert_eq!(p.published_ms, 1_700_000_000_123);
+        assert_eq!(
+            p.envelope(),
+            br#"{"op":"msg","subject":"chat.room1","epoch":"00000000000000ff","offset":7,"data":{"a": "b c"}}"#
+        );
+    }
+
+    #[test]
+    fn a_history_entry_reads_offset_time_and_data() {
+        let p = history_entry(&subject(), Epoch(1), b"42 9 1700000000000 80 \"x\"").unwrap();
+        assert_eq!(p.position, Position::new(Epoch(1), 9));
+        assert_eq!(p.published_ms, 1_700_000_000_000);
+    }
+
+    #[test]
+    fn malformed_messages_are_errors() {
+        for bad in [
+            &b""[..],
+            b"00000000000000ff 7",
+            b"00000000000000ff seven 1 {}",
+            b"ff 7 1 {}",
+            b"00000000000000ff 7 -1 {}",
+            b"\xff\xfe 1 1 {}",
+        ] {
+            assert!(channel_message(&subject(), bad).is_err(), "{bad:?}");
+        }
+        assert!(history_entry(&subject(), Epoch(1), b"1 2 3 {}").is_err());
+        assert!(history_entry(&subject(), Epoch(1), b"1 x 3 4 {}").is_err());
+    }
+}

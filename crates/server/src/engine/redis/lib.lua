@@ -1,0 +1,166 @@
+-- myriad's Redis engine: what every script shares. Loaded in front of each
+-- entry script (see scripts.rs), so every script sees the same key layout.
+--
+-- ARGV[1] is always the key prefix P. Keys, all on this one Redis:
+--   P:s:<subject>  hash: e (epoch, 16 hex digits), o (last offset),
+--                  t (history age limit in ms, 0 = none)
+--   P:h:<subject>  list: the subject's history, oldest first; each entry
+--                  "<order> <offset> <ms> <cost> <data>"
+--   P:oldest       zset: subjects holding history, by the store order of
+--                  their oldest entry (the budget evicts from its front)
+--   P:expiry       zset: subjects with an age limit, by when their oldest
+--                  entry expires (the sweep reads its front)
+--   P:totals       hash: bytes, messages, evictions, order
+-- and the channel P:c:<subject> carries "<epoch> <offset> <ms> <data>".
+--
+-- Scripts touch keys they cannot declare (another subject evicted by the
+-- budget), which standalone Redis allows; myriad shards subjects over
+-- instances itself instead of using Redis Cluster.
+
+local P = ARGV[1]
+local TOTALS = P .. ':totals'
+local OLDEST = P .. ':oldest'
+local EXPIRY = P .. ':expiry'
+-- What a kept entry costs beyond its data and subject, for the byte budget.
+local ENTRY_OVERHEAD = 64
+-- How long a subject with history but no age limit keeps its position once
+-- it has neither subscribers nor history (the memory engine's rule).
+local IDLE_RETENTION_MS = 3600000
+
+local function meta_key(s) return P .. ':s:' .. s end
+local function hist_key(s) return P .. ':h:' .. s end
+local function channel(s) return P .. ':c:' .. s end
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- order, offset, ms, cost of an entry.
+local function parse(entry)
+  local order, offset, ms, cost = string.match(entry, '^(%d+) (%d+) (%d+) (%d+) ')
+  return tonumber(order), tonumber(offset), tonumber(ms), tonumber(cost)
+end
+
+-- Nodes subscribed to the subject's channel.
+local function listeners(s)
+  return tonumber(redis.call('PUBSUB', 'NUMSUB', channel(s))[2])
+end
+
+local function ttl_of(s)
+  return tonumber(redis.call('HGET', meta_key(s), 't') or '0')
+end
+
+-- Puts the subject back in the indexes by its (new) oldest entry.
+local function reindex(s, ttl)
+  local head = redis.call('LINDEX', hist_key(s), 0)
+  if not head then
+    redis.call('ZREM', OLDEST, s)
+    redis.call('ZREM', EXPIRY, s)
+    return
+  end
+  local order, _, ms = parse(head)
+  redis.call('ZADD', OLDEST, order, s)
+  if ttl > 0 then
+    redis.call('ZADD', EXPIRY, ms + ttl, s)
+  else
+    redis.call('ZREM', EXPIRY, s)
+  end
+end
+
+-- A subject left with no history and no listeners keeps its position only
+-- for its retention, then Redis forgets it.
+local function idle_if_empty(s, ttl)
+  if redis.call('LLEN', hist_key(s)) == 0 and listeners(s) == 0 then
+    local retention = IDLE_RETENTION_MS
+    if ttl > 0 then retention = ttl end
+    redis.call('PEXPIRE', meta_key(s), retention)
+  end
+end
+
+local function pop_oldest(s)
+  local entry = redis.call('LPOP', hist_key(s))
+  if not entry then return end
+  local _, _, _, cost = parse(entry)
+  redis.call('HINCRBY', TOTALS, 'bytes', -cost)
+  redis.call('HINCRBY', TOTALS, 'messages', -1)
+end
+
+-- Drops the subject's publications older than its age limit.
+local function expire(s, now)
+  local ttl = ttl_of(s)
+  if ttl <= 0 then return end
+  local popped = false
+  while true do
+    local head = redis.call('LINDEX', hist_key(s), 0)
+    if not head then break end
+    local _, _, ms = parse(head)
+    if ms + ttl > now then break end
+    pop_oldest(s)
+    popped = true
+  end
+  if popped then
+    reindex(s, ttl)
+    idle_if_empty(s, ttl)
+  end
+end
+
+-- Evicts this Redis's oldest publications until history fits `max` bytes.
+local function enforce_budget(max)
+  while tonumber(redis.call('HGET', TOTALS, 'bytes') or '0') > max do
+    local first = redis.call('ZRANGE', OLDEST, 0, 0)
+    if #first == 0 then break end
+    local s = first[1]
+    pop_oldest(s)
+    redis.call('HINCRBY', TOTALS, 'evictions', 1)
+    local ttl = ttl_of(s)
+    reindex(s, ttl)
+    idle_if_empty(s, ttl)
+  end
+end
+
+-- bytes, messages, evictions, subjects with history: what stats report.
+local function totals()
+  local t = redis.call('HMGET', TOTALS, 'bytes', 'messages', 'evictions')
+  return tonumber(t[1] or 0), tonumber(t[2] or 0), tonumber(t[3] or 0), redis.call('ZCARD', OLDEST)
+end
+
+-- The subject's epoch and offset, creating its stream (in a new epoch)
+-- when Redis has none.
+local function stream(s, new_epoch, ttl)
+  local meta = meta_key(s)
+  local epoch = redis.call('HGET', meta, 'e')
+  if not epoch then
+    epoch = new_epoch
+    redis.call('HSET', meta, 'e', epoch, 'o', 0)
+  end
+  redis.call('HSET', meta, 't', ttl)
+  return epoch, tonumber(redis.call('HGET', meta, 'o'))
+end
+
+-- What a recovery from (se, so) finds: 1 and the entries after it (at most
+-- `limit`, within `max_cost` bytes), or 0 when the epoch differs, history
+-- no longer reaches back to it, or it would pass `max_cost`.
+local function recover(s, epoch, offset, se, so, limit, max_cost)
+  if se ~= epoch or so > offset then return 0, {} end
+  if so == offset then return 1, {} end
+  local head = redis.call('LINDEX', hist_key(s), 0)
+  if not head then return 0, {} end
+  local _, first = parse(head)
+  if first > so + 1 then return 0, {} end
+  local from = so + 1 - first
+  local to = math.min(from + limit - 1, offset - first)
+  local entries = redis.call('LRANGE', hist_key(s), from, to)
+  if #entries == 0 then return 1, {} end
+  -- History holds consecutive offsets; anything else is a stream this
+  -- script cannot vouch for, so the recovery is reported incomplete.
+  local _, got = parse(entries[1])
+  if got ~= so + 1 then return 0, {} end
+  local spent = 0
+  for _, entry in ipairs(entries) do
+    local _, _, _, cost = parse(entry)
+    spent = spent + cost
+    if spent > max_cost then return 0, {} end
+  end
+  return 1, entries
+end

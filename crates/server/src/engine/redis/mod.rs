@@ -1,0 +1,551 @@
+//! The Redis engine: positions, history and routing kept in Redis 7, so
+//! that any number of nodes serve the same subjects.
+//!
+//! Each subject lives on one Redis (a consistent hash over the configured
+//! instances, [`ring`]). There a Lua script gives every publish its offset,
+//! stores it in history within the namespace's limits and publishes it on
+//! the subject's channel, in one atomic step ([`scripts`], lib.lua). A
+//! node listens only to the channels of subjects it has subscribers of
+//! (interest-based routing): its first attach of a subject subscribes, its
+//! last detach unsubscribes. Every publication, the node's own included,
+//! reaches its workers through the channel, so all nodes see a subject's
+//! publications in the one order Redis gave them, and the [`router`] hands
+//! them out by offset.
+//!
+//! Standalone instances with client-side hashing, not Redis Cluster: a
+//! message goes only to the instance owning its subject, which is the
+//! broadcast sharded pub/sub (`SPUBLISH`) exists to avoid in a cluster, and
+//! scripts may touch any key of their instance (the budget evicts across
+//! subjects). Plain `PUBLISH`/`SUBSCRIBE` on each instance do the rest.
+//!
+//! The contract of [`crate::engine`] holds as for the memory engine, and
+//! the same conformance suite checks it (tests below), with these readings:
+//! - "the node" of clauses 4 and 5 is the cluster: a subject is forgotten
+//!   when no node listens, and `history_max_bytes` bounds each Redis
+//!   instance's history;
+//! - a restarted node keeps every epoch (that is the point of a cluster);
+//!   a Redis that lost its data starts new ones;
+//! - `Published::subscribers` counts this node's subscribers only;
+//! - the history figures of [`Engine::stats`] are the instances' totals as
+//!   of the node's last round trip to each.
+//!
+//! Submodules: [`shard`] (one instance: its queue, batching and
+//! connection), [`router`] (local interest and the attach switch),
+//! [`codec`] (what the scripts write), [`ring`], [`scripts`].
+
+mod codec;
+mod ring;
+mod router;
+mod scripts;
+mod shard;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Value;
+use thiserror::Error;
+
+use self::router::Router;
+use self::scripts::Scripts;
+use self::shard::{Op, Read, ScriptReply, Shard, ShardQueue};
+use super::{
+    Attach, Engine, EngineError, EngineFailures, EngineStats, HistoryPage, HistoryQuery,
+    HistoryStats, Published, Reply,
+};
+use crate::hub::{Hub, Wakeups};
+use crate::namespace::Namespaces;
+
+/// Where the Redis engine's instances are and how to use them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisSettings {
+    /// One URL per instance (`redis://host:port[/db]`); subjects are spread
+    /// over them in this order, so only ever append to the list.
+    pub urls: Vec<String>,
+    /// Prefix of every key and channel, so clusters can share a Redis.
+    pub prefix: String,
+    /// Connect and reply timeout.
+    pub timeout: Duration,
+    /// Requests waiting for one instance; past it requests are refused.
+    pub queue: usize,
+}
+
+/// Why the Redis engine could not start.
+#[derive(Debug, Error)]
+pub enum RedisEngineError {
+    #[error("no Redis URL given (--redis-url)")]
+    NoUrl,
+    #[error("invalid Redis URL {url:?}: {source}")]
+    BadUrl {
+        url: String,
+        source: redis::RedisError,
+    },
+    #[error("cannot reach Redis at {url}: {source}")]
+    Unreachable {
+        url: String,
+        source: redis::RedisError,
+    },
+    #[error("cannot start the Redis engine's thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// An instance's history totals, from its scripts' replies.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Totals {
+    bytes: i64,
+    messages: i64,
+    evictions: i64,
+    subjects: i64,
+}
+
+#[derive(Debug, Default)]
+struct TotalsCell {
+    bytes: AtomicU64,
+    messages: AtomicU64,
+    evictions: AtomicU64,
+    subjects: AtomicU64,
+}
+
+impl TotalsCell {
+    fn set(&self, t: Totals) {
+        let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        self.bytes.store(n(t.bytes), Ordering::Relaxed);
+        self.messages.store(n(t.messages), Ordering::Relaxed);
+        self.evictions.store(n(t.evictions), Ordering::Relaxed);
+        self.subjects.store(n(t.subjects), Ordering::Relaxed);
+    }
+
+    /// From a `{bytes, messages, evictions, subjects}` reply.
+    fn store(&self, values: &[Value]) {
+        let reply = ScriptReply::new(Value::Array(values.to_vec()));
+        if let Ok(totals) = reply.and_then(|mut r| r.totals()) {
+            self.set(totals);
+        }
+    }
+}
+
+/// Failures towards Redis, by kind, for `/metrics`.
+#[derive(Debug, Default)]
+struct Failures {
+    unavailable: AtomicU64,
+    timeout: AtomicU64,
+    busy: AtomicU64,
+    other: AtomicU64,
+}
+
+/// What the engine's callers, shard tasks and inboxes share.
+pub struct Context {
+    router: Router,
+    namespaces: Namespaces,
+    settings: RedisSettings,
+    max_bytes: usize,
+    scripts: Scripts,
+    shards: usize,
+    /// Per shard: connected now.
+    up: Box<[AtomicBool]>,
+    totals: Box<[TotalsCell]>,
+    failures: Failures,
+    publishes: AtomicU64,
+    publishes_unrouted: AtomicU64,
+    /// Length of `<prefix>:c:`, cut from channel names.
+    channel_prefix: String,
+}
+
+impl Context {
+    fn channel(&self, subject: &str) -> String {
+        format!("{}{subject}", self.channel_prefix)
+    }
+
+    fn count_failure(&self, error: &EngineError) {
+        let counter = match error {
+            EngineError::RedisUnavailable => &self.failures.unavailable,
+            EngineError::RedisTimeout => &self.failures.timeout,
+            EngineError::RedisBusy => &self.failures.busy,
+            EngineError::Redis(_) => &self.failures.other,
+            EngineError::ShuttingDown => return,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A message on one of this node's channels.
+    fn on_message(&self, channel: &[u8], payload: &[u8]) {
+        let Some(subject) = channel
+            .strip_prefix(self.channel_prefix.as_bytes())
+            .and_then(|s| std::str::from_utf8(s).ok())
+        else {
+            return;
+        };
+        match codec::channel_message(&Arc::from(subject), payload) {
+            Ok(publication) => {
+                let mut wakeups = Wakeups::default();
+                self.router.deliver(Arc::new(publication), &mut wakeups);
+                self.router.hub().wake(wakeups);
+            }
+            Err(e) => {
+                self.count_failure(&EngineError::Redis(String::new()));
+                tracing::warn!(error = %e, "dropped a malformed channel message");
+            }
+        }
+    }
+
+    /// Adds the script that serves `op` to a batch's pipeline.
+    fn add_script(&self, pipe: &mut redis::Pipeline, op: &Op) {
+        let prefix = &self.settings.prefix;
+        match op {
+            Op::Publish { subject, data, .. } => {
+                let policy = self.namespaces.policy_for(subject);
+                evalsha(pipe, &self.scripts.publish)
+                    .arg(prefix)
+                    .arg(&**subject)
+                    .arg(&**data)
+                    .arg(policy.size)
+                    .arg(policy.ttl.as_millis() as u64)
+                    .arg(self.max_bytes)
+                    .arg(super::random_epoch().to_string());
+            }
+            Op::Attach { attach, .. } => {
+                let limit = usize::MAX;
+                self.add_read(
+                    pipe,
+                    &attach.subject,
+                    "attach",
+                    attach.since,
+                    limit,
+                    attach.max_replay_bytes,
+                );
+            }
+            Op::History { query, .. } => {
+                self.add_read(
+                    pipe,
+                    &query.subject,
+                    "read",
+                    query.since,
+                    query.limit,
+                    usize::MAX,
+                );
+            }
+            Op::Unsubscribe(_) => unreachable!("unsubscribes run no read or publish script"),
+        }
+    }
+
+    fn add_read(
+        &self,
+        pipe: &mut redis::Pipeline,
+        subject: &str,
+        mode: &str,
+        since: Option<myriad_protocol::position::Position>,
+        limit: usize,
+        max_bytes: usize,
+    ) {
+        let policy = self.namespaces.policy_for(subject);
+        let (since_epoch, since_offset) =
+            since.map_or((String::new(), 0), |p| (p.epoch.to_string(), p.offset));
+        evalsha(pipe, &self.scripts.read)
+            .arg(&self.settings.prefix)
+            .arg(subject)
+            .arg(mode)
+            .arg(policy.ttl.as_millis() as u64)
+            .arg(super::random_epoch().to_string())
+            .arg(since_epoch)
+            .arg(since_offset)
+            .arg(limit)
+            .arg(max_bytes);
+    }
+
+    /// Answers `op` with its script's reply.
+    fn finish(&self, shard: usize, op: Op, value: Value, wakeups: &mut Wakeups) {
+        let hub = self.router.hub();
+        match op {
+            Op::Publish { subject, reply, .. } => {
+                let outcome = ScriptReply::new(value).and_then(|mut r| {
+                    let (epoch, offset) = r.position()?;
+                    self.totals[shard].set(r.totals()?);
+                    Ok(epoch.map(|e| myriad_protocol::position::Position::new(e, offset)))
+                });
+                let outcome = outcome.map(|position| {
+                    let subscribers = self.router.subscribers(&subject);
+                    if subscribers == 0 {
+                        self.publishes_unrouted.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Published {
+                        position,
+                        subscribers: if position.is_some() { subscribers } else { 0 },
+                    }
+                });
+                if let Err(e) = &outcome {
+                    self.count_failure(e);
+                }
+                reply.send(hub, outcome, wakeups);
+            }
+            Op::Attach { attach, life } => {
+                let outcome = Read::parse(&attach.subject, value).map(|read| {
+                    self.totals[shard].set(read.totals);
+                    read.into_answered()
+                });
+                if let Err(e) = &outcome {
+                    self.count_failure(e);
+                }
+                self.router.answered(attach, life, outcome, wakeups);
+            }
+            Op::History { query, reply } => {
+                let outcome = Read::parse(&query.subject, value).map(|read| {
+                    self.totals[shard].set(read.totals);
+                    HistoryPage {
+                        subject: query.subject,
+                        position: read.position,
+                        recovered: read.recovered,
+                        publications: read.entries,
+                    }
+                });
+                if let Err(e) = &outcome {
+                    self.count_failure(e);
+                }
+                reply.send(hub, outcome, wakeups);
+            }
+            Op::Unsubscribe(_) => {}
+        }
+    }
+}
+
+/// Starts an `EVALSHA` of `script` (loaded on every connect) in `pipe`;
+/// the caller adds its arguments.
+fn evalsha<'a>(pipe: &'a mut redis::Pipeline, script: &redis::Script) -> &'a mut redis::Pipeline {
+    pipe.cmd("EVALSHA").arg(script.get_hash()).arg(0)
+}
+
+/// The engine of a node in a cluster joined over Redis.
+pub struct RedisEngine {
+    ctx: Arc<Context>,
+    queues: Vec<ShardQueue>,
+    closed: AtomicBool,
+    /// Stops the engine's thread when the engine goes.
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RedisEngine {
+    /// Connects to every instance (each must answer within the timeout),
+    /// loads the scripts, and starts the engine's thread.
+    pub fn connect(
+        hub: Arc<Hub>,
+        namespaces: Namespaces,
+        max_bytes: usize,
+        settings: RedisSettings,
+    ) -> Result<RedisEngine, RedisEngineError> {
+        if settings.urls.is_empty() {
+            return Err(RedisEngineError::NoUrl);
+        }
+        let clients = settings
+            .urls
+            .iter()
+            .map(|url| client(url))
+            .collect::<Result<Vec<_>, _>>()?;
+        let shards = clients.len();
+        let ctx = Arc::new(Context {
+            router: Router::new(hub),
+            namespaces,
+            channel_prefix: format!("{}:c:", settings.prefix),
+            settings,
+            max_bytes,
+            scripts: Scripts::new(),
+            shards,
+            up: (0..shards).map(|_| AtomicBool::new(false)).collect(),
+            totals: (0..shards).map(|_| TotalsCell::default()).collect(),
+            failures: Failures::default(),
+            publishes: AtomicU64::new(0),
+            publishes_unrouted: AtomicU64::new(0),
+        });
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(RedisEngineError::Thread)?;
+        let mut tasks = Vec::with_capacity(shards);
+        let mut queues = Vec::with_capacity(shards);
+        for (index, client) in clients.into_iter().enumerate() {
+            let (mut shard, queue) =
+                Shard::new(index, client, Arc::clone(&ctx), ctx.settings.queue);
+            runtime
+                .block_on(shard.connect())
+                .map_err(|source| RedisEngineError::Unreachable {
+                    url: ctx.settings.urls[index].clone(),
+                    source,
+                })?;
+            tasks.push(shard);
+            queues.push(queue);
+        }
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("myriad-redis".into())
+            .spawn(move || {
+                let local = tokio::task::LocalSet::new();
+                for shard in tasks {
+                    local.spawn_local(shard.run());
+                }
+                // Either stop was sent or the engine was dropped: both end it.
+                let _ = runtime.block_on(local.run_until(stopped));
+            })
+            .map_err(RedisEngineError::Thread)?;
+        Ok(RedisEngine {
+            ctx,
+            queues,
+            closed: AtomicBool::new(false),
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    fn queue(&self, subject: &str) -> &ShardQueue {
+        &self.queues[ring::shard_of(subject, self.queues.len())]
+    }
+}
+
+/// A client for `url`, speaking RESP3 (channel messages and replies on one
+/// connection).
+fn client(url: &str) -> Result<redis::Client, RedisEngineError> {
+    use redis::IntoConnectionInfo;
+    let bad = |source| RedisEngineError::BadUrl {
+        url: url.to_owned(),
+        source,
+    };
+    let info = url.into_connection_info().map_err(bad)?;
+    let redis = info
+        .redis_settings()
+        .clone()
+        .set_protocol(redis::ProtocolVersion::RESP3);
+    redis::Client::open(info.set_redis_settings(redis)).map_err(bad)
+}
+
+impl Drop for RedisEngine {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Engine for RedisEngine {
+    fn publish(&self, subject: &str, data: &str, reply: Reply<Published>, wakeups: &mut Wakeups) {
+        let ctx = &*self.ctx;
+        if self.closed.load(Ordering::Acquire) {
+            reply.send(ctx.router.hub(), Err(EngineError::ShuttingDown), wakeups);
+            return;
+        }
+        ctx.publishes.fetch_add(1, Ordering::Relaxed);
+        let op = Op::Publish {
+            subject: Arc::from(subject),
+            data: Box::from(data),
+            reply,
+        };
+        self.queue(subject).send(op, ctx, wakeups);
+    }
+
+    fn attach(&self, attach: Attach, wakeups: &mut Wakeups) {
+        let ctx = &*self.ctx;
+        let life = ctx.router.join(&attach.subject, attach.to.worker);
+        if self.closed.load(Ordering::Acquire) {
+            // Joined all the same: the worker detaches every attach.
+            ctx.router
+                .answered(attach, life, Err(EngineError::ShuttingDown), wakeups);
+            return;
+        }
+        let queue = self.queue(&attach.subject);
+        queue.send(Op::Attach { attach, life }, ctx, wakeups);
+    }
+
+    fn detach(&self, subject: &str, worker: usize, last_local: bool) {
+        let ctx = &*self.ctx;
+        if ctx.router.leave(subject, worker, last_local) {
+            let mut wakeups = Wakeups::default();
+            self.queue(subject)
+                .send(Op::Unsubscribe(Arc::from(subject)), ctx, &mut wakeups);
+            debug_assert!(wakeups.is_empty(), "an unsubscribe answers nobody");
+        }
+    }
+
+    fn history(&self, query: HistoryQuery, reply: Reply<HistoryPage>, wakeups: &mut Wakeups) {
+        let ctx = &*self.ctx;
+        if self.closed.load(Ordering::Acquire) {
+            reply.send(ctx.router.hub(), Err(EngineError::ShuttingDown), wakeups);
+            return;
+        }
+        let queue = self.queue(&query.subject);
+        queue.send(Op::History { query, reply }, ctx, wakeups);
+    }
+
+    fn congested(&self) -> bool {
+        self.ctx.router.hub().congested()
+    }
+
+    fn stats(&self) -> EngineStats {
+        let ctx = &*self.ctx;
+        let sum = |f: fn(&TotalsCell) -> &AtomicU64| -> u64 {
+            ctx.totals
+                .iter()
+                .map(|t| f(t).load(Ordering::Relaxed))
+                .sum()
+        };
+        EngineStats {
+            subjects: ctx.router.subjects(|_| true).len() as u64,
+            publishes: ctx.publishes.load(Ordering::Relaxed),
+            publishes_unrouted: ctx.publishes_unrouted.load(Ordering::Relaxed),
+            history: HistoryStats {
+                subjects: sum(|t| &t.subjects),
+                messages: sum(|t| &t.messages),
+                bytes: sum(|t| &t.bytes),
+                evictions: sum(|t| &t.evictions),
+            },
+            failures: EngineFailures {
+                unavailable: ctx.failures.unavailable.load(Ordering::Relaxed),
+                timeout: ctx.failures.timeout.load(Ordering::Relaxed),
+                busy: ctx.failures.busy.load(Ordering::Relaxed),
+                error: ctx.failures.other.load(Ordering::Relaxed),
+            },
+        }
+    }
+
+    fn shut_down(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::OnceLock;
+
+    use myriad_testkit::RedisServer;
+
+    use super::*;
+    use crate::engine::conformance::{self, Harness};
+
+    /// One Redis for the suite; each harness gets its own prefix, which is
+    /// a Redis of its own as far as the engine can tell (a restarted node
+    /// over it would keep its epochs; a new prefix is a Redis that lost
+    /// everything, as the suite's "restarted" engine expects).
+    fn server() -> &'static RedisServer {
+        static SERVER: OnceLock<RedisServer> = OnceLock::new();
+        SERVER.get_or_init(RedisServer::start)
+    }
+
+    fn redis(workers: usize, namespaces: Namespaces, max_bytes: usize) -> Harness {
+        static HARNESSES: AtomicUsize = AtomicUsize::new(0);
+        let n = HARNESSES.fetch_add(1, Ordering::Relaxed);
+        let settings = RedisSettings {
+            urls: vec![server().url()],
+            prefix: format!("conformance{n}"),
+            timeout: Duration::from_secs(10),
+            queue: 100_000,
+        };
+        Harness::new(workers, |hub| {
+            Box::new(RedisEngine::connect(hub, namespaces, max_bytes, settings).expect("connects"))
+        })
+    }
+
+    #[test]
+    fn redis_engine_keeps_the_contract() {
+        conformance::run(redis);
+    }
+}

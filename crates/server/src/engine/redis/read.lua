@@ -1,0 +1,37 @@
+-- Attach or history read: ARGV = prefix, subject, mode ('attach' or
+-- 'read'), age limit ms, a fresh epoch, since epoch ('' for none), since
+-- offset, limit, byte limit.
+-- An attach creates the subject's stream if Redis has none (its node has
+-- just subscribed to the channel) and keeps it from expiring; a read of an
+-- unknown subject answers with the fresh epoch at offset 0, which no stream
+-- will share.
+-- Returns {epoch, offset, recovered (-1 none asked, 0, 1), bytes, messages,
+-- evictions, subjects, entries...}.
+local s, mode, ttl = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local since_epoch, since_offset = ARGV[6], tonumber(ARGV[7])
+local limit, max_cost = tonumber(ARGV[8]), tonumber(ARGV[9])
+local now = now_ms()
+local epoch, offset
+if mode == 'attach' then
+  epoch, offset = stream(s, ARGV[5], ttl)
+  redis.call('PERSIST', meta_key(s))
+else
+  epoch = redis.call('HGET', meta_key(s), 'e')
+  if not epoch then
+    local flag = -1
+    if since_epoch ~= '' then flag = 0 end
+    return {ARGV[5], 0, flag, totals()}
+  end
+end
+expire(s, now)
+offset = tonumber(redis.call('HGET', meta_key(s), 'o'))
+local flag, entries = -1, {}
+if since_epoch ~= '' then
+  flag, entries = recover(s, epoch, offset, since_epoch, since_offset, limit, max_cost)
+elseif mode == 'read' and limit > 0 then
+  entries = redis.call('LRANGE', hist_key(s), -limit, -1)
+end
+local b, m, e, n = totals()
+local reply = {epoch, offset, flag, b, m, e, n}
+for _, entry in ipairs(entries) do reply[#reply + 1] = entry end
+return reply

@@ -1,0 +1,424 @@
+//! The node's side of every subject it has interest in: which workers hold
+//! its subscribers, and the switch that places each attach answer exactly
+//! in line with the publications arriving from Redis.
+//!
+//! # The switch
+//! An attach runs a script that reads the subject's position P (and the
+//! history a recovery needs) *after* the node's subscription to the
+//! subject's channel is confirmed, so every publication after P arrives on
+//! the channel. Publications at or before P may arrive too, and the answer
+//! and the channel are read by different tasks, so either may come first.
+//! The router orders them by offset, not by arrival:
+//! - it remembers the newest position it handed to workers (`routed`);
+//! - an answer at P with `routed` at or past P is placed at once, and the
+//!   publications after P it already handed out (kept in `recent` while
+//!   attaches are in flight) come with it as its replay;
+//! - an answer ahead of `routed` waits until the publication at P has been
+//!   handed out, and is placed right behind it;
+//! - until the first answer of a subscription is placed, channel messages
+//!   are only kept in `recent`: no worker has a subscriber to give them to.
+//!   That answer starts the stream at its P, and those after P go out
+//!   right behind it.
+//!
+//! This is contract clause 3, and the conformance suite's switch test
+//! runs it against a real Redis.
+//!
+//! Publications older than `routed` (a duplicate, or one published before
+//! the subscriber's position) are dropped, so each connection sees each
+//! offset once and in order (clause 2).
+
+use std::collections::VecDeque;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use foldhash::fast::RandomState;
+use hashbrown::HashMap;
+use myriad_protocol::position::Position;
+
+use crate::engine::{Attach, Attached, Attachment, EngineError};
+use crate::hub::{Event, Hub, Route, Wakeups};
+use crate::publication::Publication;
+
+const SHARDS: usize = crate::hub::SHARDS;
+
+/// Publications kept for attaches in flight, per subject; past it a
+/// recovery that needed them reports `recovered: false`.
+const RECENT_LIMIT: usize = 4_096;
+
+/// What Redis answered to an attach.
+#[derive(Debug)]
+pub struct Answered {
+    pub position: Position,
+    pub recovered: Option<bool>,
+    pub replay: Vec<Arc<Publication>>,
+}
+
+/// An attach Redis has answered, waiting for its place in the stream.
+#[derive(Debug)]
+struct Waiting {
+    attach: Attach,
+    answered: Answered,
+}
+
+/// Kept only while attaches of the subject are in flight.
+#[derive(Debug, Default)]
+struct Switching {
+    /// Attaches sent and not yet placed.
+    in_flight: u32,
+    /// Publications that arrived while attaches were in flight, oldest first.
+    recent: VecDeque<Arc<Publication>>,
+    waiting: Vec<Waiting>,
+}
+
+#[derive(Debug)]
+struct Subject {
+    /// Which life of the subject on this node: an answer to an attach of
+    /// an earlier life (left and joined again meanwhile) is stale.
+    life: u64,
+    route: Route,
+    /// The newest publication handed to workers (or the position the first
+    /// answer placed), `None` until the first answer of this subscription.
+    routed: Option<Position>,
+    switching: Option<Box<Switching>>,
+}
+
+impl Subject {
+    fn new(life: u64) -> Subject {
+        Subject {
+            life,
+            route: Route::default(),
+            routed: None,
+            switching: None,
+        }
+    }
+
+    fn switching(&mut self) -> &mut Switching {
+        self.switching.get_or_insert_with(Box::default)
+    }
+}
+
+type Shard = HashMap<Arc<str>, Subject, RandomState>;
+
+/// Every subject with interest on this node.
+pub struct Router {
+    hub: Arc<Hub>,
+    shards: Box<[Mutex<Shard>]>,
+    hasher: RandomState,
+    lives: AtomicU64,
+}
+
+impl Router {
+    pub fn new(hub: Arc<Hub>) -> Router {
+        Router {
+            hub,
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            hasher: RandomState::default(),
+            lives: AtomicU64::new(0),
+        }
+    }
+
+    pub fn hub(&self) -> &Arc<Hub> {
+        &self.hub
+    }
+
+    fn lock(&self, subject: &str) -> MutexGuard<'_, Shard> {
+        let index = self.hasher.hash_one(subject) as usize % SHARDS;
+        // Every update leaves the map consistent between statements.
+        self.shards[index]
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// An attach is on its way to Redis: counts its subscriber. Returns
+    /// the subject's life, which its answer brings back.
+    pub fn join(&self, subject: &Arc<str>, worker: usize) -> u64 {
+        let mut shard = self.lock(subject);
+        let entry = shard
+            .entry_ref(&**subject)
+            .or_insert_with(|| Subject::new(self.lives.fetch_add(1, Ordering::Relaxed)));
+        entry.switching().in_flight += 1;
+        entry.route.enter(worker);
+        entry.life
+    }
+
+    /// One subscriber fewer; true when it was the subject's last on the node
+    /// (the subject is forgotten here; answers still in flight are stale).
+    pub fn leave(&self, subject: &str, worker: usize, last_local: bool) -> bool {
+        let mut shard = self.lock(subject);
+        let Some(entry) = shard.get_mut(subject) else {
+            debug_assert!(false, "detach from {subject}, which no attach joined");
+            return false;
+        };
+        let last = entry.route.leave(worker, last_local);
+        if last {
+            shard.remove(subject);
+        }
+        last
+    }
+
+    /// Subscribers of `subject` on this node.
+    pub fn subscribers(&self, subject: &str) -> u32 {
+        self.lock(subject)
+            .get(subject)
+            .map_or(0, |s| s.route.subscribers())
+    }
+
+    /// The subjects with interest on this node that `keep` picks.
+    pub fn subjects(&self, mut keep: impl FnMut(&str) -> bool) -> Vec<Arc<str>> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            out.extend(shard.keys().filter(|s| keep(s)).cloned());
+        }
+        out
+    }
+
+    /// A publication arrived on its subject's channel.
+    pub fn deliver(&self, publication: Arc<Publication>, wakeups: &mut Wakeups) {
+        let mut shard = self.lock(&publication.subject);
+        let Some(entry) = shard.get_mut(&*publication.subject) else {
+            return; // no interest any more: a message sent before we left
+        };
+        let position = publication.position;
+        match entry.routed {
+            None => {
+                // No answer placed yet: nobody to hand it to; an answer may
+                // need it.
+                keep_recent(entry.switching(), publication);
+                return;
+            }
+            Some(routed) if routed.epoch == position.epoch && position.offset <= routed.offset => {
+                return; // already handed out, or older than every subscriber
+            }
+            Some(_) => {}
+        }
+        entry.route.deliver(&self.hub, &publication, wakeups);
+        entry.routed = Some(position);
+        let Some(switching) = entry.switching.as_deref_mut() else {
+            return;
+        };
+        keep_recent(switching, publication);
+        let (due, still): (Vec<Waiting>, Vec<Waiting>) = std::mem::take(&mut switching.waiting)
+            .into_iter()
+            .partition(|w| w.answered.position.offset <= position.offset);
+        switching.waiting = still;
+        for waiting in due {
+            self.place(entry, waiting.attach, waiting.answered, wakeups);
+        }
+    }
+
+    /// Redis answered an attach (or it failed): places the answer in line.
+    pub fn answered(
+        &self,
+        attach: Attach,
+        life: u64,
+        outcome: Result<Answered, EngineError>,
+        wakeups: &mut Wakeups,
+    ) {
+        let mut shard = self.lock(&attach.subject);
+        let Some(entry) = shard
+            .get_mut(&*attach.subject)
+            .filter(|entry| entry.life == life)
+        else {
+            // Detached while in flight: the worker drops the stale answer.
+            drop(shard);
+            self.send(attach, outcome.map(attachment), wakeups);
+            return;
+        };
+        let answered = match outcome {
+            Ok(answered) => answered,
+            Err(e) => {
+                settle(entry);
+                drop(shard);
+                self.send(attach, Err(e), wakeups);
+                return;
+            }
+        };
+        match entry.routed {
+            Some(routed)
+                if routed.epoch == answered.position.epoch
+                    && routed.offset < answered.position.offset =>
+            {
+                // Publications up to P are still on their way: wait for P.
+                entry.switching().waiting.push(Waiting { attach, answered });
+            }
+            _ => self.place(entry, attach, answered, wakeups),
+        }
+    }
+
+    /// Sends an answer whose place in the stream has come.
+    fn place(
+        &self,
+        entry: &mut Subject,
+        attach: Attach,
+        answered: Answered,
+        wakeups: &mut Wakeups,
+    ) {
+        let at = answered.position;
+        let newer: Vec<Arc<Publication>> = entry
+            .switching()
+            .recent
+            .iter()
+            .filter(|p| p.position.epoch == at.epoch && p.position.offset > at.offset)
+            .cloned()
+            .collect();
+        let handed_out = entry.routed.is_some_and(|r| r.epoch == at.epoch);
+        settle(entry);
+        let worker = attach.to.worker;
+        if !handed_out {
+            // The subscription's first answer (or a new epoch's): the stream
+            // starts at its position, and what arrived after it goes out
+            // live, behind the answer.
+            let attachment = fit(
+                attach.max_replay_bytes,
+                at,
+                answered.recovered,
+                answered.replay,
+            );
+            self.hub
+                .send(worker, attached(attach, Ok(attachment)), wakeups);
+            entry.routed = Some(at);
+            for publication in newer {
+                entry.route.deliver(&self.hub, &publication, wakeups);
+                entry.routed = Some(publication.position);
+            }
+            return;
+        }
+        // Workers were handed the publications after `at` before this
+        // answer: they come with it, if `recent` kept all of them.
+        let complete = newer
+            .iter()
+            .zip(at.offset + 1..)
+            .all(|(p, offset)| p.position.offset == offset);
+        let newest = newer.last().map_or(at, |p| p.position);
+        let attachment = match answered.recovered {
+            Some(true) if complete => {
+                let mut replay = answered.replay;
+                replay.extend(newer);
+                fit(attach.max_replay_bytes, at, Some(true), replay)
+            }
+            Some(_) => refused_recovery(newest),
+            None if complete => Attachment {
+                position: at,
+                recovered: None,
+                replay: newer,
+            },
+            // Starts later, past what it cannot be given.
+            None => Attachment {
+                position: newest,
+                recovered: None,
+                replay: Vec::new(),
+            },
+        };
+        self.hub
+            .send(worker, attached(attach, Ok(attachment)), wakeups);
+    }
+
+    fn send(
+        &self,
+        attach: Attach,
+        outcome: Result<Attachment, EngineError>,
+        wakeups: &mut Wakeups,
+    ) {
+        let worker = attach.to.worker;
+        self.hub.send(worker, attached(attach, outcome), wakeups);
+    }
+
+    /// The connection to a subject's Redis was lost: answers waiting for
+    /// publications that will not come are refused, and every subscription
+    /// starts over (a new subscription's first answer places it again).
+    pub fn reset(
+        &self,
+        mut affected: impl FnMut(&str) -> bool,
+        error: &EngineError,
+        wakeups: &mut Wakeups,
+    ) {
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            for (subject, entry) in shard.iter_mut() {
+                if !affected(subject) {
+                    continue;
+                }
+                entry.routed = None;
+                if let Some(switching) = entry.switching.as_deref_mut() {
+                    switching.recent.clear();
+                    for waiting in std::mem::take(&mut switching.waiting) {
+                        switching.in_flight -= 1;
+                        let worker = waiting.attach.to.worker;
+                        self.hub.send(
+                            worker,
+                            attached(waiting.attach, Err(error.clone())),
+                            wakeups,
+                        );
+                    }
+                    if switching.in_flight == 0 {
+                        entry.switching = None;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn keep_recent(switching: &mut Switching, publication: Arc<Publication>) {
+    if switching.recent.len() == RECENT_LIMIT {
+        // The oldest go: a recovery that needed them finds a gap.
+        switching.recent.pop_front();
+    }
+    switching.recent.push_back(publication);
+}
+
+/// One attach in flight fewer; the switching state goes with the last.
+fn settle(entry: &mut Subject) {
+    if let Some(switching) = entry.switching.as_deref_mut() {
+        switching.in_flight = switching.in_flight.saturating_sub(1);
+        if switching.in_flight == 0 && switching.waiting.is_empty() {
+            entry.switching = None;
+        }
+    }
+}
+
+/// A recovery's replay, or `recovered: false` when it would pass what the
+/// connection can take.
+fn fit(
+    max_bytes: usize,
+    at: Position,
+    recovered: Option<bool>,
+    replay: Vec<Arc<Publication>>,
+) -> Attachment {
+    let bytes: usize = replay.iter().map(|p| p.held_bytes()).sum();
+    if recovered == Some(true) && bytes > max_bytes {
+        return refused_recovery(at);
+    }
+    Attachment {
+        position: at,
+        recovered,
+        replay,
+    }
+}
+
+fn refused_recovery(position: Position) -> Attachment {
+    Attachment {
+        position,
+        recovered: Some(false),
+        replay: Vec::new(),
+    }
+}
+
+fn attachment(answered: Answered) -> Attachment {
+    Attachment {
+        position: answered.position,
+        recovered: answered.recovered,
+        replay: answered.replay,
+    }
+}
+
+fn attached(attach: Attach, outcome: Result<Attachment, EngineError>) -> Event {
+    Event::Attached(Box::new(Attached {
+        subject: attach.subject,
+        to: attach.to,
+        token: attach.token,
+        outcome,
+    }))
+}

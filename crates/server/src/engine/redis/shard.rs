@@ -1,0 +1,564 @@
+//! One Redis instance and the task that talks to it: the bounded queue of
+//! requests towards it, their batching into round trips, its subscription
+//! connection, and what happens when it goes away.
+//!
+//! Workers never wait on Redis: they put a request in the shard's queue
+//! (`try_send`; a full queue refuses at once with `redis_busy`) and the
+//! answer comes back through the worker's mailbox. The task takes whatever
+//! has queued up (up to [`MAX_BATCH`]) and runs it in at most four round
+//! trips, however many requests there are:
+//! 1. one `SUBSCRIBE` for every subject that gained interest;
+//! 2. one pipeline of scripts: the publishes, attaches and reads, in order;
+//! 3. one `UNSUBSCRIBE` for every subject that lost its last subscriber;
+//! 4. one pipeline of `forget` scripts for those.
+//!
+//! Subscribing before the scripts is what makes an attach's position come
+//! after its subscription (see router.rs); a request on a subject that the
+//! batch unsubscribes goes to the next batch, so no script runs out of
+//! order with the unsubscribe before it.
+//!
+//! One RESP3 connection carries commands and channel messages alike. When
+//! it fails the task refuses everything (`redis_unavailable`) until it has
+//! connected again, loaded its scripts and resubscribed every subject this
+//! node still has interest in; the router restarts each subject's switch.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use myriad_protocol::position::{Epoch, Position};
+use redis::aio::{AsyncPushSender, MultiplexedConnection, SendError};
+use redis::{AsyncConnectionConfig, PushInfo, PushKind, Value};
+use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
+
+use super::codec;
+use super::router::Answered;
+use super::{Context, Totals};
+use crate::engine::{Attach, EngineError, HistoryPage, HistoryQuery, Published, Reply};
+use crate::hub::Wakeups;
+
+/// Requests one round trip carries at most.
+const MAX_BATCH: usize = 1_024;
+
+/// Subjects per resubscribe command after a reconnect.
+const RESUBSCRIBE_CHUNK: usize = 1_000;
+
+/// Subjects the sweep visits per run, per second.
+const SWEEP_BATCH: usize = 1_000;
+
+/// First wait before reconnecting; doubled up to [`MAX_BACKOFF`].
+const MIN_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// A request for one Redis.
+pub enum Op {
+    Publish {
+        subject: Arc<str>,
+        data: Box<str>,
+        reply: Reply<Published>,
+    },
+    Attach {
+        attach: Attach,
+        life: u64,
+    },
+    /// The node's last subscriber of the subject left.
+    Unsubscribe(Arc<str>),
+    History {
+        query: HistoryQuery,
+        reply: Reply<HistoryPage>,
+    },
+}
+
+impl Op {
+    fn subject(&self) -> &Arc<str> {
+        match self {
+            Op::Publish { subject, .. } | Op::Unsubscribe(subject) => subject,
+            Op::Attach { attach, .. } => &attach.subject,
+            Op::History { query, .. } => &query.subject,
+        }
+    }
+
+    /// Answers the request with `error` (nothing to answer for an
+    /// unsubscribe: the subscription is gone with the connection).
+    fn fail(self, ctx: &Context, error: EngineError, wakeups: &mut Wakeups) {
+        ctx.count_failure(&error);
+        match self {
+            Op::Publish { reply, .. } => reply.send(ctx.router.hub(), Err(error), wakeups),
+            Op::Attach { attach, life } => ctx.router.answered(attach, life, Err(error), wakeups),
+            Op::History { reply, .. } => reply.send(ctx.router.hub(), Err(error), wakeups),
+            Op::Unsubscribe(_) => {}
+        }
+    }
+}
+
+/// The sending side of a shard's queue.
+pub struct ShardQueue {
+    tx: mpsc::Sender<Op>,
+}
+
+impl ShardQueue {
+    /// Queues `op`, or answers it at once when the queue is full or gone.
+    pub fn send(&self, op: Op, ctx: &Context, wakeups: &mut Wakeups) {
+        if let Err(e) = self.tx.try_send(op) {
+            let (op, error) = match e {
+                mpsc::error::TrySendError::Full(op) => (op, EngineError::RedisBusy),
+                mpsc::error::TrySendError::Closed(op) => (op, EngineError::ShuttingDown),
+            };
+            op.fail(ctx, error, wakeups);
+        }
+    }
+}
+
+/// Hands the channel messages of one connection to the router, in the
+/// connection's own task (so in the order Redis sent them).
+struct Inbox {
+    ctx: Arc<Context>,
+    lost: Arc<Notify>,
+    closed: Arc<AtomicBool>,
+}
+
+impl AsyncPushSender for Inbox {
+    fn send(&self, info: PushInfo) -> Result<(), SendError> {
+        match info.kind {
+            PushKind::Message => {
+                if let [Value::BulkString(channel), Value::BulkString(payload)] = &info.data[..] {
+                    self.ctx.on_message(channel, payload);
+                }
+            }
+            PushKind::Disconnection => {
+                self.closed.store(true, Ordering::Release);
+                self.lost.notify_one();
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// The task owning one Redis.
+pub struct Shard {
+    index: usize,
+    client: redis::Client,
+    ctx: Arc<Context>,
+    rx: mpsc::Receiver<Op>,
+    conn: Option<MultiplexedConnection>,
+    /// Set by the inbox when the connection drops.
+    closed: Arc<AtomicBool>,
+    lost: Arc<Notify>,
+    /// Subjects whose channel this node listens to on this Redis.
+    subscribed: HashSet<Arc<str>>,
+    /// A request held back for the next batch (see the module header).
+    held: Option<Op>,
+    backoff: Duration,
+    next_attempt: Instant,
+}
+
+impl Shard {
+    pub fn new(
+        index: usize,
+        client: redis::Client,
+        ctx: Arc<Context>,
+        queue: usize,
+    ) -> (Shard, ShardQueue) {
+        let (tx, rx) = mpsc::channel(queue.max(1));
+        let shard = Shard {
+            index,
+            client,
+            ctx,
+            rx,
+            conn: None,
+            closed: Arc::new(AtomicBool::new(false)),
+            lost: Arc::new(Notify::new()),
+            subscribed: HashSet::new(),
+            held: None,
+            backoff: MIN_BACKOFF,
+            next_attempt: Instant::now(),
+        };
+        (shard, ShardQueue { tx })
+    }
+
+    /// Connects, loads the scripts and subscribes to every subject this
+    /// node has interest in on this shard.
+    pub async fn connect(&mut self) -> Result<(), redis::RedisError> {
+        let timeout = self.ctx.settings.timeout;
+        self.closed = Arc::new(AtomicBool::new(false));
+        let inbox = Inbox {
+            ctx: Arc::clone(&self.ctx),
+            lost: Arc::clone(&self.lost),
+            closed: Arc::clone(&self.closed),
+        };
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            .set_push_sender(inbox);
+        let mut conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        for script in self.ctx.scripts.all() {
+            script.load_async(&mut conn).await?;
+        }
+        let index = self.index;
+        let shards = self.ctx.shards;
+        let subjects = self
+            .ctx
+            .router
+            .subjects(|s| super::ring::shard_of(s, shards) == index);
+        for chunk in subjects.chunks(RESUBSCRIBE_CHUNK) {
+            let channels: Vec<String> = chunk.iter().map(|s| self.ctx.channel(s)).collect();
+            conn.subscribe(&channels).await?;
+        }
+        self.subscribed = subjects.into_iter().collect();
+        self.conn = Some(conn);
+        self.backoff = MIN_BACKOFF;
+        self.ctx.up[self.index].store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The connection is gone: every subject of this shard starts over.
+    fn disconnect(&mut self, why: &redis::RedisError) {
+        if self.conn.take().is_some() {
+            tracing::warn!(shard = self.index, error = %why, "lost the connection to Redis");
+        }
+        self.ctx.up[self.index].store(false, Ordering::Relaxed);
+        self.subscribed.clear();
+        let (index, shards) = (self.index, self.ctx.shards);
+        let mut wakeups = Wakeups::default();
+        self.ctx.router.reset(
+            |s| super::ring::shard_of(s, shards) == index,
+            &EngineError::RedisUnavailable,
+            &mut wakeups,
+        );
+        self.ctx.router.hub().wake(wakeups);
+        self.next_attempt = Instant::now() + self.backoff;
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+    }
+
+    pub async fn run(mut self) {
+        let mut sweep = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            let first = match self.held.take() {
+                Some(op) => op,
+                None => tokio::select! {
+                    op = self.rx.recv() => match op {
+                        Some(op) => op,
+                        None => return,
+                    },
+                    _ = self.lost.notified(), if self.conn.is_some() => {
+                        if self.closed.load(Ordering::Acquire) {
+                            self.disconnect(&connection_dropped());
+                        }
+                        continue;
+                    }
+                    _ = tokio::time::sleep_until(self.next_attempt), if self.conn.is_none() => {
+                        self.reconnect().await;
+                        continue;
+                    }
+                    _ = sweep.tick(), if self.conn.is_some() => {
+                        self.sweep().await;
+                        continue;
+                    }
+                },
+            };
+            let batch = self.collect(first);
+            if self.conn.is_none() && Instant::now() >= self.next_attempt {
+                self.reconnect().await;
+            }
+            let mut wakeups = Wakeups::default();
+            if self.conn.is_none() {
+                for op in batch {
+                    op.fail(&self.ctx, EngineError::RedisUnavailable, &mut wakeups);
+                }
+            } else {
+                self.execute(batch, &mut wakeups).await;
+            }
+            self.ctx.router.hub().wake(wakeups);
+        }
+    }
+
+    async fn reconnect(&mut self) {
+        if let Err(e) = self.connect().await {
+            self.ctx.count_failure(&EngineError::RedisUnavailable);
+            self.disconnect(&e);
+        }
+    }
+
+    /// Takes what has queued up behind `first`, stopping before a request
+    /// on a subject this batch unsubscribes.
+    fn collect(&mut self, first: Op) -> Vec<Op> {
+        let mut unsubscribing: HashSet<Arc<str>> = HashSet::new();
+        let mut batch = Vec::with_capacity(16);
+        let mut next = Some(first);
+        while let Some(op) = next.take() {
+            if unsubscribing.contains(op.subject()) {
+                self.held = Some(op);
+                break;
+            }
+            if let Op::Unsubscribe(subject) = &op {
+                unsubscribing.insert(Arc::clone(subject));
+            }
+            batch.push(op);
+            if batch.len() < MAX_BATCH {
+                next = self.rx.try_recv().ok();
+            }
+        }
+        batch
+    }
+
+    async fn execute(&mut self, batch: Vec<Op>, wakeups: &mut Wakeups) {
+        let ctx = Arc::clone(&self.ctx);
+        let mut conn = self.conn.clone().expect("connected");
+        let mut subscribe = Vec::new();
+        let mut unsubscribe = Vec::new();
+        let mut scripted = Vec::with_capacity(batch.len());
+        for op in batch {
+            match op {
+                Op::Unsubscribe(subject) => {
+                    if ctx.router.subscribers(&subject) == 0 && self.subscribed.remove(&subject) {
+                        unsubscribe.push(subject);
+                    }
+                }
+                op => {
+                    if let Op::Attach { attach, .. } = &op {
+                        if self.subscribed.insert(Arc::clone(&attach.subject)) {
+                            subscribe.push(ctx.channel(&attach.subject));
+                        }
+                    }
+                    scripted.push(op);
+                }
+            }
+        }
+        if !subscribe.is_empty() {
+            if let Err(e) = conn.subscribe(&subscribe).await {
+                return self.fail_all(scripted, &e, wakeups);
+            }
+        }
+        if !scripted.is_empty() {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for op in &scripted {
+                ctx.add_script(&mut pipe, op);
+            }
+            match pipe.query_async::<Vec<Value>>(&mut conn).await {
+                Ok(values) if values.len() == scripted.len() => {
+                    for (op, value) in scripted.into_iter().zip(values) {
+                        ctx.finish(self.index, op, value, wakeups);
+                    }
+                }
+                Ok(values) => {
+                    let e = protocol_error(format!(
+                        "{} replies to {} scripts",
+                        values.len(),
+                        scripted.len()
+                    ));
+                    return self.fail_all(scripted, &e, wakeups);
+                }
+                Err(e) => return self.fail_all(scripted, &e, wakeups),
+            }
+        }
+        if !unsubscribe.is_empty() {
+            let channels: Vec<String> = unsubscribe.iter().map(|s| ctx.channel(s)).collect();
+            if let Err(e) = conn.unsubscribe(&channels).await {
+                return self.fail_all(Vec::new(), &e, wakeups);
+            }
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for subject in &unsubscribe {
+                let policy = ctx.namespaces.policy_for(subject);
+                super::evalsha(&mut pipe, &ctx.scripts.forget)
+                    .arg(&ctx.settings.prefix)
+                    .arg(&**subject)
+                    .arg(policy.size);
+            }
+            match pipe.query_async::<Vec<Value>>(&mut conn).await {
+                Ok(values) => {
+                    if let Some(Value::Array(totals)) = values.last() {
+                        ctx.totals[self.index].store(totals);
+                    }
+                }
+                Err(e) => self.fail_all(Vec::new(), &e, wakeups),
+            }
+        }
+    }
+
+    /// A round trip failed: its requests are refused, and a connection
+    /// failure starts the reconnecting.
+    fn fail_all(&mut self, ops: Vec<Op>, error: &redis::RedisError, wakeups: &mut Wakeups) {
+        let engine_error = classify(error);
+        for op in ops {
+            op.fail(&self.ctx, engine_error.clone(), wakeups);
+        }
+        if error.is_unrecoverable_error() || error.is_timeout() || error.is_connection_dropped() {
+            self.disconnect(error);
+        }
+    }
+
+    async fn sweep(&mut self) {
+        let Some(mut conn) = self.conn.clone() else {
+            return;
+        };
+        let mut invocation = self.ctx.scripts.sweep.prepare_invoke();
+        invocation.arg(&self.ctx.settings.prefix).arg(SWEEP_BATCH);
+        match invocation.invoke_async::<Vec<Value>>(&mut conn).await {
+            Ok(totals) => self.ctx.totals[self.index].store(&totals),
+            Err(e) => {
+                let mut wakeups = Wakeups::default();
+                self.fail_all(Vec::new(), &e, &mut wakeups);
+                self.ctx.router.hub().wake(wakeups);
+            }
+        }
+    }
+}
+
+/// The engine error a Redis failure is reported as.
+fn classify(error: &redis::RedisError) -> EngineError {
+    if error.is_timeout() {
+        EngineError::RedisTimeout
+    } else if error.is_unrecoverable_error() || error.is_connection_dropped() || error.is_io_error()
+    {
+        EngineError::RedisUnavailable
+    } else {
+        EngineError::Redis(error.to_string())
+    }
+}
+
+fn connection_dropped() -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::ConnectionReset,
+        "the connection to Redis closed",
+    ))
+}
+
+fn protocol_error(what: String) -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::InvalidData, what))
+}
+
+/// The reply of a publish or read script, read field by field.
+pub struct ScriptReply {
+    values: std::vec::IntoIter<Value>,
+}
+
+impl ScriptReply {
+    pub fn new(value: Value) -> Result<ScriptReply, EngineError> {
+        match value {
+            Value::Array(values) => Ok(ScriptReply {
+                values: values.into_iter(),
+            }),
+            Value::ServerError(e) => Err(EngineError::Redis(e.to_string())),
+            other => Err(EngineError::Redis(format!(
+                "unexpected script reply {other:?}"
+            ))),
+        }
+    }
+
+    fn next(&mut self) -> Result<Value, EngineError> {
+        self.values
+            .next()
+            .ok_or_else(|| EngineError::Redis("short script reply".into()))
+    }
+
+    pub fn bytes(&mut self) -> Result<Vec<u8>, EngineError> {
+        match self.next()? {
+            Value::BulkString(bytes) => Ok(bytes),
+            Value::SimpleString(s) => Ok(s.into_bytes()),
+            other => Err(EngineError::Redis(format!(
+                "expected a string, got {other:?}"
+            ))),
+        }
+    }
+
+    pub fn int(&mut self) -> Result<i64, EngineError> {
+        match self.next()? {
+            Value::Int(n) => Ok(n),
+            other => Err(EngineError::Redis(format!(
+                "expected an integer, got {other:?}"
+            ))),
+        }
+    }
+
+    /// An epoch, or `None` for the empty string (a dropped publish).
+    pub fn epoch(&mut self) -> Result<Option<Epoch>, EngineError> {
+        let bytes = self.bytes()?;
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        std::str::from_utf8(&bytes)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .map(Some)
+            .ok_or_else(|| {
+                EngineError::Redis(format!("bad epoch {:?}", String::from_utf8_lossy(&bytes)))
+            })
+    }
+
+    pub fn position(&mut self) -> Result<(Option<Epoch>, u64), EngineError> {
+        let epoch = self.epoch()?;
+        let offset =
+            u64::try_from(self.int()?).map_err(|_| EngineError::Redis("negative offset".into()))?;
+        Ok((epoch, offset))
+    }
+
+    pub fn totals(&mut self) -> Result<Totals, EngineError> {
+        Ok(Totals {
+            bytes: self.int()?,
+            messages: self.int()?,
+            evictions: self.int()?,
+            subjects: self.int()?,
+        })
+    }
+
+    /// The rest: history entries of `subject` in `epoch`.
+    pub fn entries(
+        self,
+        subject: &Arc<str>,
+        epoch: Epoch,
+    ) -> Result<Vec<Arc<crate::publication::Publication>>, EngineError> {
+        self.values
+            .map(|v| match v {
+                Value::BulkString(entry) => codec::history_entry(subject, epoch, &entry)
+                    .map_err(|e| EngineError::Redis(e.to_string())),
+                other => Err(EngineError::Redis(format!(
+                    "expected an entry, got {other:?}"
+                ))),
+            })
+            .collect()
+    }
+}
+
+/// What a read script found.
+pub struct Read {
+    pub position: Position,
+    pub recovered: Option<bool>,
+    pub entries: Vec<Arc<crate::publication::Publication>>,
+    pub totals: Totals,
+}
+
+impl Read {
+    pub fn parse(subject: &Arc<str>, value: Value) -> Result<Read, EngineError> {
+        let mut reply = ScriptReply::new(value)?;
+        let (epoch, offset) = reply.position()?;
+        let epoch = epoch.ok_or_else(|| EngineError::Redis("read without an epoch".into()))?;
+        let recovered = match reply.int()? {
+            -1 => None,
+            flag => Some(flag == 1),
+        };
+        let totals = reply.totals()?;
+        let entries = reply.entries(subject, epoch)?;
+        Ok(Read {
+            position: Position::new(epoch, offset),
+            recovered,
+            entries,
+            totals,
+        })
+    }
+
+    pub fn into_answered(self) -> Answered {
+        Answered {
+            position: self.position,
+            recovered: self.recovered,
+            replay: self.entries,
+        }
+    }
+}
