@@ -176,6 +176,145 @@ fn while_redis_is_down_publishes_fail_fast_and_the_node_comes_back_by_itself() {
     }
 }
 
+#[test]
+fn a_live_subscriber_gets_what_was_published_while_its_node_was_cut_off_from_redis() {
+    let redis = RedisServer::start();
+    let a = node(&redis, "cut");
+    let b = node(&redis, "cut");
+    let mut ws = a.connect();
+    subscribe(&mut ws, &["gap"]);
+    for n in 1..=5 {
+        b.publish("gap", &json!(n));
+    }
+    assert_eq!(take(&mut ws, 5).last(), Some(&(5, 5)));
+    // Cut node a's connection (the only one subscribed to anything) and
+    // publish through b while a reconnects.
+    let killed = redis
+        .command(&["CLIENT", "KILL", "TYPE", "pubsub"])
+        .unwrap();
+    assert_eq!(killed, ":1", "exactly node a's connection");
+    for n in 6..=60 {
+        b.publish("gap", &json!(n));
+    }
+    let want: Vec<(u64, u64)> = (6..=60).map(|n| (n, n)).collect();
+    assert_eq!(
+        take(&mut ws, 55),
+        want,
+        "caught up from history, in order, once"
+    );
+    b.publish("gap", &json!(61));
+    assert_eq!(take(&mut ws, 1), [(61, 61)]);
+}
+
+#[test]
+fn a_redis_that_restarts_empty_tells_live_subscribers_their_stream_broke() {
+    let mut redis = RedisServer::start();
+    let a = node(&redis, "empty");
+    let mut ws = a.connect();
+    let before = subscribe(&mut ws, &["e"]).remove(0);
+    a.publish("e", &json!(1));
+    assert_eq!(take(&mut ws, 1), [(1, 1)]);
+    redis.restart();
+    // Without an append-only file everything is gone: a new epoch.
+    let notice = recv(&mut ws);
+    assert_eq!(notice["op"], "subscribed", "{notice}");
+    assert_eq!(notice["subject"], "e");
+    assert_eq!(notice["recovered"], false, "{notice}");
+    assert_ne!(notice["epoch"], before["epoch"]);
+    assert_eq!(notice["offset"], 0);
+    let published = a.publish("e", &json!(2));
+    assert_eq!(published["epoch"], notice["epoch"]);
+    let msg = recv(&mut ws);
+    assert_eq!(
+        (&msg["epoch"], &msg["offset"], &msg["data"]),
+        (&notice["epoch"], &json!(1), &json!(2))
+    );
+}
+
+#[test]
+fn a_stalled_redis_gets_timeouts_and_a_bounded_queue_never_a_hang() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let a = Node::start(&[
+        "--workers",
+        "1",
+        "--engine",
+        "redis",
+        "--redis-url",
+        &url,
+        "--redis-timeout",
+        "1s",
+        "--redis-queue",
+        "8",
+    ]);
+    let mut ws = a.connect();
+    subscribe(&mut ws, &["s"]);
+    redis.pause();
+    const PUBLISHES: u64 = 100;
+    for id in 1..=PUBLISHES {
+        send(
+            &mut ws,
+            json!({"op": "publish", "subject": "s", "data": id, "id": id}),
+        );
+    }
+    // Every publish is answered, each with a named failure.
+    let mut kinds = std::collections::BTreeMap::new();
+    let mut timed_out = Vec::new();
+    for _ in 0..PUBLISHES {
+        let reply = recv(&mut ws);
+        assert_eq!(reply["op"], "error", "{reply}");
+        assert_eq!(reply["code"], "publish_failed", "{reply}");
+        let message = reply["message"].as_str().unwrap();
+        let kind = message.split(':').next().unwrap().to_owned();
+        if kind == "redis_timeout" {
+            timed_out.push(reply["id"].as_u64().unwrap());
+        }
+        *kinds.entry(kind).or_insert(0u64) += 1;
+    }
+    assert!(
+        kinds.contains_key("redis_busy"),
+        "the queue refused the overflow: {kinds:?}"
+    );
+    // What was sent waited one timeout; the connection was then dropped and
+    // the rest refused until it is back (the once-a-second sweep may be
+    // what met the timeout first).
+    assert!(
+        kinds.contains_key("redis_timeout") || kinds.contains_key("redis_unavailable"),
+        "{kinds:?}"
+    );
+    assert!(
+        kinds
+            .keys()
+            .all(|k| ["redis_busy", "redis_timeout", "redis_unavailable"].contains(&k.as_str())),
+        "{kinds:?}"
+    );
+    let busy = a.metric("myriad_engine_failures_total{kind=\"redis_busy\"}");
+    assert_eq!(busy, kinds["redis_busy"]);
+    redis.resume();
+    // Back by itself once Redis answers again; the subscription too.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let body = json!({"subject": "s", "data": 0}).to_string();
+    loop {
+        let (status, reply) = a.http("POST", "/api/publish", &a.key_headers(), &body);
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never came back: {reply}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A publish that timed out had reached Redis, which ran it when it
+    // woke: its outcome was unknown, as `redis_timeout` says. Those come
+    // first, then the new one.
+    loop {
+        let msg = recv(&mut ws);
+        assert_eq!(msg["op"], "msg", "{msg}");
+        if msg["data"] == 0 {
+            break;
+        }
+        assert!(timed_out.contains(&msg["data"].as_u64().unwrap()), "{msg}");
+    }
+}
+
 /// Runs `myriad serve` with `args`, expecting it to exit non-zero on its
 /// own; returns its stderr.
 fn refused_start(args: &[&str]) -> String {

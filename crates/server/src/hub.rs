@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::engine::{Attached, ConnAnswer};
+use crate::engine::{Attached, Broken, ConnAnswer};
 use crate::feeds::FeedChange;
 use crate::publication::Publication;
 
@@ -34,6 +34,10 @@ pub enum Event {
     Attached(Box<Attached>),
     /// A connection's publish or history request is answered.
     Answer(Box<ConnAnswer>),
+    /// A subject's stream broke under its live subscribers (its Redis lost
+    /// it): they continue from a new position, having missed what was
+    /// published in between.
+    Broken(Box<Broken>),
     /// A connection's user follows or unfollows someone, or has just
     /// connected: feeds to add or drop (from the graph keeper).
     Feeds(Box<FeedChange>),
@@ -172,6 +176,16 @@ impl Route {
             "workers left without subscribers"
         );
         self.subscribers == 0
+    }
+
+    /// Queues `event()` for every worker with subscribers.
+    pub fn notify(&self, hub: &Hub, event: impl Fn() -> Event, wakeups: &mut Wakeups) {
+        let mut workers = self.workers;
+        while workers != 0 {
+            let worker = workers.trailing_zeros() as usize;
+            workers &= workers - 1;
+            hub.send(worker, event(), wakeups);
+        }
     }
 
     /// Hands `publication` to every worker with subscribers, noting in

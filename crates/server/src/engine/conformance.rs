@@ -288,6 +288,7 @@ impl Sim {
             }
             Event::Answer(_) => panic!("no connection request asked for an answer"),
             Event::Feeds(_) => panic!("engines never send feed changes"),
+            Event::Broken(b) => panic!("no stream breaks while the engine is up: {b:?}"),
         }
     }
 

@@ -206,6 +206,16 @@ pub struct Attachment {
     pub replay: Vec<Arc<Publication>>,
 }
 
+/// A subject's stream broke under its live subscribers: an engine that
+/// lost sight of it (a Redis that restarted empty, or history too short to
+/// cover an outage) tells every worker with subscribers where it goes on.
+#[derive(Debug)]
+pub struct Broken {
+    pub subject: Arc<str>,
+    /// Live delivery continues after this position.
+    pub position: Position,
+}
+
 /// An answer for a connection, delivered through its worker's mailbox.
 #[derive(Debug)]
 pub struct ConnAnswer {

@@ -27,8 +27,8 @@ use super::{Flow, Worker};
 use crate::auth::Action;
 use crate::conn::flags;
 use crate::engine::{
-    Answer, Attach, Attached, ConnAnswer, ConnRequest, EngineError, HistoryPage, HistoryQuery,
-    Reply,
+    Answer, Attach, Attached, Broken, ConnAnswer, ConnRequest, EngineError, HistoryPage,
+    HistoryQuery, Reply,
 };
 use crate::metrics::ErrorKind;
 use crate::registry::{Change, ConnId};
@@ -315,6 +315,24 @@ impl Worker {
                 conn.set_flag(flags::NEWS);
             }
             self.answering.push(id);
+        }
+    }
+
+    /// A subject's stream broke under its subscribers here: each is told
+    /// (`subscribed` with `recovered: false`, as after a failed recovery)
+    /// and continues from the new position.
+    pub(super) fn on_stream_broken(&mut self, broken: &Broken) {
+        let feed = is_feed(&broken.subject);
+        let reply = encode_subscribed(None, &broken.subject, broken.position, Some(false));
+        for id in self.registry.subscribers(&broken.subject).to_vec() {
+            let conn = &mut self.conns[id as usize];
+            if !conn.phase.is_open() {
+                continue;
+            }
+            conn.session.advance(&broken.subject, broken.position);
+            if conn.transport.get().announces(Some(false), feed) {
+                self.send_reply(id, reply.as_bytes());
+            }
         }
     }
 

@@ -532,6 +532,10 @@ impl Worker {
                     self.on_feed_change(*change);
                     continue;
                 }
+                Event::Broken(broken) => {
+                    self.on_stream_broken(&broken);
+                    continue;
+                }
             };
             // Each transport's form of it, made once for every recipient here.
             let mut forms: [Option<Bytes>; TransportKind::COUNT] = Default::default();

@@ -228,7 +228,7 @@ impl Context {
         }
     }
 
-    fn add_read(
+    pub(crate) fn add_read(
         &self,
         pipe: &mut redis::Pipeline,
         subject: &str,

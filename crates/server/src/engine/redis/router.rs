@@ -36,7 +36,7 @@ use foldhash::fast::RandomState;
 use hashbrown::HashMap;
 use myriad_protocol::position::Position;
 
-use crate::engine::{Attach, Attached, Attachment, EngineError};
+use crate::engine::{Attach, Attached, Attachment, Broken, EngineError};
 use crate::hub::{Event, Hub, Route, Wakeups};
 use crate::publication::Publication;
 
@@ -69,6 +69,10 @@ struct Switching {
     /// Publications that arrived while attaches were in flight, oldest first.
     recent: VecDeque<Arc<Publication>>,
     waiting: Vec<Waiting>,
+    /// Set while the subject's Redis connection is being restored: the
+    /// last position handed out before it was lost. The catch-up read
+    /// brings live subscribers from here to the present (see `resumed`).
+    resume_from: Option<Position>,
 }
 
 #[derive(Debug)]
@@ -235,7 +239,13 @@ impl Router {
                 return;
             }
         };
+        let resuming = entry
+            .switching
+            .as_ref()
+            .is_some_and(|s| s.resume_from.is_some());
         match entry.routed {
+            // Live subscribers are still catching up: after them.
+            _ if resuming => entry.switching().waiting.push(Waiting { attach, answered }),
             Some(routed)
                 if routed.epoch == answered.position.epoch
                     && routed.offset < answered.position.offset =>
@@ -326,8 +336,9 @@ impl Router {
     }
 
     /// The connection to a subject's Redis was lost: answers waiting for
-    /// publications that will not come are refused, and every subscription
-    /// starts over (a new subscription's first answer places it again).
+    /// publications that will not come are refused, and each subscription
+    /// with live subscribers waits for its catch-up (`resumed`) before
+    /// anything more is handed out.
     pub fn reset(
         &self,
         mut affected: impl FnMut(&str) -> bool,
@@ -340,22 +351,103 @@ impl Router {
                 if !affected(subject) {
                     continue;
                 }
-                entry.routed = None;
-                if let Some(switching) = entry.switching.as_deref_mut() {
-                    switching.recent.clear();
-                    for waiting in std::mem::take(&mut switching.waiting) {
-                        switching.in_flight -= 1;
-                        let worker = waiting.attach.to.worker;
-                        self.hub.send(
-                            worker,
-                            attached(waiting.attach, Err(error.clone())),
-                            wakeups,
-                        );
-                    }
-                    if switching.in_flight == 0 {
-                        entry.switching = None;
+                let handed_out = entry.routed.take();
+                let switching = entry.switching();
+                switching.recent.clear();
+                for waiting in std::mem::take(&mut switching.waiting) {
+                    switching.in_flight -= 1;
+                    let worker = waiting.attach.to.worker;
+                    self.hub.send(
+                        worker,
+                        attached(waiting.attach, Err(error.clone())),
+                        wakeups,
+                    );
+                }
+                if switching.resume_from.is_none() {
+                    if let Some(position) = handed_out {
+                        switching.resume_from = Some(position);
+                        switching.in_flight += 1;
                     }
                 }
+                if switching.in_flight == 0 {
+                    entry.switching = None;
+                }
+            }
+        }
+    }
+
+    /// Subscriptions waiting for their catch-up, with where each stopped.
+    pub fn resumes(&self, mut keep: impl FnMut(&str) -> bool) -> Vec<(Arc<str>, Position)> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+            for (subject, entry) in shard.iter() {
+                let from = entry.switching.as_ref().and_then(|s| s.resume_from);
+                if let Some(from) = from.filter(|_| keep(subject)) {
+                    out.push((Arc::clone(subject), from));
+                }
+            }
+        }
+        out
+    }
+
+    /// The catch-up read of a subscription whose connection came back
+    /// (subscribed again before the read): live subscribers get what they
+    /// missed, in order, when history still has it; otherwise every worker
+    /// is told the stream broke. Then what arrived meanwhile follows, and
+    /// the attach answers held back find their place.
+    pub fn resumed(&self, subject: &str, caught_up: Answered, wakeups: &mut Wakeups) {
+        let mut shard = self.lock(subject);
+        let Some(entry) = shard.get_mut(subject) else {
+            return; // every subscriber left meanwhile
+        };
+        let Some(switching) = entry.switching.as_deref_mut() else {
+            return;
+        };
+        if switching.resume_from.take().is_none() {
+            return;
+        }
+        let at = caught_up.position;
+        if caught_up.recovered == Some(true) {
+            for publication in &caught_up.replay {
+                entry.route.deliver(&self.hub, publication, wakeups);
+            }
+        } else {
+            let subject: Arc<str> = Arc::from(subject);
+            let broken = || {
+                Event::Broken(Box::new(Broken {
+                    subject: Arc::clone(&subject),
+                    position: at,
+                }))
+            };
+            entry.route.notify(&self.hub, broken, wakeups);
+        }
+        entry.routed = Some(at);
+        let switching = entry.switching();
+        let newer: Vec<Arc<Publication>> = switching
+            .recent
+            .iter()
+            .filter(|p| p.position.epoch == at.epoch && p.position.offset > at.offset)
+            .cloned()
+            .collect();
+        for publication in newer {
+            entry.route.deliver(&self.hub, &publication, wakeups);
+            entry.routed = Some(publication.position);
+        }
+        settle(entry);
+        let routed = entry.routed.expect("just set");
+        let held = entry
+            .switching
+            .as_deref_mut()
+            .map(|s| std::mem::take(&mut s.waiting))
+            .unwrap_or_default();
+        for waiting in held {
+            if waiting.answered.position.epoch == routed.epoch
+                && waiting.answered.position.offset > routed.offset
+            {
+                entry.switching().waiting.push(waiting);
+            } else {
+                self.place(entry, waiting.attach, waiting.answered, wakeups);
             }
         }
     }
@@ -373,7 +465,10 @@ fn keep_recent(switching: &mut Switching, publication: Arc<Publication>) {
 fn settle(entry: &mut Subject) {
     if let Some(switching) = entry.switching.as_deref_mut() {
         switching.in_flight = switching.in_flight.saturating_sub(1);
-        if switching.in_flight == 0 && switching.waiting.is_empty() {
+        if switching.in_flight == 0
+            && switching.waiting.is_empty()
+            && switching.resume_from.is_none()
+        {
             entry.switching = None;
         }
     }

@@ -211,9 +211,52 @@ impl Shard {
             conn.subscribe(&channels).await?;
         }
         self.subscribed = subjects.into_iter().collect();
+        self.catch_up(&mut conn).await?;
         self.conn = Some(conn);
         self.backoff = MIN_BACKOFF;
         self.ctx.up[self.index].store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Brings the live subscribers of every resubscribed subject from where
+    /// they stopped to the present: one read per subject, pipelined.
+    async fn catch_up(&self, conn: &mut MultiplexedConnection) -> Result<(), redis::RedisError> {
+        let (index, shards) = (self.index, self.ctx.shards);
+        let resumes = self
+            .ctx
+            .router
+            .resumes(|s| super::ring::shard_of(s, shards) == index);
+        for chunk in resumes.chunks(RESUBSCRIBE_CHUNK) {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for (subject, from) in chunk {
+                // As an attach: the stream is created again if Redis lost
+                // it, so the position it announces is the one that goes on.
+                self.ctx.add_read(
+                    &mut pipe,
+                    subject,
+                    "attach",
+                    Some(*from),
+                    usize::MAX,
+                    usize::MAX,
+                );
+            }
+            let values: Vec<Value> = pipe.query_async(conn).await?;
+            let mut wakeups = Wakeups::default();
+            for ((subject, _), value) in chunk.iter().zip(values) {
+                // A read that fails fails the connection: the next one
+                // tries again, and the subject holds what arrives meanwhile.
+                let read = Read::parse(subject, value).map_err(|e| {
+                    self.ctx.count_failure(&e);
+                    protocol_error(format!("catch-up read of {subject}: {e}"))
+                })?;
+                self.ctx.totals[index].set(read.totals);
+                self.ctx
+                    .router
+                    .resumed(subject, read.into_answered(), &mut wakeups);
+            }
+            self.ctx.router.hub().wake(wakeups);
+        }
         Ok(())
     }
 
