@@ -31,8 +31,8 @@
 //! script is a few milliseconds of Redis's time.
 //!
 //! A larger batch, and any `load` past [`CHUNK`] (the 1 M-user graph has
-//! 15 M edges: one script for it would hold Redis for a minute, answering
-//! nobody), is a **bulk change**: still all or nothing, as the contract
+//! 15 M edges: one script for it would hold Redis for most of a minute,
+//! answering nobody), is a **bulk change**: still all or nothing, as the contract
 //! asks of `load` too, through a journal in Redis that a crashed client's
 //! successor finishes or discards. [`bulk`] has the protocol.
 //!
@@ -58,7 +58,7 @@
 //! would need a two-phase commit across shards with the recovery of a
 //! coordinator's death, and clause 3 a lock held across them. The graph
 //! does not need the capacity: seed 004's 1 M users and 15 M edges take
-//! about 1.5 GB of Redis memory (docs/benchmarks.md), and a node reads
+//! 888 MiB of Redis's RSS (docs/benchmarks.md), and a node reads
 //! the graph only when a user connects or changes a follow; sends never
 //! touch it. Subjects, which do need the capacity, are sharded by the
 //! engine.
@@ -87,8 +87,10 @@ use crate::store::{refuse_self_follows, Counts, Store, StoreError, StoreOptions,
 use crate::user::{Edge, UserId};
 
 /// Users or edges per script: a batch up to this size is one script, a
-/// larger one a bulk change in parts of this size (each a few tens of
-/// milliseconds of Redis's time).
+/// larger one a bulk change in parts of this size. The 1 M-user load is
+/// about 6,200 steps, each a few milliseconds of Redis's time (the whole
+/// load's figures are in docs/benchmarks.md); other clients are answered
+/// between them.
 pub const CHUNK: usize = 10_000;
 
 /// How long the store waits for Redis.
