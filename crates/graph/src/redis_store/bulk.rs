@@ -385,10 +385,11 @@ mod tests {
     use crate::redis_store::RedisTimeouts;
     use crate::store::{Store, Totals};
 
-    /// A lease a test can outwait.
+    /// A lease a test can outwait, and writes patient enough to outwait it
+    /// however loaded the box.
     const SHORT_LEASE: RedisTimeouts = RedisTimeouts {
         connect: Duration::from_secs(2),
-        response: Duration::from_secs(2),
+        response: Duration::from_secs(10),
         lease: Duration::from_millis(300),
     };
 

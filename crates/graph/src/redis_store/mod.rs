@@ -48,7 +48,12 @@
 //! crash, or, while a slow disk makes Redis postpone its writes, a
 //! `kill -9`. Without the append-only file a restart loses everything
 //! since the last snapshot. Redis's own setting decides this; the store
-//! cannot see it.
+//! cannot see it. The same Redis must keep `maxmemory-policy noeviction`
+//! (its default): any other policy may drop graph keys, or the bulk lock,
+//! without a word. Out of memory, Redis refuses a script before it runs
+//! (`Backend`), so a batch is still whole or absent.
+//! [`StoreOptions::cache_bytes`] does not apply: Redis holds the whole
+//! graph in its own memory.
 //!
 //! # One Redis, not shards
 //! The store keeps the whole graph on one Redis, and [`RedisStore::open`]
