@@ -10,7 +10,7 @@
 //!   follows, sorted sets; empty ones do not exist;
 //! - `P edges`: how many edges there are, kept by the scripts;
 //! - `P bulk:lock`, `P bulk:journal`, `P bulk:N`: a bulk change in flight
-//!   ([`bulk`]).
+//!   (`bulk.rs`).
 //!
 //! In every sorted set the member is the user id in decimal and the score
 //! is the id itself: ids stay below 2^53, which a double holds exactly, so
@@ -32,9 +32,9 @@
 //!
 //! A larger batch, and any `load` past [`CHUNK`] (the 1 M-user graph has
 //! 15 M edges: one script for it would hold Redis for most of a minute,
-//! answering nobody), is a **bulk change**: still all or nothing, as the contract
-//! asks of `load` too, through a journal in Redis that a crashed client's
-//! successor finishes or discards. [`bulk`] has the protocol.
+//! answering nobody), is a **bulk change**: still all or nothing, as the
+//! contract asks of `load` too, through a journal in Redis that a crashed
+//! client's successor finishes or discards. `bulk.rs` has the protocol.
 //!
 //! # Durability (clause 5)
 //! An acknowledged batch survives `kill -9` only if Redis keeps it: run
