@@ -12,12 +12,15 @@
 //! - [`generate`]: seed 004's Barabási–Albert graph, deterministic per seed.
 //! - [`store`]: the [`Store`] contract every backend keeps.
 //! - [`sqlite`]: the embedded default, one SQLite file in WAL mode.
+//! - [`redis_store`]: the graph in one Redis 7, shared by a cluster's
+//!   nodes; a batch is one Lua script, a bulk one a journal in Redis.
 //! - `conformance` (tests, or the `conformance` feature): the suite that
 //!   states the contract; every store runs it unchanged.
 
 pub mod dir;
 pub mod edgelist;
 pub mod generate;
+pub mod redis_store;
 pub mod sqlite;
 mod sqlite_load;
 pub mod store;
@@ -27,6 +30,7 @@ pub mod user;
 pub mod conformance;
 
 pub use dir::{DataDir, DataDirError};
+pub use redis_store::{RedisStore, RedisTimeouts};
 pub use sqlite::SqliteStore;
 pub use store::{Counts, Store, StoreError, StoreOptions, Totals};
 pub use user::{Edge, UserId, UserIdError};

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
-use crate::store::{Counts, Store, StoreError, StoreOptions, Totals};
+use crate::store::{refuse_self_follows, Counts, Store, StoreError, StoreOptions, Totals};
 use crate::user::{Edge, UserId};
 
 /// The graph's file name inside a node's data directory.
@@ -109,17 +109,6 @@ impl SqliteStore {
                 .collect::<Result<_, _>>()?,
         };
         Ok(ids.into_iter().map(UserId::from_stored).collect())
-    }
-}
-
-/// Clause 3's first refusal, checked before anything is written.
-pub(crate) fn refuse_self_follows(edges: &[Edge]) -> Result<(), StoreError> {
-    match edges.iter().position(|e| e.follower == e.followee) {
-        Some(index) => Err(StoreError::SelfFollow {
-            index,
-            user: edges[index].follower,
-        }),
-        None => Ok(()),
     }
 }
 

@@ -44,8 +44,8 @@ use std::collections::HashMap;
 
 use rusqlite::{Connection, TransactionBehavior};
 
-use crate::sqlite::{refuse_self_follows, FOLLOWER_INDEX};
-use crate::store::{StoreError, StoreOptions};
+use crate::sqlite::FOLLOWER_INDEX;
+use crate::store::{refuse_self_follows, StoreError, StoreOptions};
 use crate::user::{Edge, UserId};
 
 pub(crate) fn load(

@@ -71,9 +71,44 @@ pub enum StoreError {
     /// The batch would leave `user` following more than `limit` users.
     #[error("user {user} would follow more than {limit} users")]
     FollowingLimit { user: UserId, limit: u64 },
-    /// The backend failed; nothing of the batch was applied.
+    /// The backend refused or failed the call (SQLite's error, Redis's
+    /// error reply); nothing of the batch was applied.
     #[error("graph store failed: {0}")]
     Backend(String),
+    /// The store cannot be opened as asked (a malformed Redis URL, more
+    /// than one).
+    #[error("graph store configuration: {0}")]
+    Config(String),
+    /// The store's server could not be reached; nothing was sent.
+    #[error("graph store unreachable: {0}")]
+    Unreachable(String),
+    /// The call was sent but no answer came (a timeout, a broken
+    /// connection). A batch it carried was applied wholly or not at all,
+    /// and which is unknown: batches are idempotent, so sending it again
+    /// is safe (its answer then counts only what the second send changed).
+    #[error("graph store did not answer: {0}")]
+    NoAnswer(String),
+    /// Another client's bulk change held the store's writes for longer
+    /// than a write waits; nothing of the batch was applied.
+    #[error("graph store busy: another client's bulk change holds its writes")]
+    Busy,
+    /// This client's bulk change went silent for longer than its lease,
+    /// and another client took it over: that client finished it whole, or
+    /// discarded it whole if it had not been committed.
+    #[error("graph store: this bulk change outlived its lease and was taken over")]
+    LeaseLost,
+}
+
+/// Clause 3's first refusal: it depends on the batch alone, so deciding it
+/// before anything is sent keeps the batch atomic in every store.
+pub(crate) fn refuse_self_follows(edges: &[Edge]) -> Result<(), StoreError> {
+    match edges.iter().position(|e| e.follower == e.followee) {
+        Some(index) => Err(StoreError::SelfFollow {
+            index,
+            user: edges[index].follower,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// A follow-graph backend; see the module contract.

@@ -56,7 +56,15 @@ fn store_refusal(shared: &Shared, error: &FeedsError) -> HttpReply {
             "following_limit",
             &message,
         ),
-        FeedsError::Store(StoreError::Backend(_)) | FeedsError::Stopped => refuse(
+        FeedsError::Store(
+            StoreError::Backend(_)
+            | StoreError::Config(_)
+            | StoreError::Unreachable(_)
+            | StoreError::NoAnswer(_)
+            | StoreError::Busy
+            | StoreError::LeaseLost,
+        )
+        | FeedsError::Stopped => refuse(
             shared,
             StatusCode::SERVICE_UNAVAILABLE,
             "store_failed",

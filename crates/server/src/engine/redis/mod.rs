@@ -514,27 +514,26 @@ impl Engine for RedisEngine {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::AtomicUsize;
-    use std::sync::OnceLock;
+    use std::sync::Mutex;
 
     use myriad_testkit::RedisServer;
 
     use super::*;
     use crate::engine::conformance::{self, Harness};
 
-    /// One Redis for the suite; each harness gets its own prefix, which is
-    /// a Redis of its own as far as the engine can tell (a restarted node
-    /// over it would keep its epochs; a new prefix is a Redis that lost
-    /// everything, as the suite's "restarted" engine expects).
-    fn server() -> &'static RedisServer {
-        static SERVER: OnceLock<RedisServer> = OnceLock::new();
-        SERVER.get_or_init(RedisServer::start)
-    }
+    /// The Redis of the running suite. Each harness gets its own prefix,
+    /// which is a Redis of its own as far as the engine can tell (a
+    /// restarted node over it would keep its epochs; a new prefix is a
+    /// Redis that lost everything, as the suite's "restarted" engine
+    /// expects). The server belongs to the test, which stops it: a static
+    /// one would outlive the test process.
+    static URL: Mutex<Option<String>> = Mutex::new(None);
 
     fn redis(workers: usize, namespaces: Namespaces, max_bytes: usize) -> Harness {
         static HARNESSES: AtomicUsize = AtomicUsize::new(0);
         let n = HARNESSES.fetch_add(1, Ordering::Relaxed);
         let settings = RedisSettings {
-            urls: vec![server().url()],
+            urls: vec![URL.lock().unwrap().clone().expect("the suite's Redis")],
             prefix: format!("conformance{n}"),
             timeout: Duration::from_secs(10),
             queue: 100_000,
@@ -546,6 +545,8 @@ mod tests {
 
     #[test]
     fn redis_engine_keeps_the_contract() {
+        let server = RedisServer::start();
+        *URL.lock().unwrap() = Some(server.url());
         conformance::run(redis);
     }
 }

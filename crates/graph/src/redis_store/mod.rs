@@ -1,0 +1,717 @@
+//! [`RedisStore`]: the follow graph in one Redis 7, shared by every node of
+//! a cluster, behind the same [`Store`] contract as SQLite and checked by
+//! the same conformance suite.
+//!
+//! # Keys
+//! Every key is under the store's prefix `P`, so several clusters (or
+//! tests) can share one Redis, each under its own prefix:
+//! - `P users`: the known users (clause 1), a sorted set;
+//! - `P followers:X` and `P following:X`: who follows user X and whom X
+//!   follows, sorted sets; empty ones do not exist;
+//! - `P edges`: how many edges there are, kept by the scripts;
+//! - `P bulk:lock`, `P bulk:journal`, `P bulk:N`: a bulk change in flight
+//!   (`bulk.rs`).
+//!
+//! In every sorted set the member is the user id in decimal and the score
+//! is the id itself: ids stay below 2^53, which a double holds exactly, so
+//! `ZRANGE key (after +inf BYSCORE LIMIT 0 limit` reads a page in ascending
+//! id order in O(log n + limit) (clause 4). Members of equal score 0 read
+//! with `BYLEX` would need fixed-width ids to sort, bytes that the compact
+//! encoding of small sets (a listpack, which stores an integer-looking
+//! member as an integer) does not spend here.
+//!
+//! # Batches (clause 2)
+//! A batch of at most [`CHUNK`] users and edges is one Lua script
+//! (`scripts`). Redis runs nothing else while a script runs, and the
+//! script decides clause 3's following limit, which depends on what the
+//! store holds, before its first write, so a refused batch writes nothing.
+//! The self-follow refusal depends on the batch alone and is decided before
+//! anything is sent (`refuse_self_follows`, the same rule SQLite uses).
+//! The node's batches are bounded by its admin API's body limit, so one
+//! script is a few milliseconds of Redis's time.
+//!
+//! A larger batch, and any `load` past [`CHUNK`] (the 1 M-user graph has
+//! 15 M edges: one script for it would hold Redis for most of a minute,
+//! answering nobody), is a **bulk change**: still all or nothing, as the
+//! contract asks of `load` too, through a journal in Redis that a crashed
+//! client's successor finishes or discards. `bulk.rs` has the protocol.
+//!
+//! # Durability (clause 5)
+//! An acknowledged batch survives `kill -9` only if Redis keeps it: run
+//! Redis with `appendonly yes` and `appendfsync always`, which writes and
+//! syncs every script's effects to the append-only file before answering
+//! (Redis writes a script's effects as one `MULTI`/`EXEC` block and drops
+//! a torn block when it loads the file, so a batch is never half there).
+//! With `appendfsync everysec` an acknowledged batch survives a `kill -9`
+//! of Redis in the common case (the write reached the kernel before the
+//! answer) but the last second or two can be lost to a power loss, an OS
+//! crash, or, while a slow disk makes Redis postpone its writes, a
+//! `kill -9`. Without the append-only file a restart loses everything
+//! since the last snapshot. Redis's own setting decides this; the store
+//! cannot see it. The same Redis must keep `maxmemory-policy noeviction`
+//! (its default): any other policy may drop graph keys, or the bulk lock,
+//! without a word. Out of memory, Redis refuses a script before it runs
+//! (`Backend`), so a batch is still whole or absent.
+//! [`StoreOptions::cache_bytes`] does not apply: Redis holds the whole
+//! graph in its own memory.
+//!
+//! # One Redis, not shards
+//! The store keeps the whole graph on one Redis, and [`RedisStore::open`]
+//! refuses more than one URL. Sharding users over several Redis by a hash
+//! of their id would put a follow edge's two lists on two shards, and a
+//! batch on many: a script is atomic on its own Redis only, so clause 2
+//! would need a two-phase commit across shards with the recovery of a
+//! coordinator's death, and clause 3 a lock held across them. The graph
+//! does not need the capacity: seed 004's 1 M users and 15 M edges take
+//! 888 MiB of Redis's RSS (docs/benchmarks.md), and a node reads
+//! the graph only when a user connects or changes a follow; sends never
+//! touch it. Subjects, which do need the capacity, are sharded by the
+//! engine.
+//!
+//! # Failures
+//! Every Redis failure is a [`StoreError`], never a panic or a hang:
+//! connecting past [`RedisTimeouts::connect`] or refused is `Unreachable`
+//! (nothing sent); no answer within [`RedisTimeouts::response`], or a
+//! connection broken while waiting, is `NoAnswer` (a batch it carried is
+//! wholly applied or wholly not: sending it again is safe); an error reply
+//! is `Backend`. After a failure on the connection it is dropped (a late
+//! answer would otherwise be read as the next call's) and opened again on
+//! the next call; a read that fails on a connection closed while idle (a
+//! Redis restart) is sent again once on a new one.
+
+mod bulk;
+mod scripts;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::{Connection, ErrorKind, RedisError, RedisResult, Script, ScriptInvocation};
+
+use self::scripts::{count, Reply};
+use crate::store::{refuse_self_follows, Counts, Store, StoreError, StoreOptions, Totals};
+use crate::user::{Edge, UserId};
+
+/// Users or edges per script: a batch up to this size is one script, a
+/// larger one a bulk change in parts of this size. The 1 M-user load is
+/// about 6,200 steps, each a few milliseconds of Redis's time (the whole
+/// load's figures are in docs/benchmarks.md); other clients are answered
+/// between them.
+pub const CHUNK: usize = 10_000;
+
+/// How long the store waits for Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedisTimeouts {
+    /// Opening a connection.
+    pub connect: Duration,
+    /// One answer; also how long a write waits for another client's bulk
+    /// change to end before it gives up with [`StoreError::Busy`].
+    pub response: Duration,
+    /// How long a bulk change may go without a step before another client
+    /// may take it over (finish it if committed, discard it if not).
+    pub lease: Duration,
+}
+
+impl Default for RedisTimeouts {
+    fn default() -> Self {
+        RedisTimeouts {
+            connect: Duration::from_secs(2),
+            response: Duration::from_secs(5),
+            lease: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The follow graph in Redis; see the module docs.
+pub struct RedisStore {
+    link: Link,
+    /// Every key starts with it.
+    prefix: String,
+    options: StoreOptions,
+    timeouts: RedisTimeouts,
+    /// [`CHUNK`], smaller in tests so that small batches take the bulk path.
+    chunk: usize,
+}
+
+/// What a batch changed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Changed {
+    /// Edges added (or removed, for unfollows).
+    edges: u64,
+    users: u64,
+}
+
+/// The one connection to Redis, opened when needed.
+struct Link {
+    client: redis::Client,
+    con: Option<Connection>,
+    connect: Duration,
+    response: Duration,
+}
+
+impl Link {
+    fn connection(&mut self) -> Result<&mut Connection, StoreError> {
+        let con = match self.con.take() {
+            Some(con) => con,
+            None => {
+                let unreachable = |e: RedisError| StoreError::Unreachable(e.to_string());
+                let con = self
+                    .client
+                    .get_connection_with_timeout(self.connect)
+                    .map_err(unreachable)?;
+                con.set_read_timeout(Some(self.response))
+                    .map_err(unreachable)?;
+                con.set_write_timeout(Some(self.response))
+                    .map_err(unreachable)?;
+                con
+            }
+        };
+        Ok(self.con.insert(con))
+    }
+
+    /// Runs `call` once.
+    fn run<T>(
+        &mut self,
+        call: impl FnOnce(&mut Connection) -> RedisResult<T>,
+    ) -> Result<T, StoreError> {
+        let answer = call(self.connection()?);
+        answer.map_err(|e| self.failed(e))
+    }
+
+    /// Runs a read, again once on a new connection when the one it was
+    /// sent on had been closed while idle.
+    fn read<T>(
+        &mut self,
+        call: impl Fn(&mut Connection) -> RedisResult<T>,
+    ) -> Result<T, StoreError> {
+        let reused = self.con.is_some();
+        match call(self.connection()?) {
+            Ok(answer) => Ok(answer),
+            Err(e) if reused && e.is_connection_dropped() => {
+                self.con = None;
+                self.run(call)
+            }
+            Err(e) => Err(self.failed(e)),
+        }
+    }
+
+    fn failed(&mut self, e: RedisError) -> StoreError {
+        if e.is_io_error() || e.kind() == ErrorKind::Parse {
+            // The connection may be out of step with its answers.
+            self.con = None;
+            return StoreError::NoAnswer(e.to_string());
+        }
+        if e.is_unrecoverable_error() {
+            self.con = None;
+        }
+        StoreError::Backend(e.to_string())
+    }
+}
+
+impl RedisStore {
+    /// Opens the graph kept under `prefix` in the Redis at `urls`, which
+    /// must be exactly one URL (the module docs say why), with the default
+    /// [`RedisTimeouts`].
+    pub fn open(
+        urls: &[String],
+        prefix: &str,
+        options: StoreOptions,
+    ) -> Result<RedisStore, StoreError> {
+        RedisStore::open_with(urls, prefix, options, RedisTimeouts::default())
+    }
+
+    /// [`RedisStore::open`] with the given timeouts. It connects at once,
+    /// so an unreachable Redis fails here, and finishes or discards what a
+    /// dead client's bulk change left, so the store opens whole.
+    pub fn open_with(
+        urls: &[String],
+        prefix: &str,
+        options: StoreOptions,
+        timeouts: RedisTimeouts,
+    ) -> Result<RedisStore, StoreError> {
+        let url = match urls {
+            [url] => url,
+            [] => return Err(StoreError::Config("no Redis URL given".into())),
+            more => {
+                return Err(StoreError::Config(format!(
+                    "{} Redis URLs given: the graph is kept whole on one Redis, give one",
+                    more.len()
+                )))
+            }
+        };
+        if prefix.is_empty() {
+            return Err(StoreError::Config(
+                "the key prefix is empty: give one, such as \"myriad:graph:\"".into(),
+            ));
+        }
+        let RedisTimeouts {
+            connect,
+            response,
+            lease,
+        } = timeouts;
+        if [connect, response, lease].iter().any(Duration::is_zero) {
+            return Err(StoreError::Config("a Redis timeout of zero".into()));
+        }
+        // The URL itself is not repeated: it may hold a password.
+        let client = redis::Client::open(url.as_str())
+            .map_err(|e| StoreError::Config(format!("the Redis URL: {e}")))?;
+        let mut store = RedisStore {
+            link: Link {
+                client,
+                con: None,
+                connect,
+                response,
+            },
+            prefix: prefix.to_owned(),
+            options,
+            timeouts,
+            chunk: CHUNK,
+        };
+        store.recover()?;
+        Ok(store)
+    }
+
+    fn key(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    fn list(&self, list: &str, user: UserId) -> String {
+        format!("{}{list}:{user}", self.prefix)
+    }
+
+    /// Runs a script with the prefix as its first argument, then `args`.
+    fn invoke(
+        &mut self,
+        script: &Script,
+        args: impl Fn(&mut ScriptInvocation<'_>),
+    ) -> Result<Reply, StoreError> {
+        let prefix = &self.prefix;
+        let answer = self.link.run(|con| {
+            let mut invocation = script.prepare_invoke();
+            invocation.arg(prefix);
+            args(&mut invocation);
+            invocation.invoke::<Vec<i64>>(con)
+        })?;
+        Reply::decode(answer)
+    }
+
+    /// Runs a write that is not part of a bulk change: while another
+    /// client's holds the store it waits, at most `response`, and what a
+    /// dead client's left it finishes or discards first.
+    fn write(
+        &mut self,
+        script: &Script,
+        args: impl Fn(&mut ScriptInvocation<'_>),
+    ) -> Result<Reply, StoreError> {
+        let mut deadline = Instant::now() + self.timeouts.response;
+        let mut pause = Duration::from_millis(5);
+        loop {
+            match self.invoke(script, &args)? {
+                Reply::Busy | Reply::Recover if Instant::now() >= deadline => {
+                    return Err(StoreError::Busy)
+                }
+                Reply::Busy => {
+                    thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                Reply::Recover => {
+                    self.recover()?;
+                    deadline = Instant::now() + self.timeouts.response;
+                }
+                reply => return Ok(reply),
+            }
+        }
+    }
+
+    /// Adds `users` and `edges` (already free of self-follows) as one batch.
+    fn add(&mut self, users: Vec<UserId>, edges: Vec<Edge>) -> Result<Changed, StoreError> {
+        if users.len() + edges.len() > self.chunk {
+            return self.bulk(bulk::Change::Add, users, edges);
+        }
+        let users: Vec<u64> = users.iter().map(|u| u.get()).collect();
+        let pairs = pairs(&edges);
+        let max = self.options.max_following;
+        match self.write(&scripts::FOLLOW, |invocation| {
+            invocation.arg(max).arg(users.len()).arg(&users).arg(&pairs);
+        })? {
+            Reply::Ok(values) => Ok(Changed {
+                edges: count(&values, 0)?,
+                users: count(&values, 1)?,
+            }),
+            Reply::Limit(user) => Err(StoreError::FollowingLimit { user, limit: max }),
+            other => Err(out_of_turn(&other)),
+        }
+    }
+
+    /// Reads one page of the sorted set at `key`.
+    fn page(
+        &mut self,
+        key: &str,
+        after: Option<UserId>,
+        limit: usize,
+    ) -> Result<Vec<UserId>, StoreError> {
+        // "(" excludes `after` itself.
+        let min = after.map_or_else(|| "-inf".to_owned(), |after| format!("({after}"));
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let ids: Vec<u64> = self.link.read(|con| {
+            redis::cmd("ZRANGE")
+                .arg(key)
+                .arg(&min)
+                .arg("+inf")
+                .arg("BYSCORE")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(limit)
+                .query(con)
+        })?;
+        ids.into_iter().map(stored).collect()
+    }
+
+    /// Tests: bulk changes in parts of `chunk`, so that small batches take
+    /// that path.
+    #[cfg(test)]
+    fn with_chunk(mut self, chunk: usize) -> RedisStore {
+        self.chunk = chunk;
+        self
+    }
+}
+
+/// Edges as the flat follower, followee list the scripts take.
+fn pairs(edges: &[Edge]) -> Vec<u64> {
+    edges
+        .iter()
+        .flat_map(|e| [e.follower.get(), e.followee.get()])
+        .collect()
+}
+
+/// An id read back from Redis: checked again, as anything could have
+/// written there.
+fn stored(id: u64) -> Result<UserId, StoreError> {
+    UserId::new(id).map_err(|e| StoreError::Backend(format!("a stored id: {e}")))
+}
+
+/// A script answered with a code its caller never expects from it.
+fn out_of_turn(reply: &Reply) -> StoreError {
+    StoreError::Backend(format!("a graph script answered {reply:?} out of turn"))
+}
+
+impl Store for RedisStore {
+    fn add_users(&mut self, users: &[UserId]) -> Result<u64, StoreError> {
+        Ok(self.add(users.to_vec(), Vec::new())?.users)
+    }
+
+    fn follow(&mut self, edges: &[Edge]) -> Result<u64, StoreError> {
+        refuse_self_follows(edges)?;
+        Ok(self.add(Vec::new(), edges.to_vec())?.edges)
+    }
+
+    fn unfollow(&mut self, edges: &[Edge]) -> Result<u64, StoreError> {
+        if edges.len() > self.chunk {
+            return Ok(self
+                .bulk(bulk::Change::Remove, Vec::new(), edges.to_vec())?
+                .edges);
+        }
+        let pairs = pairs(edges);
+        match self.write(&scripts::UNFOLLOW, |invocation| {
+            invocation.arg(&pairs);
+        })? {
+            Reply::Ok(values) => count(&values, 0),
+            other => Err(out_of_turn(&other)),
+        }
+    }
+
+    fn load(&mut self, users: Vec<UserId>, edges: Vec<Edge>) -> Result<u64, StoreError> {
+        refuse_self_follows(&edges)?;
+        Ok(self.add(users, edges)?.edges)
+    }
+
+    fn followers(
+        &mut self,
+        user: UserId,
+        after: Option<UserId>,
+        limit: usize,
+    ) -> Result<Vec<UserId>, StoreError> {
+        self.page(&self.list("followers", user), after, limit)
+    }
+
+    fn following(
+        &mut self,
+        user: UserId,
+        after: Option<UserId>,
+        limit: usize,
+    ) -> Result<Vec<UserId>, StoreError> {
+        self.page(&self.list("following", user), after, limit)
+    }
+
+    fn users(&mut self, after: Option<UserId>, limit: usize) -> Result<Vec<UserId>, StoreError> {
+        self.page(&self.key("users"), after, limit)
+    }
+
+    fn contains(&mut self, user: UserId) -> Result<bool, StoreError> {
+        let users = self.key("users");
+        let score: Option<String> = self
+            .link
+            .read(|con| redis::cmd("ZSCORE").arg(&users).arg(user.get()).query(con))?;
+        Ok(score.is_some())
+    }
+
+    fn counts(&mut self, user: UserId) -> Result<Counts, StoreError> {
+        let (followers, following) = (self.list("followers", user), self.list("following", user));
+        let (followers, following) = self.link.read(|con| {
+            redis::pipe()
+                .cmd("ZCARD")
+                .arg(&followers)
+                .cmd("ZCARD")
+                .arg(&following)
+                .query(con)
+        })?;
+        Ok(Counts {
+            followers,
+            following,
+        })
+    }
+
+    fn totals(&mut self) -> Result<Totals, StoreError> {
+        let (users, edges) = (self.key("users"), self.key("edges"));
+        let (users, edges): (u64, Option<u64>) = self.link.read(|con| {
+            redis::pipe()
+                .cmd("ZCARD")
+                .arg(&users)
+                .cmd("GET")
+                .arg(&edges)
+                .query(con)
+        })?;
+        Ok(Totals {
+            users,
+            edges: edges.unwrap_or(0),
+        })
+    }
+}
+
+/// One Redis per test thread, and a fresh prefix per store.
+///
+/// Each test runs on a thread of its own, so a thread-local server lives
+/// exactly as long as its test and is killed when the thread ends: a
+/// failing test leaves nothing behind, and no test sees another's keys.
+/// Within a test, every store gets a prefix of its own on that server, so
+/// the property test's 64 stores share one server (not 64 starts) and
+/// check, in passing, that prefixes keep stores apart: a key written
+/// outside its prefix would show in the next store's totals.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use myriad_testkit::RedisServer;
+
+    use super::*;
+
+    thread_local! {
+        static SERVER: RedisServer = RedisServer::start();
+    }
+
+    /// The URL of this test's own server.
+    pub(crate) fn url() -> Vec<String> {
+        SERVER.with(|server| vec![server.url()])
+    }
+
+    pub(crate) fn fresh_prefix() -> String {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        format!("test{}:", NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// An empty store on this test's server, bulk changes in parts of `chunk`.
+    pub(crate) fn store(chunk: usize) -> RedisStore {
+        RedisStore::open(&url(), &fresh_prefix(), crate::conformance::OPTIONS)
+            .unwrap()
+            .with_chunk(chunk)
+    }
+
+    /// The keys under `prefix` on the server at `url`.
+    pub(crate) fn keys(url: &str, prefix: &str) -> Vec<String> {
+        let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let mut keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}*"))
+            .query(&mut con)
+            .unwrap();
+        keys.sort();
+        keys
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use myriad_testkit::RedisServer;
+
+    use super::testing::{fresh_prefix, keys, store, url};
+    use super::*;
+    use crate::conformance::OPTIONS;
+
+    // Every batch of the suite is one script.
+    crate::conformance_suite!(one_script_a_batch, store(CHUNK));
+    // Every batch of more than 3 users and edges is a bulk change in parts
+    // of 3: the journal keeps the same contract.
+    crate::conformance_suite!(bulk_changes, store(3));
+
+    fn user(id: u64) -> UserId {
+        UserId::new(id).unwrap()
+    }
+
+    fn edge(follower: u64, followee: u64) -> Edge {
+        Edge::new(user(follower), user(followee))
+    }
+
+    fn ids(users: Vec<UserId>) -> Vec<u64> {
+        users.into_iter().map(UserId::get).collect()
+    }
+
+    /// Short timeouts, so the failure tests end soon.
+    const QUICK: RedisTimeouts = RedisTimeouts {
+        connect: Duration::from_millis(500),
+        response: Duration::from_millis(500),
+        lease: Duration::from_millis(500),
+    };
+
+    #[test]
+    fn prefixes_keep_stores_apart_on_one_redis() {
+        let (mut a, mut b) = (store(CHUNK), store(CHUNK));
+        a.follow(&[edge(1, 2)]).unwrap();
+        b.follow(&[edge(2, 1), edge(3, 1)]).unwrap();
+        assert_eq!(ids(a.followers(user(2), None, 10).unwrap()), vec![1]);
+        assert!(b.followers(user(2), None, 10).unwrap().is_empty());
+        assert_eq!(a.totals().unwrap(), Totals { users: 2, edges: 1 });
+        assert_eq!(b.totals().unwrap(), Totals { users: 3, edges: 2 });
+    }
+
+    #[test]
+    fn ids_up_to_the_largest_page_exactly() {
+        // Near 2^53 a double's neighbours are 1 apart: scores still order
+        // and exclude exactly.
+        let top = UserId::MAX;
+        let mut store = store(CHUNK);
+        let edges: Vec<Edge> = (1..=5).map(|i| edge(top - i, top)).collect();
+        store.follow(&edges).unwrap();
+        let first = store.followers(user(top), None, 2).unwrap();
+        assert_eq!(ids(first.clone()), vec![top - 5, top - 4]);
+        let rest = store.followers(user(top), Some(first[1]), 10).unwrap();
+        assert_eq!(ids(rest), vec![top - 3, top - 2, top - 1]);
+        let last = store.users(Some(user(top - 1)), 10).unwrap();
+        assert_eq!(ids(last), vec![top]);
+    }
+
+    #[test]
+    fn bad_configurations_are_refused_by_name() {
+        let options = StoreOptions::default();
+        let refused = |urls: &[String], prefix: &str| match RedisStore::open(urls, prefix, options)
+        {
+            Err(StoreError::Config(why)) => why,
+            other => panic!("{:?}", other.map(|_| ())),
+        };
+        assert!(refused(&[], "p:").contains("no Redis URL"));
+        let two = [url()[0].clone(), url()[0].clone()];
+        assert!(refused(&two, "p:").contains("2 Redis URLs"));
+        assert!(refused(&url(), "").contains("prefix"));
+        let why = refused(&["http://:secret@host".to_owned()], "p:");
+        assert!(!why.contains("secret"), "{why}");
+        let zero = RedisTimeouts {
+            response: Duration::ZERO,
+            ..RedisTimeouts::default()
+        };
+        assert!(matches!(
+            RedisStore::open_with(&url(), "p:", options, zero),
+            Err(StoreError::Config(_))
+        ));
+    }
+
+    #[test]
+    fn an_unreachable_redis_fails_the_open() {
+        let mut server = RedisServer::start();
+        let urls = vec![server.url()];
+        server.kill();
+        let opened = RedisStore::open_with(&urls, "p:", OPTIONS, QUICK);
+        assert!(
+            matches!(opened, Err(StoreError::Unreachable(_))),
+            "{:?}",
+            opened.map(|_| ())
+        );
+    }
+
+    #[test]
+    fn a_killed_redis_gives_typed_errors_and_a_restarted_one_serves_again() {
+        let mut server = RedisServer::start();
+        let mut store = RedisStore::open_with(&[server.url()], "p:", OPTIONS, QUICK).unwrap();
+        store.follow(&[edge(1, 2)]).unwrap();
+        server.kill();
+        let started = Instant::now();
+        let refused = store.follow(&[edge(3, 2)]);
+        assert!(
+            matches!(
+                refused,
+                Err(StoreError::NoAnswer(_) | StoreError::Unreachable(_))
+            ),
+            "{refused:?}"
+        );
+        // Now the connection is gone: the next call cannot connect.
+        let read = store.totals();
+        assert!(matches!(read, Err(StoreError::Unreachable(_))), "{read:?}");
+        assert!(started.elapsed() < Duration::from_secs(30), "no hang");
+        server.restart();
+        // Not persistent: the restarted Redis is empty, and it answers.
+        assert_eq!(store.totals().unwrap(), Totals::default());
+        assert_eq!(store.follow(&[edge(3, 2)]).unwrap(), 1);
+    }
+
+    #[test]
+    fn a_stalled_redis_gives_no_answer_within_the_response_timeout() {
+        let server = RedisServer::start();
+        let mut store = RedisStore::open_with(&[server.url()], "p:", OPTIONS, QUICK).unwrap();
+        store.follow(&[edge(1, 2)]).unwrap();
+        server.pause();
+        let started = Instant::now();
+        let write = store.follow(&[edge(3, 2)]);
+        let read = store.followers(user(2), None, 10);
+        let waited = started.elapsed();
+        server.resume();
+        assert!(matches!(write, Err(StoreError::NoAnswer(_))), "{write:?}");
+        // The failed write dropped its connection; a new one is accepted
+        // by the kernel, but its handshake is never answered, so the read
+        // was never sent.
+        assert!(matches!(read, Err(StoreError::Unreachable(_))), "{read:?}");
+        assert!(waited >= QUICK.response, "{waited:?}");
+        assert!(waited < Duration::from_secs(30), "{waited:?}");
+        // The write reached Redis before it stopped, and ran once resumed.
+        let followers = store.followers(user(2), None, 10).unwrap();
+        assert_eq!(ids(followers), vec![1, 3]);
+    }
+
+    #[test]
+    fn an_acknowledged_batch_survives_kill_9_of_redis() {
+        // appendonly yes, appendfsync always: what the module docs ask of
+        // the operator.
+        let mut server = RedisServer::start_persistent();
+        let urls = vec![server.url()];
+        let prefix = fresh_prefix();
+        let mut store = RedisStore::open(&urls, &prefix, OPTIONS)
+            .unwrap()
+            .with_chunk(3);
+        assert_eq!(store.follow(&[edge(1, 2), edge(3, 2)]).unwrap(), 2);
+        // A bulk change, acknowledged too.
+        let bulk: Vec<Edge> = (10..20).map(|f| edge(f, 2)).collect();
+        assert_eq!(store.follow(&bulk).unwrap(), 10);
+        server.kill();
+        server.restart();
+        let mut store = RedisStore::open(&urls, &prefix, OPTIONS).unwrap();
+        let mut expected = vec![1, 3];
+        expected.extend(10..20);
+        assert_eq!(ids(store.followers(user(2), None, 100).unwrap()), expected);
+        assert_eq!(
+            store.totals().unwrap(),
+            Totals {
+                users: 13,
+                edges: 12
+            }
+        );
+        // Nothing of the journal is left.
+        assert!(keys(&urls[0], &format!("{prefix}bulk")).is_empty());
+    }
+}
