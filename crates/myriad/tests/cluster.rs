@@ -315,6 +315,58 @@ fn a_stalled_redis_gets_timeouts_and_a_bounded_queue_never_a_hang() {
     }
 }
 
+#[test]
+fn subjects_spread_over_several_redis_instances_and_every_node_agrees_where() {
+    let shards = [RedisServer::start(), RedisServer::start()];
+    let (u0, u1) = (shards[0].url(), shards[1].url());
+    let start = || {
+        Node::start(&[
+            "--workers",
+            "2",
+            "--engine",
+            "redis",
+            "--redis-url",
+            &u0,
+            "--redis-url",
+            &u1,
+        ])
+    };
+    let (a, b) = (start(), start());
+    let subjects: Vec<String> = (0..40).map(|i| format!("s{i}")).collect();
+    let names: Vec<&str> = subjects.iter().map(String::as_str).collect();
+    let mut ws = a.connect();
+    subscribe(&mut ws, &names);
+    for (n, subject) in subjects.iter().enumerate() {
+        let reply = b.publish(subject, &json!(n));
+        assert_eq!(reply["offset"], 1, "{reply}");
+    }
+    let mut got: Vec<(String, u64)> = (0..subjects.len())
+        .map(|_| {
+            let msg = recv(&mut ws);
+            assert_eq!(msg["offset"], 1, "{msg}");
+            (
+                msg["subject"].as_str().unwrap().to_owned(),
+                msg["data"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    got.sort_by_key(|(_, n)| *n);
+    let want: Vec<(String, u64)> = subjects.iter().cloned().zip(0..).collect();
+    assert_eq!(got, want);
+    // Each instance holds some of the subjects, and only its own.
+    let held: Vec<u64> = shards
+        .iter()
+        .map(|r| {
+            let keys = r
+                .command(&["EVAL", "return #redis.call('KEYS', 'myriad:s:*')", "0"])
+                .unwrap();
+            keys.trim_start_matches(':').parse().unwrap()
+        })
+        .collect();
+    assert_eq!(held.iter().sum::<u64>(), 40, "{held:?}");
+    assert!(held.iter().all(|&n| n > 0), "both shards used: {held:?}");
+}
+
 /// Runs `myriad serve` with `args`, expecting it to exit non-zero on its
 /// own; returns its stderr.
 fn refused_start(args: &[&str]) -> String {
