@@ -168,6 +168,14 @@ impl Router {
             .map_or(0, |s| s.route.subscribers())
     }
 
+    /// Subjects with interest on this node.
+    pub fn count(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| shard.lock().unwrap_or_else(|p| p.into_inner()).len())
+            .sum()
+    }
+
     /// The subjects with interest on this node that `keep` picks.
     pub fn subjects(&self, mut keep: impl FnMut(&str) -> bool) -> Vec<Arc<str>> {
         let mut out = Vec::new();
