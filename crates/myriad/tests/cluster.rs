@@ -162,8 +162,8 @@ fn while_redis_is_down_publishes_fail_fast_and_the_node_comes_back_by_itself() {
 #[test]
 fn a_live_subscriber_gets_what_was_published_while_its_node_was_cut_off_from_redis() {
     let redis = RedisServer::start();
-    let a = node(&redis, "cut");
-    let b = node(&redis, "cut");
+    let a = Node::in_cluster(&redis, "cut");
+    let b = Node::in_cluster(&redis, "cut");
     let mut ws = a.connect();
     subscribe(&mut ws, &["gap"]);
     for n in 1..=5 {
@@ -192,7 +192,7 @@ fn a_live_subscriber_gets_what_was_published_while_its_node_was_cut_off_from_red
 #[test]
 fn a_redis_that_restarts_empty_tells_live_subscribers_their_stream_broke() {
     let mut redis = RedisServer::start();
-    let a = node(&redis, "empty");
+    let a = Node::in_cluster(&redis, "empty");
     let mut ws = a.connect();
     let before = subscribe(&mut ws, &["e"]).remove(0);
     a.publish("e", &json!(1));
