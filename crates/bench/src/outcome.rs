@@ -243,7 +243,13 @@ pub struct ChurnReport {
     pub reconnects_skipped: u64,
     /// Reconnects whose new connection had every subject answered.
     pub reconnected: u64,
-    /// Resubscribes with `since` answered `recovered: true`.
+    /// Subscriber connections lost without the bench closing them (their
+    /// node died), each subscriber failing over to the next node.
+    pub failovers: u64,
+    /// Of those, subscribers back with every subject answered.
+    pub failed_over: u64,
+    /// Resubscribes with `since` answered `recovered: true` (the
+    /// failovers' included).
     pub recovered: u64,
     /// Resubscribes with `since` answered `recovered: false`.
     pub unrecovered: u64,
@@ -275,6 +281,7 @@ impl ChurnReport {
     /// every message of its subjects exactly once, in order.
     pub fn problems(&self) -> Vec<String> {
         let unanswered = self.reconnects.saturating_sub(self.reconnected);
+        let stranded = self.failovers.saturating_sub(self.failed_over);
         [
             (self.lost, "messages lost"),
             (self.duplicates, "duplicates"),
@@ -282,6 +289,7 @@ impl ChurnReport {
             (self.unrecovered, "resubscribes not recovered"),
             (self.broken, "positions that could not be followed"),
             (unanswered, "reconnects never answered"),
+            (stranded, "failovers that found no node"),
         ]
         .into_iter()
         .filter(|&(n, _)| n > 0)

@@ -14,7 +14,7 @@ fn a_hundred_thousand_over_twenty_sources() {
     let mut per_source: HashMap<usize, u64> = HashMap::new();
     for i in 0..n {
         *per_source
-            .entry(route(i, 1, sources.0.len()).source.unwrap())
+            .entry(route(i, 0, 1, sources.0.len()).source.unwrap())
             .or_default() += 1;
     }
     assert_eq!(per_source.len(), 20);
@@ -28,16 +28,16 @@ fn several_targets_multiply_the_pairs() {
     // connections alternate targets first.
     let mut pairs: HashMap<(usize, usize), u64> = HashMap::new();
     for i in 0..1_200 {
-        let r = route(i, 3, 4);
+        let r = route(i, 0, 3, 4);
         *pairs.entry((r.target, r.source.unwrap())).or_default() += 1;
     }
     assert_eq!(pairs.len(), 12);
     assert!(pairs.values().all(|&c| c == 100));
     assert_eq!(
         (
-            route(0, 3, 4).target,
-            route(1, 3, 4).target,
-            route(2, 3, 4).target
+            route(0, 0, 3, 4).target,
+            route(1, 0, 3, 4).target,
+            route(2, 0, 3, 4).target
         ),
         (0, 1, 2)
     );

@@ -29,6 +29,8 @@ pub enum ClientError {
     Closed { code: u16, reason: String },
     #[error("server refused the request: {code}: {message}")]
     Refused { code: String, message: String },
+    #[error("no node answered in {tries} tries; the last: {last}")]
+    GaveUp { tries: u32, last: Box<ClientError> },
 }
 
 /// An open WebSocket connection.

@@ -61,13 +61,22 @@ struct SubArgs {
     /// Subjects to subscribe to.
     #[arg(required = true)]
     subjects: Vec<String>,
-    /// The node's WebSocket endpoint; give several to fail over between
-    /// nodes when one cannot be reached.
-    #[arg(long = "url", default_value = "ws://127.0.0.1:8080/ws")]
+    /// The node's WebSocket endpoint. Give several (repeat --url, or
+    /// separate them with commas), nodes of one cluster, to fail over: when
+    /// the connection drops, the next one is tried, round robin.
+    #[arg(
+        long = "url",
+        value_delimiter = ',',
+        default_value = "ws://127.0.0.1:8080/ws"
+    )]
     url: Vec<String>,
     /// Exit after this many deliveries.
     #[arg(long)]
     count: Option<u64>,
+    /// Most connection tries per outage (the first at once, then 100 ms
+    /// apart doubling to 2 s) before giving up.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..))]
+    attempts: u32,
 }
 
 #[derive(Args)]
@@ -136,7 +145,7 @@ fn report(result: Result<(), impl std::fmt::Display>) -> ExitCode {
 }
 
 fn subscribe(args: SubArgs) -> Result<(), ClientError> {
-    let mut sub = sub::Subscriber::new(args.url, args.subjects, args.count);
+    let mut sub = sub::Subscriber::new(args.url, args.subjects, args.count, args.attempts);
     sub.run()
 }
 

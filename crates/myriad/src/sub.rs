@@ -1,13 +1,19 @@
-//! `myriad sub`: a subscriber that survives blips.
+//! `myriad sub`: a subscriber that survives blips and dead nodes.
 //!
 //! It prints every delivery as a JSON line on stdout and remembers the last
-//! position of each subject. When the connection drops it reconnects with
-//! exponential back-off (to the next URL, when several are given) and
-//! resubscribes each subject with `since` set to that position, so the
-//! node replays what was missed; it says on stderr whether each recovery
-//! was complete. A close whose reason says "do not reconnect unchanged"
-//! (the registry in `myriad_protocol::close`, or any code in the 45xx
-//! range) ends it instead.
+//! position of each subject. It is given one node URL or several (nodes of
+//! one cluster). When its connection drops (the node was killed, the
+//! connection was reset, or the node closed it with a code that invites a
+//! reconnect) it tries the next URL, round robin: at once, then after a
+//! pause of [`FIRST_BACKOFF`] doubling to [`MAX_BACKOFF`], and at most
+//! `attempts` tries per outage before it gives up with the last error. An
+//! outage ends when a node answers a subscribe. On each new connection it
+//! resubscribes every subject with `since` set to the last position it
+//! received, so the node replays what was missed and the output goes on
+//! with no gap and no duplicate; it says on stderr whether each recovery
+//! was complete, and after one that was not it carries on live. A close
+//! whose reason says "do not reconnect unchanged" (the registry in
+//! `myriad_protocol::close`, or any code in the 45xx range) ends it instead.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -20,10 +26,11 @@ use myriad_protocol::position::Position;
 
 use crate::client::{Client, ClientError};
 
-/// First pause before reconnecting; doubled per failed attempt.
-const FIRST_BACKOFF: Duration = Duration::from_millis(100);
-/// Longest pause between attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// Pause before the second try of an outage; doubled per try after it.
+/// The first try goes at once: with several URLs it is another node.
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// Longest pause between tries.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// Whether a close with `code` says not to reconnect unchanged.
 fn gives_up(code: u16) -> bool {
@@ -31,14 +38,29 @@ fn gives_up(code: u16) -> bool {
     code >= 4500 || advice == Some(Reconnect::NotUnchanged)
 }
 
+/// The pause before try `tries` of an outage (1 is its first try).
+fn backoff(tries: u32) -> Duration {
+    match tries {
+        0 | 1 => Duration::ZERO,
+        n => FIRST_BACKOFF
+            .saturating_mul(1 << (n - 2).min(16))
+            .min(MAX_BACKOFF),
+    }
+}
+
 pub struct Subscriber {
     urls: Vec<String>,
     subjects: Vec<String>,
     /// Exit after this many deliveries (replays included).
     count: Option<u64>,
+    /// Most tries per outage.
+    attempts: u32,
     received: u64,
-    /// Last position seen per subject (delivery or subscribe reply).
+    /// Last position received per subject: a delivery's, or the answer's
+    /// to a subscribe that did not resume (fresh, or not recovered).
     positions: HashMap<String, Position>,
+    /// Tries made in the current outage; 0 once a node has answered.
+    tries: u32,
 }
 
 /// How one connection ended.
@@ -50,45 +72,52 @@ enum Ended {
 }
 
 impl Subscriber {
-    pub fn new(urls: Vec<String>, subjects: Vec<String>, count: Option<u64>) -> Subscriber {
+    pub fn new(
+        urls: Vec<String>,
+        subjects: Vec<String>,
+        count: Option<u64>,
+        attempts: u32,
+    ) -> Subscriber {
         Subscriber {
             urls,
             subjects,
             count,
+            attempts,
             received: 0,
             positions: HashMap::new(),
+            tries: 0,
         }
     }
 
-    /// Runs until `count` deliveries, or a close that says not to reconnect.
+    /// Runs until `count` deliveries, a close that says not to reconnect,
+    /// or an outage that outlasts its tries.
     pub fn run(&mut self) -> Result<(), ClientError> {
-        let mut backoff = FIRST_BACKOFF;
-        let mut attempt = 0usize;
+        let mut next = 0usize;
         loop {
-            let url = &self.urls[attempt % self.urls.len()];
-            attempt += 1;
-            let ended = match Client::connect(url) {
-                Ok(mut client) => {
-                    backoff = FIRST_BACKOFF;
-                    self.serve(&mut client)
-                }
+            std::thread::sleep(backoff(self.tries + 1));
+            let url = self.urls[next % self.urls.len()].clone();
+            next += 1;
+            self.tries += 1;
+            let ended = match Client::connect(&url) {
+                Ok(mut client) => self.serve(&mut client),
                 Err(e) => Ended::Lost(e),
             };
-            match ended {
+            let e = match ended {
                 Ended::Done => return Ok(()),
                 Ended::Lost(ClientError::Closed { code, reason }) if gives_up(code) => {
                     return Err(ClientError::Closed { code, reason });
                 }
-                Ended::Lost(e) if self.positions.is_empty() && attempt >= self.urls.len() * 3 => {
-                    // Never got going: a wrong URL, not a blip.
-                    return Err(e);
-                }
-                Ended::Lost(e) => {
-                    eprintln!("connection lost ({e}); reconnecting in {backoff:?}");
-                    std::thread::sleep(backoff);
-                    backoff = (backoff * 2).min(MAX_BACKOFF);
-                }
+                Ended::Lost(e) => e,
+            };
+            if self.tries >= self.attempts {
+                return Err(ClientError::GaveUp {
+                    tries: self.tries,
+                    last: Box::new(e),
+                });
             }
+            let then = &self.urls[next % self.urls.len()];
+            let pause = backoff(self.tries + 1);
+            eprintln!("{url}: {e}; trying {then} in {pause:?}");
         }
     }
 
@@ -110,7 +139,7 @@ impl Subscriber {
                     if let Some(last) = self.positions.get(subject.as_ref()) {
                         if last.epoch == position.epoch && position.offset != last.offset + 1 {
                             eprintln!(
-                                "warning: {subject} jumped from offset {} to {}",
+                                "warning: {subject} went from offset {} to {}",
                                 last.offset, position.offset
                             );
                         }
@@ -130,15 +159,22 @@ impl Subscriber {
                     recovered,
                     ..
                 }) => {
+                    // A node is serving us: the outage, if any, is over.
+                    self.tries = 0;
                     match recovered {
-                        Some(true) => eprintln!("resumed {subject}: nothing lost"),
+                        // The replay follows and moves the position on; the
+                        // answer's is where the replay ends, so taking it
+                        // now would lose the replay to a cut in its middle.
+                        Some(true) => {
+                            eprintln!("resumed {subject}: nothing lost");
+                            continue;
+                        }
                         Some(false) => eprintln!(
-                            "resumed {subject}: could NOT recover what was missed (history too short or a new epoch); now at offset {}",
+                            "resumed {subject}: could NOT recover what was missed (history too short or a new epoch); going on live from offset {}",
                             position.offset
                         ),
                         None => eprintln!("subscribed to {subject} at offset {}", position.offset),
                     }
-                    // Replayed deliveries follow and advance it further.
                     self.positions.insert(subject.into_owned(), position);
                 }
                 Ok(ServerMessage::Error { code, message, .. }) => {
@@ -170,7 +206,7 @@ impl Subscriber {
 
 #[cfg(test)]
 mod tests {
-    use super::gives_up;
+    use super::*;
 
     #[test]
     fn closes_that_say_do_not_retry_end_it() {
@@ -183,5 +219,16 @@ mod tests {
         assert!(!gives_up(1001), "going away: another node or a restart");
         assert!(!gives_up(4001), "slow consumer: back off and resume");
         assert!(!gives_up(4002));
+    }
+
+    #[test]
+    fn the_first_try_goes_at_once_then_pauses_double_to_the_cap() {
+        let ms = |tries| backoff(tries).as_millis();
+        assert_eq!(
+            [ms(1), ms(2), ms(3), ms(4), ms(5), ms(6)],
+            [0, 100, 200, 400, 800, 1600]
+        );
+        assert_eq!(ms(7), 2000);
+        assert_eq!(ms(1000), 2000, "no overflow however long the outage");
     }
 }

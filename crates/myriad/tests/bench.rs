@@ -1,17 +1,20 @@
 //! `myriad bench` end to end: every workload, briefly, against a real
-//! `myriad serve`, checking that the figures agree with each other and with
-//! the server's own counters (messages received = published × subscribers
-//! where nothing is lost), and that a workload's check fails when the
-//! server is wrong. Counts only; never timings.
+//! `myriad serve` (and churn across two nodes over a real Redis, one of
+//! them killed mid-run), checking that the figures agree with each other
+//! and with the server's own counters (messages received = published ×
+//! subscribers where nothing is lost), and that a workload's check fails
+//! when the server is wrong. Counts only; never timings.
 
 mod common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use common::tls::Pki;
 use common::Node;
+use myriad_testkit::RedisServer;
 use serde_json::Value;
 
 /// A file in the system's temp directory, unique to this test process.
@@ -22,11 +25,27 @@ fn temp_path(name: &str) -> PathBuf {
 /// `myriad bench` with `global` options (plus --json and quiet progress)
 /// and a workload.
 fn bench_command(node: &Node, json: &Path, global: &[&str], workload: &[&str]) -> Command {
+    cluster_bench_command(&[node], &[node], json, global, workload)
+}
+
+/// [`bench_command`] against several nodes: the `--url` of each of
+/// `nodes`, and the `--admin-url` of each of `admins`.
+fn cluster_bench_command(
+    nodes: &[&Node],
+    admins: &[&Node],
+    json: &Path,
+    global: &[&str],
+    workload: &[&str],
+) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_myriad"));
-    cmd.arg("bench")
-        .args(["--url", &node.url("/ws")])
-        .args(["--admin-url", &format!("http://{}", node.admin)])
-        .args(["--progress", "off", "--json"])
+    cmd.arg("bench");
+    for node in nodes {
+        cmd.args(["--url", &node.url("/ws")]);
+    }
+    for node in admins {
+        cmd.args(["--admin-url", &format!("http://{}", node.admin)]);
+    }
+    cmd.args(["--progress", "off", "--json"])
         .arg(json)
         .args(global)
         .args(workload)
@@ -272,7 +291,7 @@ fn every_workload_subscribes_over(transport: &str) {
     } else {
         assert!(heartbeats > 0, "ten seconds of one a second");
     }
-    churn_gets_every_message_once(&node, &receive);
+    churn_gets_every_message_once(&[&node], &receive);
     // The server sent them over this transport.
     let sent = u(&node.stats()["transports"][transport]["messages_out"]);
     assert!(sent >= 20 * 200 + 400 + 600 + 15_000, "{sent}");
@@ -539,7 +558,9 @@ fn explicit_source_ports_set_every_connection_up() {
 /// 500 messages a second are published; each must get every message of
 /// its subjects once, in order. Counts only: that the reconnects were made,
 /// answered and recovered, never how fast. Returns the report.
-fn churn_gets_every_message_once(node: &Node, receive: &[&str]) -> Value {
+/// The subscribers are spread over `nodes` (one node, or the nodes of one
+/// cluster), each reconnect going to the next node.
+fn churn_gets_every_message_once(nodes: &[&Node], receive: &[&str]) -> Value {
     let mut workload = vec![
         "churn",
         "--subscribers",
@@ -554,7 +575,11 @@ fn churn_gets_every_message_once(node: &Node, receive: &[&str]) -> Value {
         "3s",
     ];
     workload.extend_from_slice(receive);
-    let r = bench(node, &format!("churn{}", receive.concat()), &[], &workload);
+    let json = temp_path(&format!("churn{}-{}.json", receive.concat(), nodes.len()));
+    let output = cluster_bench_command(nodes, nodes, &json, &[], &workload)
+        .output()
+        .expect("run myriad bench");
+    let r = report_of(output, &json);
     no_failures(&r);
     let c = &r["churn"];
     assert_eq!(u(&c["subscriptions"]), 200, "one subject each");
@@ -590,22 +615,116 @@ fn churn_gets_every_message_once(node: &Node, receive: &[&str]) -> Value {
         "one new connection each"
     );
     assert_eq!(u(&t["closed"]), reconnects, "each old one closed cleanly");
-    let (before, after) = (&r["server"]["before"][0], &r["server"]["after"][0]);
+    assert_eq!(u(&c["failovers"]), 0, "no node died");
+    // Every node took its share of them.
+    let server = &r["server"];
+    assert_eq!(u(&server["nodes"]), nodes.len() as u64);
+    let accepted: Vec<u64> = (0..nodes.len())
+        .map(|n| {
+            u(&server["after"][n]["connections_accepted"])
+                - u(&server["before"][n]["connections_accepted"])
+        })
+        .collect();
     assert_eq!(
-        u(&after["connections_accepted"]) - u(&before["connections_accepted"]),
-        201 + reconnects
+        accepted.iter().sum::<u64>(),
+        201 + reconnects,
+        "{accepted:?}"
     );
+    assert!(accepted.iter().all(|&n| n >= 100), "{accepted:?}");
     r
 }
 
 #[test]
 fn churning_subscribers_get_every_message_once_across_reconnects() {
     let node = Node::start(&["--workers", "2"]);
-    let r = churn_gets_every_message_once(&node, &[]);
+    let r = churn_gets_every_message_once(&[&node], &[]);
     let reconnects = u(&r["churn"]["reconnects"]);
     node.wait_for_stats("the old connections' close frames", |s| {
         s["closes"]["normal"] == reconnects
     });
+}
+
+/// Churn across two nodes of a cluster over Redis, given both URLs: the
+/// subscribers spread over both, reconnect to the other node each time and
+/// resume there from Redis history, losing and repeating nothing.
+#[test]
+fn churn_across_two_nodes_over_redis_gets_every_message_once() {
+    let redis = RedisServer::start();
+    let a = Node::in_cluster(&redis, "churn");
+    let b = Node::in_cluster(&redis, "churn");
+    churn_gets_every_message_once(&[&a, &b], &[]);
+}
+
+/// A node is killed with `kill -9` in the middle of a churn run over two
+/// nodes: its subscribers fail over to the other node, resume there from
+/// Redis history, and every subscriber still gets every message of its
+/// subject once, in order. The publisher publishes through the surviving
+/// node's API (publishers do not fail over).
+#[test]
+fn churning_subscribers_fail_over_when_a_node_is_killed_and_lose_nothing() {
+    let redis = RedisServer::start();
+    let mut a = Node::in_cluster(&redis, "kill");
+    let b = Node::in_cluster(&redis, "kill");
+    let json = temp_path("churn-kill.json");
+    let bench = cluster_bench_command(
+        &[&a, &b],
+        &[&b],
+        &json,
+        &[],
+        &[
+            "churn",
+            "--subscribers",
+            "100",
+            "--subjects",
+            "10",
+            "--reconnect-rate",
+            "20",
+            "--rate",
+            "200",
+            "--publish-transport",
+            "http",
+            "--duration",
+            "4s",
+        ],
+    )
+    .spawn()
+    .unwrap();
+    // A quarter of the way into publishing, node A goes. (The bench sets
+    // its subscribers up first, which may take a while on a busy box.)
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while u(&b.stats()["publishes"]) < 200 {
+        assert!(Instant::now() < deadline, "the bench never published");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    a.kill_9();
+    let r = report_of(bench.wait_with_output().unwrap(), &json);
+    let c = &r["churn"];
+    let failovers = u(&c["failovers"]);
+    assert!(failovers > 0, "node A held subscribers: {c}");
+    assert_eq!(u(&c["failed_over"]), failovers, "every one back: {c}");
+    for zero in [
+        "lost",
+        "short_at_end",
+        "duplicates",
+        "gaps",
+        "broken",
+        "unrecovered",
+    ] {
+        assert_eq!(u(&c[zero]), 0, "{zero}: {c}");
+    }
+    // One subject each: a resubscribe per reconnect and per failover.
+    assert_eq!(u(&c["reconnected"]), u(&c["reconnects"]), "{c}");
+    assert_eq!(u(&c["recovered"]), u(&c["reconnected"]) + failovers, "{c}");
+    let d = &r["deliveries"];
+    assert_eq!(u(&d["published"]), 800, "200/s for 4 s, open loop");
+    assert_eq!(u(&d["expected"]), 8_000, "ten subscribers per subject");
+    assert_eq!(u(&d["received"]), 8_000);
+    assert_eq!(d["exact"], true);
+    // The connections node A held ended under it.
+    assert!(
+        r["failures"]["server_closed"].as_u64().unwrap() + r["failures"]["reset"].as_u64().unwrap()
+            >= failovers
+    );
 }
 
 /// The check can fail: with one publication of history, subscribers away

@@ -13,23 +13,6 @@ use common::{recv, send, serve_command, subscribe, Node, Ws};
 use myriad_testkit::RedisServer;
 use serde_json::{json, Value};
 
-/// A node of the cluster over `redis`, with its keys under `prefix`.
-fn node(redis: &RedisServer, prefix: &str) -> Node {
-    let url = redis.url();
-    Node::start(&[
-        "--workers",
-        "2",
-        "--engine",
-        "redis",
-        "--redis-url",
-        &url,
-        "--redis-prefix",
-        prefix,
-        "--redis-timeout",
-        "2s",
-    ])
-}
-
 /// The next `n` messages' (offset, data) pairs.
 fn take(ws: &mut Ws, n: usize) -> Vec<(u64, u64)> {
     (0..n)
@@ -47,8 +30,8 @@ fn take(ws: &mut Ws, n: usize) -> Vec<(u64, u64)> {
 #[test]
 fn publications_from_either_node_reach_subscribers_on_both_once_and_in_order() {
     let redis = RedisServer::start();
-    let a = node(&redis, "two");
-    let b = node(&redis, "two");
+    let a = Node::in_cluster(&redis, "two");
+    let b = Node::in_cluster(&redis, "two");
     let mut on_a = a.connect();
     let mut on_b = b.connect();
     let at_a = subscribe(&mut on_a, &["room"]).remove(0);
@@ -72,8 +55,8 @@ fn publications_from_either_node_reach_subscribers_on_both_once_and_in_order() {
 #[test]
 fn a_client_recovers_on_another_node_from_redis_history() {
     let redis = RedisServer::start();
-    let a = node(&redis, "failover");
-    let b = node(&redis, "failover");
+    let a = Node::in_cluster(&redis, "failover");
+    let b = Node::in_cluster(&redis, "failover");
     let mut ws = a.connect();
     let at = subscribe(&mut ws, &["feed"]).remove(0);
     for n in 1..=5 {
@@ -120,8 +103,8 @@ fn a_client_recovers_on_another_node_from_redis_history() {
 #[test]
 fn while_redis_is_down_publishes_fail_fast_and_the_node_comes_back_by_itself() {
     let mut redis = RedisServer::start_persistent();
-    let a = node(&redis, "restart");
-    let b = node(&redis, "restart");
+    let a = Node::in_cluster(&redis, "restart");
+    let b = Node::in_cluster(&redis, "restart");
     let mut ws = a.connect();
     let at = subscribe(&mut ws, &["r"]).remove(0);
     b.publish("r", &json!(1));
@@ -179,8 +162,8 @@ fn while_redis_is_down_publishes_fail_fast_and_the_node_comes_back_by_itself() {
 #[test]
 fn a_live_subscriber_gets_what_was_published_while_its_node_was_cut_off_from_redis() {
     let redis = RedisServer::start();
-    let a = node(&redis, "cut");
-    let b = node(&redis, "cut");
+    let a = Node::in_cluster(&redis, "cut");
+    let b = Node::in_cluster(&redis, "cut");
     let mut ws = a.connect();
     subscribe(&mut ws, &["gap"]);
     for n in 1..=5 {
@@ -209,7 +192,7 @@ fn a_live_subscriber_gets_what_was_published_while_its_node_was_cut_off_from_red
 #[test]
 fn a_redis_that_restarts_empty_tells_live_subscribers_their_stream_broke() {
     let mut redis = RedisServer::start();
-    let a = node(&redis, "empty");
+    let a = Node::in_cluster(&redis, "empty");
     let mut ws = a.connect();
     let before = subscribe(&mut ws, &["e"]).remove(0);
     a.publish("e", &json!(1));

@@ -1,6 +1,10 @@
 //! `myriad sub` survives a blip: with a proxy between it and the node that
 //! cuts every connection on command, it reconnects, resumes with `since`,
 //! and prints every publication exactly once, in order, across the cuts.
+//! Given several nodes that are not one cluster, it says so when the next
+//! cannot recover its position and goes on live there; with every node
+//! gone it gives up after its tries. (Failing over within a cluster, with
+//! nothing lost: tests/cluster_failover.rs.)
 
 mod common;
 
@@ -10,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::Node;
+use common::{Node, SubProcess};
 use serde_json::{json, Value};
 
 /// A TCP proxy to `upstream` whose live connections can all be cut at once.
@@ -121,4 +125,63 @@ fn myriad_sub_resumes_after_cuts_and_loses_nothing() {
     let resumed = notes.matches("resumed blip: nothing lost").count();
     assert!(resumed >= 4, "four cuts, each resumed: {notes}");
     assert!(!notes.contains("could NOT recover"), "{notes}");
+}
+
+#[test]
+fn myriad_sub_says_what_it_could_not_recover_goes_on_live_and_gives_up_after_its_tries() {
+    // Two nodes of their own: one's positions mean nothing to the other.
+    let mut a = Node::start(&["--workers", "1"]);
+    let mut b = Node::start(&["--workers", "1"]);
+    let (url_a, url_b) = (a.url("/ws"), b.url("/ws"));
+    let sub = SubProcess::spawn(&["news", "--url", &url_a, "--url", &url_b, "--attempts", "3"]);
+    assert_eq!(sub.next_note(), "subscribed to news at offset 0");
+    for n in 1..=3 {
+        a.publish("news", &json!(n));
+        assert_eq!(sub.next_delivery()["offset"], n);
+    }
+    a.kill_9();
+    let lost = sub.next_note();
+    assert!(
+        lost.starts_with(&format!("{url_a}: "))
+            && lost.ends_with(&format!("; trying {url_b} in 0ns")),
+        "{lost}"
+    );
+    let resumed = sub.next_note();
+    assert_eq!(
+        resumed,
+        "resumed news: could NOT recover what was missed (history too short or a new epoch); going on live from offset 0"
+    );
+    // Live on node B from where it stands.
+    b.publish("news", &json!("live"));
+    let msg = sub.next_delivery();
+    assert_eq!((&msg["offset"], &msg["data"]), (&json!(1), &json!("live")));
+    // Every node gone: after B is lost, three tries (A, B, A), all refused.
+    b.kill_9();
+    let (status, notes) = sub.finish();
+    assert!(!status.success(), "{notes}");
+    let tries: Vec<&str> = notes.lines().filter(|l| l.contains("; trying ")).collect();
+    // Each: where it was lost or refused, and where it goes next, when.
+    let expected = [
+        (format!("{url_b}: "), format!("trying {url_a} in 0ns")),
+        (
+            format!("{url_a}: connection failed"),
+            format!("trying {url_b} in 100ms"),
+        ),
+        (
+            format!("{url_b}: connection failed"),
+            format!("trying {url_a} in 200ms"),
+        ),
+    ];
+    assert_eq!(tries.len(), expected.len(), "{notes}");
+    for (line, (from, then)) in tries.iter().zip(&expected) {
+        assert!(line.starts_with(from) && line.ends_with(then), "{notes}");
+    }
+    assert!(
+        notes
+            .lines()
+            .last()
+            .unwrap()
+            .starts_with("myriad: no node answered in 3 tries; the last: connection failed"),
+        "{notes}"
+    );
 }

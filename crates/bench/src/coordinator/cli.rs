@@ -66,9 +66,12 @@ pub enum Workload {
 /// Options shared by every workload.
 #[derive(Debug, Clone, Args, Serialize)]
 pub struct Global {
-    /// WebSocket URL of the server (ws://, or wss:// over TLS); repeat for
-    /// several listeners or nodes.
-    #[arg(long = "url", global = true, value_parser = parse_ws, default_value = "ws://127.0.0.1:8080/ws")]
+    /// WebSocket URL of the server (ws://, or wss:// over TLS). Repeat it,
+    /// or separate URLs with commas, for several listeners or the nodes of
+    /// a cluster: connections are spread over them round robin, a churning
+    /// subscriber reconnects to the next one each time, and a subscriber
+    /// whose connection is lost (its node died) fails over to the next.
+    #[arg(long = "url", global = true, value_delimiter = ',', value_parser = parse_ws, default_value = "ws://127.0.0.1:8080/ws")]
     pub urls: Vec<Target>,
     /// PEM file of the certificate(s) to trust for wss:// URLs (e.g. the
     /// node's own self-signed certificate).
@@ -76,8 +79,9 @@ pub struct Global {
     pub tls_ca: Option<PathBuf>,
     /// The server's admin URL (myriad: http://127.0.0.1:PORT); enables the
     /// server's own figures from /stats (summed over every node given; repeat
-    /// it for several nodes) and HTTP publishing (to the first).
-    #[arg(long = "admin-url", global = true, value_parser = parse_http)]
+    /// it, or separate URLs with commas, for several nodes) and HTTP
+    /// publishing (to the first).
+    #[arg(long = "admin-url", global = true, value_delimiter = ',', value_parser = parse_http)]
     pub admin_urls: Vec<Target>,
     /// Key for HTTP publishing (myriad's publish key); when unset,
     /// --admin-key is sent instead.
@@ -529,6 +533,16 @@ mod tests {
             "ws://127.0.0.1:3/ws",
         ]);
         assert_eq!(b.global.urls.len(), 2);
+        let b = parse(&[
+            "--url",
+            "ws://127.0.0.1:4/ws,ws://127.0.0.1:5/ws",
+            "--admin-url",
+            "http://127.0.0.1:6,http://127.0.0.1:7",
+            "churn",
+        ]);
+        let ports = |t: &[Target]| t.iter().map(|t| t.addr.port()).collect::<Vec<_>>();
+        assert_eq!(ports(&b.global.urls), [4, 5], "a list, comma-separated");
+        assert_eq!(ports(&b.global.admin_urls), [6, 7]);
     }
 
     #[test]

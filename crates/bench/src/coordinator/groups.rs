@@ -16,7 +16,7 @@ use crate::schema::{
     ChurnTask, CloseMode, Control, Done, PublishTask, PublishTransport, Spec, SubscribeTask, Task,
     SETUP_ATTEMPTS,
 };
-use crate::util::addr::{PortMode, Sources, EXPLICIT_PORT_MIN};
+use crate::util::addr::{PortMode, Sources, EXPLICIT_PORT_MIN, MAX_TARGETS};
 use crate::util::clock::realtime_ns;
 use crate::util::error::BenchError;
 use crate::util::pacing::{Schedule, Share};
@@ -51,6 +51,11 @@ pub struct Setup {
 impl Setup {
     /// Loads the profile and reads the open-file cap.
     pub fn new(cmd: &BenchCommand) -> Result<Setup, BenchError> {
+        if cmd.global.urls.len() > MAX_TARGETS {
+            return Err(BenchError::Config(format!(
+                "at most {MAX_TARGETS} --url targets"
+            )));
+        }
         let fd_cap = plan::fd_cap();
         Ok(Setup {
             profile: Profile::load(&cmd.global.profile)?,
@@ -328,9 +333,10 @@ pub fn stop(m: &mut Monitor, role: Role) -> Result<(), BenchError> {
 }
 
 /// Waits until subscribers have received `expected` deliveries (or, when
-/// that is unknown, until no delivery arrived for two seconds) and every
-/// one of `reconnects` scheduled reconnects was made and answered (or
-/// skipped); at most `max_secs` either way.
+/// that is unknown, until no delivery arrived for two seconds), every one
+/// of `reconnects` scheduled reconnects was made and answered (or
+/// skipped), and every subscriber that failed over is back; at most
+/// `max_secs` either way.
 pub fn drain(
     m: &mut Monitor,
     expected: Option<u64>,
@@ -343,7 +349,9 @@ pub fn drain(
     // catching up with `reconnects` means none is still on its way.
     let settled = |m: &Monitor| {
         let t = m.totals(Some(Role::Subscribers));
-        t.reconnects + t.reconnects_skipped >= reconnects && t.reconnected >= t.reconnects
+        t.reconnects + t.reconnects_skipped >= reconnects
+            && t.reconnected >= t.reconnects
+            && t.failed_over >= t.failovers
     };
     match expected {
         Some(e) => {

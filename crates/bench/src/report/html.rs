@@ -296,6 +296,8 @@ fn tables(r: &Report) -> String {
                 ("reconnects", c.reconnects),
                 ("reconnects skipped", c.reconnects_skipped),
                 ("reconnects answered", c.reconnected),
+                ("failovers (connections lost)", c.failovers),
+                ("failovers answered", c.failed_over),
                 ("recovered", c.recovered),
                 ("not recovered", c.unrecovered),
                 ("replayed", c.replayed),

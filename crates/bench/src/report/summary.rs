@@ -101,11 +101,13 @@ pub fn render(r: &Report) -> String {
     if let Some(c) = &r.churn {
         let _ = writeln!(
             o,
-            "churn        reconnects {} ({:.0}/s asked, {} skipped)  answered {}  recovered {} ({})  unrecovered {}",
+            "churn        reconnects {} ({:.0}/s asked, {} skipped)  answered {}  failovers {} (answered {})  recovered {} ({})  unrecovered {}",
             thousands(c.reconnects),
             c.reconnect_rate,
             thousands(c.reconnects_skipped),
             thousands(c.reconnected),
+            thousands(c.failovers),
+            thousands(c.failed_over),
             thousands(c.recovered),
             c.recovered_percent
                 .map_or("-".to_owned(), |p| format!("{p:.2} %")),

@@ -6,6 +6,9 @@
 //! space (~28k ports), so 64k+ connections to one destination need several
 //! source addresses, as seed 004 found. Connection `i` goes to target
 //! `i mod T` from source `(i div T) mod S`, spreading every pair evenly.
+//! A connection opened again (a churning subscriber's reconnect, or a
+//! failover from a node that is gone) has moved `hop` targets on: it goes
+//! to `(i + hop) mod T`, the next node round robin, from the same source.
 //! With `--source-ports explicit` the bench also picks the source port
 //! itself from 1024–65535, each worker process its own slice, for when
 //! `IP_BIND_ADDRESS_NO_PORT` and the ephemeral range are not enough.
@@ -125,6 +128,10 @@ impl FromStr for Sources {
     }
 }
 
+/// Most targets (`--url`s) a run may have: a bench connection keeps which
+/// one it went to in two bytes.
+pub const MAX_TARGETS: usize = 1 << 16;
+
 /// Which target and source address connection `index` uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Route {
@@ -134,11 +141,12 @@ pub struct Route {
     pub source: Option<usize>,
 }
 
-/// Connection `index`'s route among `targets` targets and `sources` sources.
-pub fn route(index: u64, targets: usize, sources: usize) -> Route {
+/// Connection `index`'s route among `targets` targets and `sources`
+/// sources, once it has moved `hop` targets on from its first.
+pub fn route(index: u64, hop: u32, targets: usize, sources: usize) -> Route {
     let t = targets.max(1) as u64;
     Route {
-        target: (index % t) as usize,
+        target: ((index + u64::from(hop)) % t) as usize,
         source: (sources > 0).then(|| ((index / t) % sources as u64) as usize),
     }
 }
@@ -234,17 +242,27 @@ mod tests {
         // 2 targets × 3 sources: 600 connections, 100 per pair.
         let mut pairs = [[0u32; 3]; 2];
         for i in 0..600 {
-            let r = route(i, 2, 3);
+            let r = route(i, 0, 2, 3);
             pairs[r.target][r.source.unwrap()] += 1;
         }
         assert!(pairs.iter().flatten().all(|&c| c == 100));
         assert_eq!(
-            route(5, 1, 0),
+            route(5, 0, 1, 0),
             Route {
                 target: 0,
                 source: None
             }
         );
+    }
+
+    #[test]
+    fn a_connection_that_moves_on_goes_to_the_next_target_from_the_same_source() {
+        let first = route(7, 0, 3, 2);
+        let targets: Vec<usize> = (1..=3).map(|hop| route(7, hop, 3, 2).target).collect();
+        assert_eq!(first.target, 1);
+        assert_eq!(targets, [2, 0, 1], "round robin, back to the first");
+        assert!((1..=3).all(|hop| route(7, hop, 3, 2).source == first.source));
+        assert_eq!(route(7, u32::MAX, 1, 0).target, 0, "one target: stays");
     }
 
     #[test]

@@ -143,6 +143,12 @@ pub struct Counters {
     pub gaps: u64,
     /// Churn: offsets skipped, by gaps and by failed recoveries.
     pub missed: u64,
+    /// Churn: subscriber connections lost mid-run without the bench
+    /// closing them (their node died), each subscriber then setting up
+    /// again on the next node and resubscribing with `since`.
+    pub failovers: u64,
+    /// Churn: of those, subscribers back with every subject answered.
+    pub failed_over: u64,
     /// Churn: positions a subscriber cannot continue from, where what it
     /// missed cannot be counted: another epoch, or a delivery of a subject
     /// it holds no position in.
@@ -208,6 +214,8 @@ impl Counters {
         self.duplicates += o.duplicates;
         self.gaps += o.gaps;
         self.missed += o.missed;
+        self.failovers += o.failovers;
+        self.failed_over += o.failed_over;
         self.broken += o.broken;
         self.sends_acked += o.sends_acked;
         self.sends_refused += o.sends_refused;

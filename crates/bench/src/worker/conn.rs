@@ -10,10 +10,10 @@
 //! tell the transports apart.
 //!
 //! A connection is deliberately small: the socket, an 8-byte
-//! [`MessageReader`], a state byte, a wire byte, its global index, one
-//! timestamp and two byte vectors that stay unallocated while idle (a
-//! frame or event cut at a read boundary, or output the socket did not
-//! take). Reads go through the worker's one scratch buffer, so an idle
+//! [`MessageReader`], a state byte, a wire byte, its global index, the
+//! number of the target it went to, one timestamp and two byte vectors
+//! that stay unallocated while idle (a frame or event cut at a read
+//! boundary, or output the socket did not take). Reads go through the worker's one scratch buffer, so an idle
 //! connection costs well under the 1 KiB of RSS the bench allows itself.
 //! The handshake nonce is derived from the index, and an HTTP transport's
 //! request from the index and the worker's [`Assignment`], instead of
@@ -126,8 +126,16 @@ pub trait Handler {
     /// Bytes arrived on a raw (non-WebSocket) connection; returns how many
     /// it consumed (the rest is kept for the next call).
     fn on_raw(&mut self, index: u32, data: &[u8], now_real: u64, counters: &mut Counters) -> usize;
-    /// The connection is gone; `was_open` if it had reached Open.
-    fn on_closed(&mut self, key: usize, index: u32, outcome: Outcome, was_open: bool);
+    /// The connection is gone; `was_open` if it had reached Open. Its end
+    /// is counted already; `counters` take what the workload makes of it.
+    fn on_closed(
+        &mut self,
+        key: usize,
+        index: u32,
+        outcome: Outcome,
+        was_open: bool,
+        counters: &mut Counters,
+    );
     /// The user connection `index` acts as, if any: its WebSocket request
     /// then asks for `?user=ID`, and the node subscribes it to the feeds
     /// that user follows and its own.
@@ -249,21 +257,23 @@ impl Cx {
         }
     }
 
-    /// Host header and path of connection `index`'s target.
-    fn target(&self, index: u32) -> &(String, String) {
-        let target = crate::util::addr::route(u64::from(index), self.targets.len(), 0).target;
-        &self.targets[target]
-    }
-
-    /// Appends the request that opens `kind` for connection `index`.
-    fn write_request(&mut self, kind: Receive, index: u32, resume: Resume<'_>, out: &mut Vec<u8>) {
+    /// Appends the request that opens `kind` for connection `index` on
+    /// target `target`.
+    fn write_request(
+        &mut self,
+        kind: Receive,
+        index: u32,
+        target: u16,
+        resume: Resume<'_>,
+        out: &mut Vec<u8>,
+    ) {
         self.subject_names.clear();
         if let Some(a) = &self.subjects {
             a.subjects_for(u64::from(index), &mut self.subject_ids);
             let names = self.subject_ids.iter().map(|&s| a.pattern.subject(s));
             self.subject_names.extend(names);
         }
-        let (host, path) = self.target(index);
+        let (host, path) = &self.targets[target as usize];
         http::write_request(kind, host, path, &self.subject_names, resume, out);
     }
 
@@ -372,6 +382,9 @@ pub struct Conn {
     pub wire: Wire,
     /// The connection's global index: its subjects, route and key follow from it.
     pub index: u32,
+    /// Which target it went to: its route's, moved on as the workload asked
+    /// (a run has at most [`crate::util::addr::MAX_TARGETS`]).
+    target: u16,
     /// Monotonic ns when the current setup step began (latency base).
     since_ns: u64,
     /// Bytes of an incomplete frame (or event, line, response) left from
@@ -389,6 +402,7 @@ impl Conn {
     pub fn new(
         stream: TcpStream,
         index: u32,
+        target: u16,
         wire: Wire,
         now_ns: u64,
         tls: Option<Box<ClientConnection>>,
@@ -399,6 +413,7 @@ impl Conn {
             state: State::Connecting,
             wire,
             index,
+            target,
             since_ns: now_ns,
             inbuf: Vec::new(),
             outbuf: Vec::new(),
@@ -496,7 +511,7 @@ impl Conn {
                 return Ok(());
             }
             Wire::WebSocket => {
-                let (host, path) = cx.target(self.index);
+                let (host, path) = &cx.targets[self.target as usize];
                 let key = ws_key(self.index);
                 let request = match h.user(self.index) {
                     Some(user) => client_request(host, &http::with_user(path, user), &key),
@@ -509,7 +524,7 @@ impl Conn {
                 opening.clear();
                 h.on_open(key, self.index, cx.now_ns, &mut opening);
                 let resume = Resume::Positions(opening.resumes());
-                cx.write_request(kind, self.index, resume, &mut self.outbuf);
+                cx.write_request(kind, self.index, self.target, resume, &mut self.outbuf);
                 cx.opening = opening;
             }
         }
@@ -719,7 +734,7 @@ impl Conn {
             self.state = State::Subscribing;
             pos = head.len;
         }
-        let index = self.index;
+        let (index, target) = (self.index, self.target);
         loop {
             let rest = &buf[pos..];
             pos += match kind {
@@ -785,7 +800,7 @@ impl Conn {
                         );
                     }
                     let next = Resume::Cursor(&answer.since);
-                    cx.write_request(Receive::Poll, index, next, &mut self.outbuf);
+                    cx.write_request(Receive::Poll, index, target, next, &mut self.outbuf);
                     used
                 }
             };
@@ -834,8 +849,9 @@ mod tests {
     fn a_connection_stays_compact() {
         // The idle-cost budget (≲1 KiB of RSS per connection, with slab and
         // timers) rests on this staying small: 88 bytes in release (8 of
-        // them the TLS pointer, null on ws://), plus the 8-byte selector id
-        // mio adds to a socket in debug builds.
+        // them the TLS pointer, null on ws://; the target's 2 fit in what
+        // was padding), plus the 8-byte selector id mio adds to a socket in
+        // debug builds.
         let size = std::mem::size_of::<Conn>();
         assert!(size <= 96, "{size}");
         assert_eq!(std::mem::size_of::<MessageReader>(), 8);

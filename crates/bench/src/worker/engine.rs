@@ -164,15 +164,26 @@ impl Engine {
         self.in_setup
     }
 
-    /// Starts connection `index`, speaking `wire`. Returns its key, or
-    /// counts and returns the failure.
+    /// Starts connection `index`, speaking `wire`, on its first target.
+    /// Returns its key, or counts and returns the failure.
     pub fn open(&mut self, index: u32, wire: Wire) -> Result<usize, Failure> {
+        self.open_moved(index, 0, wire)
+    }
+
+    /// [`open`](Self::open), on the target `hop` after its first (see
+    /// [`route`]).
+    pub fn open_moved(&mut self, index: u32, hop: u32, wire: Wire) -> Result<usize, Failure> {
         self.cx.counters.attempts += 1;
         if self.conns.len() >= self.net.max_conns {
             self.cx.counters.fail(Failure::NoFiles);
             return Err(Failure::NoFiles);
         }
-        let r = route(u64::from(index), self.net.targets.len(), self.sources.len());
+        let r = route(
+            u64::from(index),
+            hop,
+            self.net.targets.len(),
+            self.sources.len(),
+        );
         let stream = match self.socket(r) {
             Ok(s) => s,
             Err(e) => {
@@ -194,7 +205,8 @@ impl Engine {
         };
         let entry = self.conns.vacant_entry();
         let key = entry.key();
-        let mut conn = Conn::new(stream, index, wire, self.cx.now_ns, tls);
+        // `Setup::new` holds a run to `MAX_TARGETS`.
+        let mut conn = Conn::new(stream, index, r.target as u16, wire, self.cx.now_ns, tls);
         if let Err(e) = self.poll.registry().register(
             &mut conn.stream,
             Token(key),
@@ -399,7 +411,7 @@ impl Engine {
             Outcome::Clean => self.cx.counters.closed += 1,
             Outcome::Failed(f) => self.cx.counters.fail(f),
         }
-        h.on_closed(key, conn.index, outcome, was_open);
+        h.on_closed(key, conn.index, outcome, was_open, &mut self.cx.counters);
         // Dropping the stream closes the fd, which also removes it from epoll.
     }
 }

@@ -3,7 +3,8 @@
 //! timing every delivery against the timestamp it carries.
 //!
 //! [`SubscribeDriver`] opens its slice of the connection indices with a
-//! bounded number of handshakes in flight, retries failed set-ups, then
+//! bounded number of handshakes in flight, retries failed set-ups (each
+//! on the next target, so that a node that is gone is left behind), then
 //! holds the connections and records the latency of every delivery in an
 //! HDR histogram (and, for broadcast, which message reached how many
 //! subscribers and how late the last one was). It is the worker side of
@@ -16,7 +17,7 @@ use std::collections::HashMap;
 
 use crate::schema::{BroadcastTally, Spec, SubscribeTask, SubscribeTransport, SETUP_ATTEMPTS};
 use crate::util::clock::Span;
-use crate::util::counters::Counters;
+use crate::util::counters::{Counters, Failure};
 use crate::util::error::BenchError;
 use crate::util::histogram::{self, Micros};
 use crate::util::payload::StampFinder;
@@ -36,6 +37,11 @@ pub struct SubscribeDriver {
     retry: Vec<u32>,
     /// Set-up attempts so far of indices that failed at least once.
     attempts: HashMap<u32, u8>,
+    /// Targets the run has (`--url`s).
+    targets: usize,
+    /// How many targets on from its first each index that moved is: it
+    /// opens there next (see `util::addr::route`). Absent: on its first.
+    hops: HashMap<u32, u32>,
     /// Monotonic ns of the first connect, for --connect-rate.
     first_ns: Option<u64>,
     /// connect() calls made, for --connect-rate.
@@ -73,6 +79,8 @@ impl SubscribeDriver {
             next: 0,
             retry: Vec::new(),
             attempts: HashMap::new(),
+            targets: spec.targets.len(),
+            hops: HashMap::new(),
             first_ns: None,
             opens: 0,
             latency: histogram::new(),
@@ -88,13 +96,35 @@ impl SubscribeDriver {
         })
     }
 
-    /// A set-up failed: try again later, or give up after a few attempts.
+    /// A set-up failed, or a set-up connection was lost: try again later
+    /// on the next target, or give up after a few attempts.
     fn setup_failed(&mut self, index: u32) {
         let tries = self.attempts.entry(index).or_insert(0);
         *tries += 1;
         if *tries < SETUP_ATTEMPTS {
             self.retry.push(index);
         }
+        self.move_on(index);
+    }
+
+    /// Connection `index` opens on the next target from now on.
+    pub(super) fn move_on(&mut self, index: u32) {
+        if self.targets > 1 {
+            let hop = self.hops.entry(index).or_insert(0);
+            *hop = hop.wrapping_add(1);
+        }
+    }
+
+    /// How many targets on from its first connection `index` opens.
+    pub(super) fn hop(&self, index: u32) -> u32 {
+        self.hops.get(&index).copied().unwrap_or(0)
+    }
+
+    /// Opens connection `index` where it stands (its first target, or as
+    /// far on as it moved); a failure is counted by the engine.
+    pub(super) fn open(&mut self, engine: &mut Engine, index: u32) -> Result<usize, Failure> {
+        let hop = self.hop(index);
+        engine.open_moved(index, hop, Wire::from(self.task.transport))
     }
 
     /// Connection `index` ended before it was set up, or was lost: set it
@@ -192,7 +222,7 @@ impl Handler for SubscribeDriver {
         0
     }
 
-    fn on_closed(&mut self, _key: usize, index: u32, _outcome: Outcome, was_open: bool) {
+    fn on_closed(&mut self, _: usize, index: u32, _: Outcome, was_open: bool, _: &mut Counters) {
         if !was_open {
             self.retry_later(index);
         }
@@ -220,7 +250,7 @@ impl Driver for SubscribeDriver {
                 }
             };
             self.opens += 1;
-            if engine.open(index, Wire::from(self.task.transport)).is_err() {
+            if self.open(engine, index).is_err() {
                 self.setup_failed(index);
             }
         }

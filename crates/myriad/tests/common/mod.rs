@@ -226,6 +226,31 @@ impl Node {
 }
 
 impl Node {
+    /// A node of the cluster over `redis` (`--engine redis`), its keys
+    /// under `prefix`: nodes started with the same two are one cluster.
+    pub fn in_cluster(redis: &myriad_testkit::RedisServer, prefix: &str) -> Node {
+        let url = redis.url();
+        Node::start(&[
+            "--workers",
+            "2",
+            "--engine",
+            "redis",
+            "--redis-url",
+            &url,
+            "--redis-prefix",
+            prefix,
+            "--redis-timeout",
+            "2s",
+        ])
+    }
+
+    /// Kills the node with SIGKILL (`kill -9`) and waits for it to be gone:
+    /// no goodbye to its clients, the kernel closes its sockets.
+    pub fn kill_9(&mut self) {
+        self.child.kill().expect("kill -9 the node");
+        self.child.wait().expect("reap the node");
+    }
+
     /// Sends SIGTERM: graceful shutdown starts.
     pub fn terminate(&self) {
         self.signal("TERM");
@@ -556,4 +581,99 @@ where
 
 pub fn close_code(code: u16) -> CloseCode {
     CloseCode::from(code)
+}
+
+/// A `myriad sub` process whose stdout and stderr lines arrive on channels,
+/// so a test waits for each with a bound instead of hanging on a read.
+/// Killed when dropped.
+pub struct SubProcess {
+    pub child: Child,
+    out: std::sync::mpsc::Receiver<String>,
+    err: std::sync::mpsc::Receiver<String>,
+}
+
+/// How long a test waits for one line of `myriad sub`.
+const SUB_LINE_WAIT: Duration = Duration::from_secs(30);
+
+impl SubProcess {
+    /// Runs `myriad sub` with `args`.
+    pub fn spawn(args: &[&str]) -> SubProcess {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_myriad"))
+            .arg("sub")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start myriad sub");
+        let lines = |from: Box<dyn Read + Send>| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                for line in BufReader::new(from).lines() {
+                    let Ok(line) = line else { return };
+                    if tx.send(line).is_err() {
+                        return;
+                    }
+                }
+            });
+            rx
+        };
+        let out = lines(Box::new(child.stdout.take().unwrap()));
+        let err = lines(Box::new(child.stderr.take().unwrap()));
+        SubProcess { child, out, err }
+    }
+
+    /// The next delivery it printed, as JSON.
+    pub fn next_delivery(&self) -> Value {
+        let line = self
+            .out
+            .recv_timeout(SUB_LINE_WAIT)
+            .expect("myriad sub printed a delivery");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"))
+    }
+
+    /// The next line it wrote on stderr.
+    pub fn next_note(&self) -> String {
+        self.err
+            .recv_timeout(SUB_LINE_WAIT)
+            .expect("myriad sub wrote a note")
+    }
+
+    /// Stops it (SIGSTOP): it reads nothing until [`SubProcess::resume`].
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// Lets a paused one go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) with our own child's pid; it touches no memory.
+        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
+        assert_eq!(rc, 0, "signal {signal} to myriad sub");
+    }
+
+    /// Waits for it to exit, and returns its status and whatever it still
+    /// wrote on stderr.
+    pub fn finish(mut self) -> (std::process::ExitStatus, String) {
+        let deadline = Instant::now() + SUB_LINE_WAIT;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "myriad sub did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // Its stderr ends with it: collect to the end of the stream.
+        let notes: Vec<String> = self.err.iter().collect();
+        (status, notes.join("\n"))
+    }
+}
+
+impl Drop for SubProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

@@ -98,6 +98,8 @@ fn churn_report(m: &Monitor, rate: f64, published: &[u64]) -> Result<ChurnReport
         reconnects: t.reconnects,
         reconnects_skipped: t.reconnects_skipped,
         reconnected: t.reconnected,
+        failovers: t.failovers,
+        failed_over: t.failed_over,
         recovered: t.recovered,
         unrecovered: t.unrecovered,
         recovered_percent: (resubscribes > 0)

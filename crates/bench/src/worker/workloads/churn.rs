@@ -12,8 +12,13 @@
 //! share of the global rate round-robin over its own subscribers, so every
 //! subscriber in the run reconnects once per N / R seconds. A reconnect
 //! closes the socket (close handshake or reset), stays away `--offline`,
-//! opens a new connection and resubscribes each subject from the last
-//! position it received: a `subscribe` with `since` per subject over
+//! opens a new connection, on the next node when the run has several
+//! `--url`s, and resubscribes each subject from the last position it
+//! received. A subscriber whose connection is lost without the bench
+//! closing it (its node was killed) fails over the same way at once: it
+//! is set up again on the next node, resubscribing from where it was, and
+//! counted as a failover until every subject is answered. In both cases
+//! it resubscribes each subject: a `subscribe` with `since` per subject over
 //! WebSocket, the positions as one cursor in an HTTP transport's request
 //! (`Last-Event-ID` for Server-Sent Events, `since` for streams and polls).
 //! The answers and deliveries are read with the protocol crate's parser and
@@ -39,7 +44,7 @@ use crate::util::error::BenchError;
 use crate::util::histogram::{self, Micros};
 use crate::util::pacing::Schedule;
 use crate::util::pattern::Pattern;
-use crate::worker::conn::{Handler, Opening, Outcome, Wire};
+use crate::worker::conn::{Handler, Opening, Outcome};
 use crate::worker::driver::{Driver, RoleResult, MAX_BATCH};
 use crate::worker::engine::Engine;
 use crate::worker::subscriber::{earliest, OnSubscribers, SubscribeDriver};
@@ -73,6 +78,9 @@ struct Subscriber {
     /// Wall clock at the connect() of its reconnect in progress; 0 when
     /// none is.
     reconnect_real: u64,
+    /// Its connection was lost mid-run, and it is on its way back on
+    /// another node: counted as failed over once every subject is answered.
+    failing_over: bool,
     /// Its subjects, in assignment order.
     streams: Vec<Stream>,
 }
@@ -328,6 +336,9 @@ impl ChurnDriver {
             sub.reconnect_real = 0;
             counters.reconnected += 1;
         }
+        if std::mem::take(&mut sub.failing_over) {
+            counters.failed_over += 1;
+        }
         let index = self.index(i);
         self.inner.set_up(index);
     }
@@ -362,6 +373,7 @@ impl ChurnDriver {
             sub.key = None;
             engine.cx.counters.reconnects += 1;
             let index = self.index(i);
+            self.inner.move_on(index);
             engine.close(key, index, self.reset, self);
             self.away.push(Reverse((now + self.offline_ns, i as u32)));
         }
@@ -382,7 +394,7 @@ impl ChurnDriver {
             let index = self.index(i);
             // A failed open is counted by the engine and retried like a
             // failed set-up.
-            if engine.open(index, Wire::from(self.transport)).is_err() {
+            if self.inner.open(engine, index).is_err() {
                 self.inner.retry_later(index);
             }
         }
@@ -483,7 +495,14 @@ impl Handler for ChurnDriver {
         0
     }
 
-    fn on_closed(&mut self, key: usize, index: u32, outcome: Outcome, was_open: bool) {
+    fn on_closed(
+        &mut self,
+        key: usize,
+        index: u32,
+        outcome: Outcome,
+        was_open: bool,
+        counters: &mut Counters,
+    ) {
         let Some(i) = self.inner.local(index) else {
             return;
         };
@@ -493,9 +512,18 @@ impl Handler for ChurnDriver {
         if was_open && self.subs[i].key != Some(key) {
             return;
         }
-        self.subs[i].key = None;
+        let sub = &mut self.subs[i];
+        // Lost once it was settled, while the run goes on: its node is
+        // likely gone. One that fails on its way back (set-up, or answers
+        // still owed) is the same failover, or a reconnect's, going on.
+        if was_open && sub.awaiting == 0 && !sub.failing_over && self.inner.started().is_some() {
+            sub.failing_over = true;
+            counters.failovers += 1;
+        }
+        sub.key = None;
         self.owe(i, 0);
-        self.inner.on_closed(key, index, outcome, false);
+        // Set up again at once, on the next node.
+        self.inner.on_closed(key, index, outcome, false, counters);
     }
 }
 
@@ -534,6 +562,7 @@ impl OnSubscribers for ChurnDriver {
 mod tests {
     use super::*;
     use crate::schema::{SubscribeTask, Task};
+    use crate::util::counters::Failure;
     use crate::util::pattern::{AssignMode, Assignment};
 
     /// A worker of two subscribers (global 10 and 11), two subjects each
@@ -544,6 +573,50 @@ mod tests {
 
     /// The same, receiving over `transport`.
     fn driver_over(transport: SubscribeTransport) -> ChurnDriver {
+        ChurnDriver::new(
+            task(transport),
+            &Spec::for_tests(Task::Churn(task(transport))),
+        )
+        .unwrap()
+    }
+
+    /// The same over WebSocket, in a run of two nodes, with an engine for
+    /// the calls that take one (the tests open nothing through it).
+    fn driver_of_two_nodes() -> (ChurnDriver, Engine) {
+        let task = task(SubscribeTransport::Ws);
+        let mut spec = Spec::for_tests(Task::Churn(task.clone()));
+        let node =
+            |port| crate::util::addr::Target::parse(&format!("ws://127.0.0.1:{port}/ws"), "ws");
+        spec.targets = vec![node(1).unwrap(), node(2).unwrap()];
+        let net = crate::worker::engine::NetConfig {
+            targets: spec.targets.clone(),
+            sources: spec.sources.clone(),
+            port_mode: spec.port_mode,
+            worker: 0,
+            workers: 1,
+            max_conns: 10,
+            setup_timeout_ns: 1_000_000_000,
+            nodelay: false,
+            tls: None,
+        };
+        let engine = Engine::new(net, None, None, 1).unwrap();
+        (ChurnDriver::new(task, &spec).unwrap(), engine)
+    }
+
+    /// [`driver_of_two_nodes`] once subscriber 10 is settled on connection
+    /// 7, at /p/s3 5 and /p/s1 0, and the run has started.
+    fn settled_on_two_nodes() -> (ChurnDriver, Engine, Counters) {
+        let (mut d, mut engine) = driver_of_two_nodes();
+        let mut c = Counters::default();
+        opening(&mut d, 7);
+        hear(&mut d, &mut c, &subscribed("/p/s3", 5, None));
+        hear(&mut d, &mut c, &subscribed("/p/s1", 0, None));
+        d.start(&mut engine);
+        (d, engine, c)
+    }
+
+    /// The task of those workers.
+    fn task(transport: SubscribeTransport) -> ChurnTask {
         let subscribe = SubscribeTask {
             first: 10,
             count: 2,
@@ -560,14 +633,12 @@ mod tests {
         };
         // Its share of 10 reconnects/s for 1 s over a group of 4 (the
         // coordinator's `ChurnPlan::task`).
-        let task = ChurnTask {
+        ChurnTask {
             subscribe,
             reconnects: Schedule::constant(5.0, 1.0),
             offline: 0.0,
             close: CloseMode::Reset,
-        };
-        let spec = Spec::for_tests(Task::Churn(task.clone()));
-        ChurnDriver::new(task, &spec).unwrap()
+        }
     }
 
     /// Feeds one server text to subscriber 10; returns whether it counted
@@ -606,6 +677,13 @@ mod tests {
         )
     }
 
+    /// The resubscribe of `subject` from `offset` a subscriber sends.
+    fn since(subject: &str, offset: u64) -> String {
+        format!(
+            r#"{{"op":"subscribe","subject":"{subject}","since":{{"epoch":"{EPOCH}","offset":{offset}}},"id":1}}"#
+        )
+    }
+
     fn msg(subject: &str, offset: u64) -> String {
         format!(
             r#"{{"op":"msg","subject":"{subject}","epoch":"{EPOCH}","offset":{offset},"data":{{"ts":1000,"n":{offset},"pad":"x"}}}}"#
@@ -631,17 +709,7 @@ mod tests {
         // The connection is closed on purpose and a new one opens.
         d.subs[0].key = None;
         d.subs[0].reconnect_real = 1_000_000;
-        assert_eq!(
-            opening(&mut d, 8),
-            [
-                format!(
-                    r#"{{"op":"subscribe","subject":"/p/s3","since":{{"epoch":"{EPOCH}","offset":6}},"id":1}}"#
-                ),
-                format!(
-                    r#"{{"op":"subscribe","subject":"/p/s1","since":{{"epoch":"{EPOCH}","offset":1}},"id":1}}"#
-                ),
-            ]
-        );
+        assert_eq!(opening(&mut d, 8), [since("/p/s3", 6), since("/p/s1", 1),]);
         assert!(!hear(&mut d, &mut c, &subscribed("/p/s3", 8, Some(true))));
         assert!(hear(&mut d, &mut c, &msg("/p/s3", 7)), "replayed");
         assert!(hear(&mut d, &mut c, &msg("/p/s3", 8)), "replayed");
@@ -766,16 +834,48 @@ mod tests {
         let mut d = driver();
         opening(&mut d, 7);
         assert_eq!(d.inner.unsettled(), 1);
-        d.on_closed(
-            7,
-            10,
-            Outcome::Failed(crate::util::counters::Failure::Timeout),
-            false,
-        );
+        let mut c = Counters::default();
+        d.on_closed(7, 10, Outcome::Failed(Failure::Timeout), false, &mut c);
         assert_eq!((d.inner.unsettled(), d.subs[0].key), (0, None));
         // An old connection's end, after it was replaced, changes nothing.
         opening(&mut d, 9);
-        d.on_closed(7, 10, Outcome::Clean, true);
+        d.on_closed(7, 10, Outcome::Clean, true, &mut c);
         assert_eq!((d.inner.unsettled(), d.subs[0].key), (1, Some(9)));
+    }
+
+    #[test]
+    fn a_subscriber_whose_node_is_gone_fails_over_to_the_next_and_resumes() {
+        let (mut d, _, mut c) = settled_on_two_nodes();
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 6)));
+        assert_eq!(d.inner.hop(10), 0, "on its first node");
+        // Its node dies: the connection ends without the bench closing it.
+        d.on_closed(7, 10, Outcome::Failed(Failure::ServerClosed), true, &mut c);
+        assert_eq!((c.failovers, d.inner.hop(10)), (1, 1), "on to the next");
+        assert_eq!(d.inner.unsettled(), 0);
+        // A refused connect on its way back is the same failover going on.
+        d.on_closed(8, 10, Outcome::Failed(Failure::Refused), false, &mut c);
+        assert_eq!((c.failovers, d.inner.hop(10)), (1, 2));
+        // Back on a node, from where it was.
+        assert_eq!(opening(&mut d, 9), [since("/p/s3", 6), since("/p/s1", 0),]);
+        hear(&mut d, &mut c, &subscribed("/p/s3", 8, Some(true)));
+        assert_eq!(c.failed_over, 0, "one subject still unanswered");
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 7)), "replayed");
+        hear(&mut d, &mut c, &subscribed("/p/s1", 0, Some(true)));
+        assert!(hear(&mut d, &mut c, &msg("/p/s3", 8)), "replayed");
+        assert_eq!((c.failovers, c.failed_over, c.recovered), (1, 1, 2));
+        assert_eq!((c.reconnects, c.reconnected), (0, 0), "none planned");
+        assert_eq!((c.duplicates, c.gaps, c.missed, c.broken), (0, 0, 0, 0));
+    }
+
+    #[test]
+    fn a_planned_reconnect_goes_to_another_node() {
+        let (mut d, mut engine, mut c) = settled_on_two_nodes();
+        // Its turn (and subscriber 11's, which never set up) fall due.
+        d.reconnect_due(&mut engine, 0, 1_000_000_000);
+        assert_eq!(engine.cx.counters.reconnects, 1);
+        assert_eq!(d.inner.hop(10), 1, "it comes back on the other node");
+        // The connection it closed ends; that is not a failover.
+        d.on_closed(7, 10, Outcome::Clean, true, &mut c);
+        assert_eq!(c.failovers, 0);
     }
 }

@@ -99,7 +99,7 @@ impl Handler for ConnectRateDriver {
         0
     }
 
-    fn on_closed(&mut self, _: usize, _: u32, _: Outcome, _: bool) {}
+    fn on_closed(&mut self, _: usize, _: u32, _: Outcome, _: bool, _: &mut Counters) {}
 }
 
 impl Driver for ConnectRateDriver {

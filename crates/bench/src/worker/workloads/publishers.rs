@@ -238,7 +238,7 @@ impl Handler for PublishDriver {
         pos
     }
 
-    fn on_closed(&mut self, _key: usize, index: u32, _outcome: Outcome, was_open: bool) {
+    fn on_closed(&mut self, _: usize, index: u32, _: Outcome, was_open: bool, _: &mut Counters) {
         if let Some(c) = self.conns.iter_mut().find(|c| c.index == index) {
             c.open = false;
             c.awaiting.clear();

@@ -396,7 +396,14 @@ impl Handler for SocialDriver {
         0
     }
 
-    fn on_closed(&mut self, key: usize, index: u32, outcome: Outcome, was_open: bool) {
+    fn on_closed(
+        &mut self,
+        key: usize,
+        index: u32,
+        outcome: Outcome,
+        was_open: bool,
+        counters: &mut Counters,
+    ) {
         let Some(i) = self.inner.local(index) else {
             return;
         };
@@ -408,7 +415,8 @@ impl Handler for SocialDriver {
         let in_setup = !was_open || self.conns[i].awaiting > 0;
         self.conns[i].key = None;
         self.owe(i, 0);
-        self.inner.on_closed(key, index, outcome, !in_setup);
+        self.inner
+            .on_closed(key, index, outcome, !in_setup, counters);
     }
 
     fn user(&self, index: u32) -> Option<u64> {
@@ -605,13 +613,13 @@ mod tests {
         let mut c = Counters::default();
         open(&mut d, 1, 4);
         hear(&mut d, &mut c, 4, &subscribed(3, 0));
-        d.on_closed(1, 4, Outcome::Clean, true);
+        d.on_closed(1, 4, Outcome::Clean, true, &mut c);
         assert_eq!((d.inner.unsettled(), d.conns[0].key), (0, None));
         open(&mut d, 2, 4);
         assert_eq!(d.inner.unsettled(), 1);
         assert!(d.conns[0].feeds.is_empty(), "starts afresh");
         // An old socket's end changes nothing.
-        d.on_closed(1, 4, Outcome::Clean, true);
+        d.on_closed(1, 4, Outcome::Clean, true, &mut c);
         assert_eq!((d.inner.unsettled(), d.conns[0].key), (1, Some(2)));
     }
 
