@@ -45,7 +45,9 @@ fn cluster_bench_command(
     for node in admins {
         cmd.args(["--admin-url", &format!("http://{}", node.admin)]);
     }
-    cmd.args(["--progress", "off", "--json"])
+    // Counts are what the tests check, never speed: a set-up may take long
+    // on a loaded box (the default bound, 5 s, counts it as a failure).
+    cmd.args(["--progress", "off", "--connect-timeout", "60s", "--json"])
         .arg(json)
         .args(global)
         .args(workload)
