@@ -61,8 +61,9 @@ import threading
 import time
 import urllib.request
 
-import benchmarks
-from benchmarks import SCENARIOS, die_with_parent, fmt, get, start_node, stop_node
+sys.dont_write_bytecode = True  # no __pycache__ in scripts/ for the import below
+import benchmarks  # noqa: E402
+from benchmarks import SCENARIOS, die_with_parent, fmt, get, start_node, stop_node  # noqa: E402
 
 REPO = benchmarks.REPO
 CLK_TCK = os.sysconf("SC_CLK_TCK")
