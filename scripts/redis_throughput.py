@@ -151,63 +151,63 @@ def start_redis(out_dir):
 # ---- CPU sampling ----------------------------------------------------------
 
 
-def proc_stat(pid):
-    """(ppid, utime + stime in ticks) of `pid`, or None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return int(fields[1]), int(fields[11]) + int(fields[12])
-
-
-def box_busy_ticks():
-    """(non-idle CPU time of the box so far, every core; of which niced)."""
-    with open("/proc/stat") as f:
-        cpu = [int(v) for v in f.readline().split()[1:]]
-    # user nice system idle iowait irq softirq steal
-    return sum(cpu[:8]) - cpu[3] - cpu[4], cpu[1]
+def processes():
+    """{pid: (ppid, nice, utime + stime in ticks)} of every process now."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                # After the command's name: state, ppid, ... (proc(5) fields
+                # 3 onwards): utime and stime are 14 and 15, nice 19.
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[int(entry)] = (int(fields[1]), int(fields[16]), int(fields[11]) + int(fields[12]))
+    return out
 
 
 class Sampler(threading.Thread):
-    """Samples, once a second, the CPU of redis-server, the nodes, the bench
-    (with every process below it) and the whole box; `groups` maps a name to
-    the pids whose whole CPU counts (the bench's tree is found each time)."""
+    """Reads, once a second, the CPU time of every process on the box, and
+    sorts it: `groups` (name to pids: the nodes, redis-server), the bench
+    with every process below it, this script, other processes at nice 0
+    (other work on the box, and kernel threads), and niced ones (the box's
+    background fuzzers). Per-process times are the kernel's own accounting;
+    /proc/stat's totals are tick samples that disagree with them here."""
+
+    MINE = ("redis", "nodes", "bench")
 
     def __init__(self, groups, bench_pid):
         super().__init__(daemon=True)
-        self.groups = groups
+        self.owner = {pid: name for name, pids in groups.items() for pid in pids}
         self.bench_pid = bench_pid
         self.samples = []
         self.stopped = threading.Event()
         self.sample()
 
-    def bench_tree(self):
-        parents = {}
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                st = proc_stat(entry)
-                if st:
-                    parents.setdefault(st[0], []).append(int(entry))
-        tree, todo = [], [self.bench_pid]
+    def sample(self):
+        procs = processes()
+        children = {}
+        for pid, (ppid, _, _) in procs.items():
+            children.setdefault(ppid, []).append(pid)
+        bench, todo = set(), [self.bench_pid]
         while todo:
             pid = todo.pop()
-            tree.append(pid)
-            todo.extend(parents.get(pid, []))
-        return tree
-
-    def sample(self):
+            bench.add(pid)
+            todo.extend(children.get(pid, []))
         ticks = {}
-        for name, pids in self.groups.items():
-            for pid in pids:
-                st = proc_stat(pid)
-                if st:
-                    ticks[(name, pid)] = st[1]
-        for pid in self.bench_tree():
-            st = proc_stat(pid)
-            if st:
-                ticks[("bench", pid)] = st[1]
-        self.samples.append((time.monotonic(), box_busy_ticks(), ticks))
+        for pid, (_, nice, t) in procs.items():
+            if pid in self.owner:
+                group = self.owner[pid]
+            elif pid in bench:
+                group = "bench"
+            elif pid == os.getpid():
+                group = "script"
+            else:
+                group = "niced" if nice > 0 else "others"
+            ticks[(group, pid)] = t
+        self.samples.append((time.monotonic(), ticks))
 
     def run(self):
         while not self.stopped.wait(1.0):
@@ -219,50 +219,36 @@ class Sampler(threading.Thread):
         self.sample()
         return self.summary()
 
+    def spent(self, group, upto):
+        """CPU seconds `group` took from the first sample to sample `upto`.
+        A process seen first later (started meanwhile) counts whole; one
+        that ended counts up to its last sample."""
+        first = self.samples[0][1]
+        latest = {}
+        for _, ticks in self.samples[: upto + 1]:
+            for key, v in ticks.items():
+                if key[0] == group:
+                    latest[key] = v
+        return sum(v - first.get(key, 0) for key, v in latest.items()) / CLK_TCK
+
     def summary(self):
         """Per group: cores used over the bench command (CPU seconds over
-        wall seconds) and the busiest one-second interval; `others` is the
-        rest of the box at nice 0 (other work, and the kernel's softirq time
-        not charged to a process), `niced` what niced processes took."""
-        first_t, first_box, first = self.samples[0]
-        last_t, last_box, _ = self.samples[-1]
-        wall = max(last_t - first_t, 1e-9)
-
-        # A process's CPU counts from its first sample on; one that started
-        # during the command (the bench's workers) counts whole, one that
-        # ended counts up to its last sample.
-        def spent(name, upto):
-            latest, base = {}, {}
-            for _, _, ticks in self.samples[: upto + 1]:
-                for key, v in ticks.items():
-                    if key[0] == name:
-                        latest[key] = v
-            for key, v in first.items():
-                if key[0] == name:
-                    base[key] = v
-            return sum(latest.values()) - sum(base.values())
-
+        wall seconds); for redis, nodes and bench also the busiest one-second
+        interval."""
+        wall = max(self.samples[-1][0] - self.samples[0][0], 1e-9)
+        last = len(self.samples) - 1
         out = {"wall_s": wall}
-        names = [*self.groups, "bench"]
-        n = len(self.samples) - 1
-        for name in names:
-            total = spent(name, n) / CLK_TCK
-            peak = 0.0
-            for i in range(1, len(self.samples)):
-                dt = self.samples[i][0] - self.samples[i - 1][0]
-                if dt > 0.5:
-                    peak = max(peak, (spent(name, i) - spent(name, i - 1)) / CLK_TCK / dt)
-            out[name] = {"cpu_s": total, "cores": total / wall, "peak_cores": peak}
-        box = (last_box[0] - first_box[0]) / CLK_TCK
-        niced = (last_box[1] - first_box[1]) / CLK_TCK
-        ours = sum(out[n]["cpu_s"] for n in names)
-        # Everything here runs at nice 0, so niced time is other work (the
-        # box's background fuzzers). It is not only what is left over: with
-        # autogroup scheduling, each session gets its fair share whatever
-        # the nice value of its processes.
-        out["niced"] = {"cpu_s": niced, "cores": niced / wall}
-        out["others"] = {"cpu_s": box - niced - ours, "cores": (box - niced - ours) / wall}
-        out["box"] = {"cpu_s": box, "cores": box / wall}
+        for group in (*self.MINE, "script", "others", "niced"):
+            total = self.spent(group, last)
+            out[group] = {"cpu_s": total, "cores": total / wall}
+            if group in self.MINE:
+                peak = 0.0
+                for i in range(1, len(self.samples)):
+                    dt = self.samples[i][0] - self.samples[i - 1][0]
+                    if dt > 0.5:
+                        peak = max(peak, (self.spent(group, i) - self.spent(group, i - 1)) / dt)
+                out[group]["peak_cores"] = peak
+        out["box"] = {"cores": sum(out[g]["cores"] for g in (*self.MINE, "script", "others", "niced"))}
         return out
 
 
@@ -414,9 +400,9 @@ FIGURES = [
     ("nodes, cores", lambda r: get(r, "cpu.nodes.cores"), "f2"),
     ("nodes, busiest second (cores)", lambda r: get(r, "cpu.nodes.peak_cores"), "f2"),
     ("bench, cores", lambda r: get(r, "cpu.bench.cores"), "f2"),
-    ("other processes at nice 0 (and softirq), cores", lambda r: get(r, "cpu.others.cores"), "f2"),
-    ("niced processes (background fuzzers), cores", lambda r: get(r, "cpu.niced.cores"), "f2"),
-    ("whole box, cores (of 2)", lambda r: get(r, "cpu.box.cores"), "f2"),
+    ("other processes at nice 0 and kernel threads, cores", lambda r: get(r, "cpu.others.cores"), "f2"),
+    ("niced processes (the background fuzzers), cores", lambda r: get(r, "cpu.niced.cores"), "f2"),
+    ("every process, cores (of 2)", lambda r: get(r, "cpu.box.cores"), "f2"),
 ]
 
 
