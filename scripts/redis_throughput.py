@@ -51,6 +51,7 @@ import json
 import os
 import resource
 import shlex
+import shutil
 import signal
 import socket
 import statistics
@@ -135,6 +136,7 @@ def start_redis(out_dir):
         ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
          "--appendonly", "no", "--dir", work, "--daemonize", "no"],
         stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+    proc.work_dir = work  # removed once it has stopped
     deadline = time.time() + 10
     while True:
         try:
@@ -535,6 +537,7 @@ def main():
         except subprocess.TimeoutExpired:
             redis[0].kill()
             redis[0].wait()
+        shutil.rmtree(redis[0].work_dir, ignore_errors=True)
         with open(os.path.join(args.out, "summary.json"), "w") as f:
             json.dump({f"{w} {c}": rs for (w, c), rs in results.items()}, f, indent=1)
     report(results, args.runs)
