@@ -27,6 +27,7 @@ changes sysctls; the box's defaults are what is measured.
 """
 
 import argparse
+import ctypes
 import json
 import os
 import shlex
@@ -462,6 +463,13 @@ def tls_files(out_dir):
     return cert, key
 
 
+def die_with_parent():
+    """For preexec_fn: the child gets SIGKILL when this script dies, however
+    it dies, so no node outlives a run that was killed."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def start_node(binary, flags, data_template=None):
     """Starts a node on ephemeral loopback ports; returns (process, ws, admin)."""
     data_dir = tempfile.mkdtemp(prefix="myriad-")
@@ -471,6 +479,7 @@ def start_node(binary, flags, data_template=None):
         [binary, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", *flags],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
+        preexec_fn=die_with_parent,
         # A data directory of its own (through the environment, which older
         # builds compared as a baseline ignore).
         env={**os.environ, "MYRIAD_LOG": "warn", "MYRIAD_DATA_DIR": data_dir},
