@@ -215,21 +215,88 @@ fn a_redis_that_restarts_empty_tells_live_subscribers_their_stream_broke() {
 }
 
 #[test]
+fn an_unsubscribe_is_not_lost_when_the_queue_towards_redis_is_full() {
+    let redis = RedisServer::start();
+    // A queue of one, and a timeout long enough that the stall below ends
+    // before it: the connection stays, so nothing is rebuilt on reconnect.
+    let a = Node::in_cluster_of(
+        &[&redis],
+        "myriad",
+        &[
+            "--workers",
+            "1",
+            "--redis-timeout",
+            "60s",
+            "--redis-queue",
+            "1",
+        ],
+    );
+    let mut subscriber = a.connect();
+    subscribe(&mut subscriber, &["left"]);
+    let mut publisher = a.connect();
+    redis.pause();
+    // One publish in flight, one queued, the rest refused: the queue is full.
+    for id in 1..=20 {
+        send(
+            &mut publisher,
+            json!({"op": "publish", "subject": "other", "data": id, "id": id}),
+        );
+    }
+    let mut busy = 0;
+    while busy == 0 {
+        let reply = recv(&mut publisher);
+        if reply["message"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("redis_busy")
+        {
+            busy += 1;
+        }
+    }
+    // The last subscriber leaves while nothing more fits in the queue.
+    send(
+        &mut subscriber,
+        json!({"op": "unsubscribe", "subjects": ["left"], "id": 99}),
+    );
+    let reply = recv(&mut subscriber);
+    assert_eq!(reply["id"], 99, "{reply}");
+    redis.resume();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let reply = redis
+            .command(&[
+                "EVAL",
+                "return redis.call('PUBSUB', 'NUMSUB', KEYS[1])[2]",
+                "1",
+                "myriad:c:left",
+            ])
+            .unwrap();
+        if reply == ":0" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the node still listens to a subject it has no subscriber of: {reply}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
 fn a_stalled_redis_gets_timeouts_and_a_bounded_queue_never_a_hang() {
     let redis = RedisServer::start();
-    let url = redis.url();
-    let a = Node::start(&[
-        "--workers",
-        "1",
-        "--engine",
-        "redis",
-        "--redis-url",
-        &url,
-        "--redis-timeout",
-        "1s",
-        "--redis-queue",
-        "8",
-    ]);
+    let a = Node::in_cluster_of(
+        &[&redis],
+        "stalled",
+        &[
+            "--workers",
+            "1",
+            "--redis-timeout",
+            "1s",
+            "--redis-queue",
+            "8",
+        ],
+    );
     let mut ws = a.connect();
     subscribe(&mut ws, &["s"]);
     redis.pause();
@@ -301,19 +368,7 @@ fn a_stalled_redis_gets_timeouts_and_a_bounded_queue_never_a_hang() {
 #[test]
 fn subjects_spread_over_several_redis_instances_and_every_node_agrees_where() {
     let shards = [RedisServer::start(), RedisServer::start()];
-    let (u0, u1) = (shards[0].url(), shards[1].url());
-    let start = || {
-        Node::start(&[
-            "--workers",
-            "2",
-            "--engine",
-            "redis",
-            "--redis-url",
-            &u0,
-            "--redis-url",
-            &u1,
-        ])
-    };
+    let start = || Node::in_cluster_of(&[&shards[0], &shards[1]], "myriad", &["--workers", "2"]);
     let (a, b) = (start(), start());
     let subjects: Vec<String> = (0..40).map(|i| format!("s{i}")).collect();
     let names: Vec<&str> = subjects.iter().map(String::as_str).collect();

@@ -229,19 +229,24 @@ impl Node {
     /// A node of the cluster over `redis` (`--engine redis`), its keys
     /// under `prefix`: nodes started with the same two are one cluster.
     pub fn in_cluster(redis: &myriad_testkit::RedisServer, prefix: &str) -> Node {
-        let url = redis.url();
-        Node::start(&[
-            "--workers",
-            "2",
-            "--engine",
-            "redis",
-            "--redis-url",
-            &url,
-            "--redis-prefix",
-            prefix,
-            "--redis-timeout",
-            "2s",
-        ])
+        let defaults = ["--workers", "2", "--redis-timeout", "2s"];
+        Node::in_cluster_of(&[redis], prefix, &defaults)
+    }
+
+    /// A node of the cluster over the Redis shards `redis`, in this order,
+    /// with `extra` flags.
+    pub fn in_cluster_of(
+        redis: &[&myriad_testkit::RedisServer],
+        prefix: &str,
+        extra: &[&str],
+    ) -> Node {
+        let urls: Vec<String> = redis.iter().map(|r| r.url()).collect();
+        let mut args = vec!["--engine", "redis", "--redis-prefix", prefix];
+        for url in &urls {
+            args.extend(["--redis-url", url.as_str()]);
+        }
+        args.extend(extra);
+        Node::start(&args)
     }
 
     /// Kills the node with SIGKILL (`kill -9`) and waits for it to be gone:

@@ -116,8 +116,8 @@ impl TotalsCell {
     }
 
     /// From a `{bytes, messages, evictions, subjects}` reply.
-    fn store(&self, values: &[Value]) {
-        let reply = ScriptReply::new(Value::Array(values.to_vec()));
+    fn store(&self, values: Vec<Value>) {
+        let reply = ScriptReply::new(Value::Array(values));
         if let Ok(totals) = reply.and_then(|mut r| r.totals()) {
             self.set(totals);
         }
@@ -130,7 +130,7 @@ struct Failures {
     unavailable: AtomicU64,
     timeout: AtomicU64,
     busy: AtomicU64,
-    other: AtomicU64,
+    error: AtomicU64,
 }
 
 /// What the engine's callers, shard tasks and inboxes share.
@@ -141,13 +141,11 @@ pub struct Context {
     max_bytes: usize,
     scripts: Scripts,
     shards: usize,
-    /// Per shard: connected now.
-    up: Box<[AtomicBool]>,
     totals: Box<[TotalsCell]>,
     failures: Failures,
     publishes: AtomicU64,
     publishes_unrouted: AtomicU64,
-    /// Length of `<prefix>:c:`, cut from channel names.
+    /// `<prefix>:c:`: what channel names start with.
     channel_prefix: String,
 }
 
@@ -161,7 +159,7 @@ impl Context {
             EngineError::RedisUnavailable => &self.failures.unavailable,
             EngineError::RedisTimeout => &self.failures.timeout,
             EngineError::RedisBusy => &self.failures.busy,
-            EngineError::Redis(_) => &self.failures.other,
+            EngineError::Redis(_) => &self.failures.error,
             EngineError::ShuttingDown => return,
         };
         counter.fetch_add(1, Ordering::Relaxed);
@@ -175,81 +173,75 @@ impl Context {
         else {
             return;
         };
-        match codec::channel_message(&Arc::from(subject), payload) {
-            Ok(publication) => {
-                let mut wakeups = Wakeups::default();
-                self.router.deliver(Arc::new(publication), &mut wakeups);
-                self.router.hub().wake(wakeups);
-            }
+        let mut wakeups = Wakeups::default();
+        let decode = |name: &Arc<str>| match codec::channel_message(name, payload) {
+            Ok(publication) => Some(publication),
             Err(e) => {
-                self.count_failure(&EngineError::Redis(String::new()));
+                self.failures.error.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "dropped a malformed channel message");
+                None
             }
-        }
+        };
+        self.router.deliver(subject, decode, &mut wakeups);
+        self.router.hub().wake(wakeups);
     }
 
-    /// Adds the script that serves `op` to a batch's pipeline.
-    fn add_script(&self, pipe: &mut redis::Pipeline, op: &Op) {
-        let prefix = &self.settings.prefix;
+    /// Adds the script that serves `op` to a batch's pipeline; `epoch` is
+    /// the one a stream created by it starts.
+    fn add_script(&self, pipe: &mut redis::Pipeline, op: &Op, epoch: &str) {
         match op {
             Op::Publish { subject, data, .. } => {
                 let policy = self.namespaces.policy_for(subject);
                 evalsha(pipe, &self.scripts.publish)
-                    .arg(prefix)
+                    .arg(&self.settings.prefix)
                     .arg(&**subject)
                     .arg(&**data)
                     .arg(policy.size)
                     .arg(policy.ttl.as_millis() as u64)
                     .arg(self.max_bytes)
-                    .arg(super::random_epoch().to_string());
+                    .arg(epoch);
             }
             Op::Attach { attach, .. } => {
-                let limit = usize::MAX;
-                self.add_read(
-                    pipe,
-                    &attach.subject,
-                    "attach",
-                    attach.since,
-                    limit,
-                    attach.max_replay_bytes,
-                );
+                let read = ReadScript {
+                    mode: ReadMode::Attach,
+                    since: attach.since,
+                    limit: usize::MAX,
+                    max_bytes: attach.max_replay_bytes,
+                };
+                self.add_read(pipe, &attach.subject, read, epoch);
             }
             Op::History { query, .. } => {
-                self.add_read(
-                    pipe,
-                    &query.subject,
-                    "read",
-                    query.since,
-                    query.limit,
-                    usize::MAX,
-                );
+                let read = ReadScript {
+                    mode: ReadMode::Read,
+                    since: query.since,
+                    limit: query.limit,
+                    max_bytes: usize::MAX,
+                };
+                self.add_read(pipe, &query.subject, read, epoch);
             }
-            Op::Unsubscribe(_) => unreachable!("unsubscribes run no read or publish script"),
         }
     }
 
-    pub(crate) fn add_read(
-        &self,
-        pipe: &mut redis::Pipeline,
-        subject: &str,
-        mode: &str,
-        since: Option<myriad_protocol::position::Position>,
-        limit: usize,
-        max_bytes: usize,
-    ) {
+    /// Adds a run of read.lua for `subject` to a pipeline.
+    fn add_read(&self, pipe: &mut redis::Pipeline, subject: &str, read: ReadScript, epoch: &str) {
         let policy = self.namespaces.policy_for(subject);
-        let (since_epoch, since_offset) =
-            since.map_or((String::new(), 0), |p| (p.epoch.to_string(), p.offset));
+        let (since_epoch, since_offset) = read
+            .since
+            .map_or((String::new(), 0), |p| (p.epoch.to_string(), p.offset));
+        let mode = match read.mode {
+            ReadMode::Attach => "attach",
+            ReadMode::Read => "read",
+        };
         evalsha(pipe, &self.scripts.read)
             .arg(&self.settings.prefix)
             .arg(subject)
             .arg(mode)
             .arg(policy.ttl.as_millis() as u64)
-            .arg(super::random_epoch().to_string())
+            .arg(epoch)
             .arg(since_epoch)
             .arg(since_offset)
-            .arg(limit)
-            .arg(max_bytes);
+            .arg(read.limit)
+            .arg(read.max_bytes);
     }
 
     /// Answers `op` with its script's reply.
@@ -302,9 +294,29 @@ impl Context {
                 }
                 reply.send(hub, outcome, wakeups);
             }
-            Op::Unsubscribe(_) => {}
         }
     }
+}
+
+/// How read.lua treats a subject Redis has no stream for.
+#[derive(Debug, Clone, Copy)]
+enum ReadMode {
+    /// A subscriber reads: the stream is created (and kept from expiring).
+    Attach,
+    /// A history read: the answer is a fresh epoch no stream shares.
+    Read,
+}
+
+/// One read of a subject's position and history.
+#[derive(Debug, Clone, Copy)]
+struct ReadScript {
+    mode: ReadMode,
+    /// Publications after this position (a recovery); the last `limit`
+    /// when unset.
+    since: Option<myriad_protocol::position::Position>,
+    limit: usize,
+    /// Past this much, a recovery is reported incomplete.
+    max_bytes: usize,
 }
 
 /// Starts an `EVALSHA` of `script` (loaded on every connect) in `pipe`;
@@ -349,7 +361,6 @@ impl RedisEngine {
             max_bytes,
             scripts: Scripts::new(),
             shards,
-            up: (0..shards).map(|_| AtomicBool::new(false)).collect(),
             totals: (0..shards).map(|_| TotalsCell::default()).collect(),
             failures: Failures::default(),
             publishes: AtomicU64::new(0),
@@ -458,10 +469,7 @@ impl Engine for RedisEngine {
     fn detach(&self, subject: &str, worker: usize, last_local: bool) {
         let ctx = &*self.ctx;
         if ctx.router.leave(subject, worker, last_local) {
-            let mut wakeups = Wakeups::default();
-            self.queue(subject)
-                .send(Op::Unsubscribe(Arc::from(subject)), ctx, &mut wakeups);
-            debug_assert!(wakeups.is_empty(), "an unsubscribe answers nobody");
+            self.queue(subject).leave(subject);
         }
     }
 
@@ -501,7 +509,7 @@ impl Engine for RedisEngine {
                 unavailable: ctx.failures.unavailable.load(Ordering::Relaxed),
                 timeout: ctx.failures.timeout.load(Ordering::Relaxed),
                 busy: ctx.failures.busy.load(Ordering::Relaxed),
-                error: ctx.failures.other.load(Ordering::Relaxed),
+                error: ctx.failures.error.load(Ordering::Relaxed),
             },
         }
     }

@@ -161,6 +161,14 @@ impl Router {
         last
     }
 
+    /// Whether the attach that joined `subject`'s life `life` may still be
+    /// waited for: false once every subscriber of that life left.
+    pub fn is_current(&self, subject: &str, life: u64) -> bool {
+        self.lock(subject)
+            .get(subject)
+            .is_some_and(|s| s.life == life)
+    }
+
     /// Subscribers of `subject` on this node.
     pub fn subscribers(&self, subject: &str) -> u32 {
         self.lock(subject)
@@ -186,12 +194,24 @@ impl Router {
         out
     }
 
-    /// A publication arrived on its subject's channel.
-    pub fn deliver(&self, publication: Arc<Publication>, wakeups: &mut Wakeups) {
-        let mut shard = self.lock(&publication.subject);
-        let Some(entry) = shard.get_mut(&*publication.subject) else {
-            return; // no interest any more: a message sent before we left
+    /// A message arrived on `subject`'s channel. `decode` makes its
+    /// publication, under the name the node already holds for the subject,
+    /// and only when the node still has interest in it (a message sent
+    /// before the node left is not even read); `None` drops it.
+    pub fn deliver(
+        &self,
+        subject: &str,
+        decode: impl FnOnce(&Arc<str>) -> Option<Publication>,
+        wakeups: &mut Wakeups,
+    ) {
+        let mut shard = self.lock(subject);
+        let Some((name, entry)) = shard.get_key_value_mut(subject) else {
+            return;
         };
+        let Some(publication) = decode(name) else {
+            return;
+        };
+        let publication = Arc::new(publication);
         let position = publication.position;
         match entry.routed {
             None => {

@@ -4,18 +4,23 @@
 //!
 //! Workers never wait on Redis: they put a request in the shard's queue
 //! (`try_send`; a full queue refuses at once with `redis_busy`) and the
-//! answer comes back through the worker's mailbox. The task takes whatever
-//! has queued up (up to [`MAX_BATCH`]) and runs it in at most four round
-//! trips, however many requests there are:
-//! 1. one `SUBSCRIBE` for every subject that gained interest;
-//! 2. one pipeline of scripts: the publishes, attaches and reads, in order;
-//! 3. one `UNSUBSCRIBE` for every subject that lost its last subscriber;
-//! 4. one pipeline of `forget` scripts for those.
+//! answer comes back through the worker's mailbox. A subject losing its
+//! last subscriber on the node is not a request that may be refused: it
+//! goes in a set beside the queue (one entry per subject, however often it
+//! comes and goes), so the node never keeps listening to a subject nobody
+//! here wants. The task takes whatever has come (up to [`MAX_BATCH`]
+//! requests) and runs it in at most four round trips, however many there
+//! are:
+//! 1. one `UNSUBSCRIBE` for every subject still without subscribers;
+//! 2. one pipeline of `forget` scripts for those;
+//! 3. one `SUBSCRIBE` for every subject that gained interest;
+//! 4. one pipeline of scripts: the publishes, attaches and reads, in order.
 //!
-//! Subscribing before the scripts is what makes an attach's position come
-//! after its subscription (see router.rs); a request on a subject that the
-//! batch unsubscribes goes to the next batch, so no script runs out of
-//! order with the unsubscribe before it.
+//! Leaving before the scripts means a publish after the last detach finds
+//! nobody listening here; subscribing before them is what makes an
+//! attach's position come after its subscription (see router.rs). An
+//! attach whose subscriber left while it waited is answered at once (its
+//! worker drops the stale answer) and subscribes nothing.
 //!
 //! One RESP3 connection carries commands and channel messages alike. When
 //! it fails the task refuses everything (`redis_unavailable`) until it has
@@ -24,7 +29,7 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use myriad_protocol::position::{Epoch, Position};
@@ -63,8 +68,6 @@ pub enum Op {
         attach: Attach,
         life: u64,
     },
-    /// The node's last subscriber of the subject left.
-    Unsubscribe(Arc<str>),
     History {
         query: HistoryQuery,
         reply: Reply<HistoryPage>,
@@ -72,33 +75,45 @@ pub enum Op {
 }
 
 impl Op {
-    fn subject(&self) -> &Arc<str> {
-        match self {
-            Op::Publish { subject, .. } | Op::Unsubscribe(subject) => subject,
-            Op::Attach { attach, .. } => &attach.subject,
-            Op::History { query, .. } => &query.subject,
-        }
-    }
-
-    /// Answers the request with `error` (nothing to answer for an
-    /// unsubscribe: the subscription is gone with the connection).
+    /// Answers the request with `error`.
     fn fail(self, ctx: &Context, error: EngineError, wakeups: &mut Wakeups) {
         ctx.count_failure(&error);
         match self {
             Op::Publish { reply, .. } => reply.send(ctx.router.hub(), Err(error), wakeups),
             Op::Attach { attach, life } => ctx.router.answered(attach, life, Err(error), wakeups),
             Op::History { reply, .. } => reply.send(ctx.router.hub(), Err(error), wakeups),
-            Op::Unsubscribe(_) => {}
         }
     }
+}
+
+/// Subjects whose last subscriber on the node left, waiting for the task.
+#[derive(Default)]
+struct Leaving {
+    subjects: Mutex<HashSet<Arc<str>>>,
+    /// Wakes the task when the set gains one.
+    added: Notify,
 }
 
 /// The sending side of a shard's queue.
 pub struct ShardQueue {
     tx: mpsc::Sender<Op>,
+    leaving: Arc<Leaving>,
 }
 
 impl ShardQueue {
+    /// The node's last subscriber of `subject` left: never refused.
+    pub fn leave(&self, subject: &str) {
+        let mut subjects = self
+            .leaving
+            .subjects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if !subjects.contains(subject) {
+            subjects.insert(Arc::from(subject));
+            self.leaving.added.notify_one();
+        }
+    }
+
     /// Queues `op`, or answers it at once when the queue is full or gone.
     pub fn send(&self, op: Op, ctx: &Context, wakeups: &mut Wakeups) {
         if let Err(e) = self.tx.try_send(op) {
@@ -149,8 +164,7 @@ pub struct Shard {
     lost: Arc<Notify>,
     /// Subjects whose channel this node listens to on this Redis.
     subscribed: HashSet<Arc<str>>,
-    /// A request held back for the next batch (see the module header).
-    held: Option<Op>,
+    leaving: Arc<Leaving>,
     backoff: Duration,
     next_attempt: Instant,
 }
@@ -163,6 +177,7 @@ impl Shard {
         queue: usize,
     ) -> (Shard, ShardQueue) {
         let (tx, rx) = mpsc::channel(queue.max(1));
+        let leaving = Arc::new(Leaving::default());
         let shard = Shard {
             index,
             client,
@@ -172,11 +187,11 @@ impl Shard {
             closed: Arc::new(AtomicBool::new(false)),
             lost: Arc::new(Notify::new()),
             subscribed: HashSet::new(),
-            held: None,
+            leaving: Arc::clone(&leaving),
             backoff: MIN_BACKOFF,
             next_attempt: Instant::now(),
         };
-        (shard, ShardQueue { tx })
+        (shard, ShardQueue { tx, leaving })
     }
 
     /// Connects, loads the scripts and subscribes to every subject this
@@ -214,7 +229,6 @@ impl Shard {
         self.catch_up(&mut conn).await?;
         self.conn = Some(conn);
         self.backoff = MIN_BACKOFF;
-        self.ctx.up[self.index].store(true, Ordering::Relaxed);
         Ok(())
     }
 
@@ -226,20 +240,20 @@ impl Shard {
             .ctx
             .router
             .resumes(|s| super::ring::shard_of(s, shards) == index);
+        let epoch = crate::engine::random_epoch().to_string();
         for chunk in resumes.chunks(RESUBSCRIBE_CHUNK) {
             let mut pipe = redis::pipe();
             pipe.ignore_errors();
             for (subject, from) in chunk {
                 // As an attach: the stream is created again if Redis lost
                 // it, so the position it announces is the one that goes on.
-                self.ctx.add_read(
-                    &mut pipe,
-                    subject,
-                    "attach",
-                    Some(*from),
-                    usize::MAX,
-                    usize::MAX,
-                );
+                let read = super::ReadScript {
+                    mode: super::ReadMode::Attach,
+                    since: Some(*from),
+                    limit: usize::MAX,
+                    max_bytes: usize::MAX,
+                };
+                self.ctx.add_read(&mut pipe, subject, read, &epoch);
             }
             let values: Vec<Value> = pipe.query_async(conn).await?;
             let mut wakeups = Wakeups::default();
@@ -265,7 +279,6 @@ impl Shard {
         if self.conn.take().is_some() {
             tracing::warn!(shard = self.index, error = %why, "lost the connection to Redis");
         }
-        self.ctx.up[self.index].store(false, Ordering::Relaxed);
         self.subscribed.clear();
         let (index, shards) = (self.index, self.ctx.shards);
         let mut wakeups = Wakeups::default();
@@ -282,40 +295,41 @@ impl Shard {
     pub async fn run(mut self) {
         let mut sweep = tokio::time::interval(Duration::from_secs(1));
         loop {
-            let first = match self.held.take() {
-                Some(op) => op,
-                None => tokio::select! {
-                    op = self.rx.recv() => match op {
-                        Some(op) => op,
-                        None => return,
-                    },
-                    _ = self.lost.notified(), if self.conn.is_some() => {
-                        if self.closed.load(Ordering::Acquire) {
-                            self.disconnect(&connection_dropped());
-                        }
-                        continue;
-                    }
-                    _ = tokio::time::sleep_until(self.next_attempt), if self.conn.is_none() => {
-                        self.reconnect().await;
-                        continue;
-                    }
-                    _ = sweep.tick(), if self.conn.is_some() => {
-                        self.sweep().await;
-                        continue;
-                    }
+            let first = tokio::select! {
+                op = self.rx.recv() => match op {
+                    Some(op) => Some(op),
+                    None => return,
                 },
+                _ = self.leaving.added.notified() => None,
+                _ = self.lost.notified(), if self.conn.is_some() => {
+                    if self.closed.load(Ordering::Acquire) {
+                        self.disconnect(&connection_dropped());
+                    }
+                    continue;
+                }
+                _ = tokio::time::sleep_until(self.next_attempt), if self.conn.is_none() => {
+                    self.reconnect().await;
+                    continue;
+                }
+                _ = sweep.tick(), if self.conn.is_some() => {
+                    self.sweep().await;
+                    continue;
+                }
             };
-            let batch = self.collect(first);
+            let leaving = self.take_leaving();
+            let ops = self.collect(first);
             if self.conn.is_none() && Instant::now() >= self.next_attempt {
                 self.reconnect().await;
             }
             let mut wakeups = Wakeups::default();
             if self.conn.is_none() {
-                for op in batch {
+                // The subscriptions went with the connection; a reconnect
+                // subscribes only to subjects with subscribers.
+                for op in ops {
                     op.fail(&self.ctx, EngineError::RedisUnavailable, &mut wakeups);
                 }
             } else {
-                self.execute(batch, &mut wakeups).await;
+                self.execute(leaving, ops, &mut wakeups).await;
             }
             self.ctx.router.hub().wake(wakeups);
         }
@@ -328,102 +342,115 @@ impl Shard {
         }
     }
 
-    /// Takes what has queued up behind `first`, stopping before a request
-    /// on a subject this batch unsubscribes.
-    fn collect(&mut self, first: Op) -> Vec<Op> {
-        let mut unsubscribing: HashSet<Arc<str>> = HashSet::new();
-        let mut batch = Vec::with_capacity(16);
-        let mut next = Some(first);
-        while let Some(op) = next.take() {
-            if unsubscribing.contains(op.subject()) {
-                self.held = Some(op);
-                break;
-            }
-            if let Op::Unsubscribe(subject) = &op {
-                unsubscribing.insert(Arc::clone(subject));
-            }
-            batch.push(op);
-            if batch.len() < MAX_BATCH {
-                next = self.rx.try_recv().ok();
+    /// The subjects that lost their last subscriber since the last batch.
+    fn take_leaving(&self) -> Vec<Arc<str>> {
+        let mut subjects = self
+            .leaving
+            .subjects
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        subjects.drain().collect()
+    }
+
+    /// `first` and what has queued up behind it, up to [`MAX_BATCH`].
+    fn collect(&mut self, first: Option<Op>) -> Vec<Op> {
+        let mut batch: Vec<Op> = first.into_iter().collect();
+        while batch.len() < MAX_BATCH {
+            match self.rx.try_recv() {
+                Ok(op) => batch.push(op),
+                Err(_) => break,
             }
         }
         batch
     }
 
-    async fn execute(&mut self, batch: Vec<Op>, wakeups: &mut Wakeups) {
+    /// Runs one batch in the order the module header gives.
+    async fn execute(&mut self, leaving: Vec<Arc<str>>, ops: Vec<Op>, wakeups: &mut Wakeups) {
         let ctx = Arc::clone(&self.ctx);
         let mut conn = self.conn.clone().expect("connected");
+        // A subject may have gained a subscriber again since it was left.
+        let gone: Vec<Arc<str>> = leaving
+            .into_iter()
+            .filter(|s| ctx.router.subscribers(s) == 0 && self.subscribed.remove(s))
+            .collect();
+        if !gone.is_empty() {
+            if let Err(e) = self.unsubscribe(&mut conn, &gone).await {
+                return self.fail_all(ops, &e, wakeups);
+            }
+        }
         let mut subscribe = Vec::new();
-        let mut unsubscribe = Vec::new();
-        let mut scripted = Vec::with_capacity(batch.len());
-        for op in batch {
-            match op {
-                Op::Unsubscribe(subject) => {
-                    if ctx.router.subscribers(&subject) == 0 && self.subscribed.remove(&subject) {
-                        unsubscribe.push(subject);
-                    }
+        let mut scripted = Vec::with_capacity(ops.len());
+        for op in ops {
+            if let Op::Attach { attach, life } = &op {
+                if !ctx.router.is_current(&attach.subject, *life) {
+                    // Its subscriber left while it waited: nobody wants
+                    // the answer, and the subject needs no subscription.
+                    continue;
                 }
-                op => {
-                    if let Op::Attach { attach, .. } = &op {
-                        if self.subscribed.insert(Arc::clone(&attach.subject)) {
-                            subscribe.push(ctx.channel(&attach.subject));
-                        }
-                    }
-                    scripted.push(op);
+                if self.subscribed.insert(Arc::clone(&attach.subject)) {
+                    subscribe.push(ctx.channel(&attach.subject));
                 }
             }
+            scripted.push(op);
         }
         if !subscribe.is_empty() {
             if let Err(e) = conn.subscribe(&subscribe).await {
                 return self.fail_all(scripted, &e, wakeups);
             }
         }
-        if !scripted.is_empty() {
-            let mut pipe = redis::pipe();
-            pipe.ignore_errors();
-            for op in &scripted {
-                ctx.add_script(&mut pipe, op);
-            }
-            match pipe.query_async::<Vec<Value>>(&mut conn).await {
-                Ok(values) if values.len() == scripted.len() => {
-                    for (op, value) in scripted.into_iter().zip(values) {
-                        ctx.finish(self.index, op, value, wakeups);
-                    }
-                }
-                Ok(values) => {
-                    let e = protocol_error(format!(
-                        "{} replies to {} scripts",
-                        values.len(),
-                        scripted.len()
-                    ));
-                    return self.fail_all(scripted, &e, wakeups);
-                }
-                Err(e) => return self.fail_all(scripted, &e, wakeups),
-            }
+        if scripted.is_empty() {
+            return;
         }
-        if !unsubscribe.is_empty() {
-            let channels: Vec<String> = unsubscribe.iter().map(|s| ctx.channel(s)).collect();
-            if let Err(e) = conn.unsubscribe(&channels).await {
-                return self.fail_all(Vec::new(), &e, wakeups);
-            }
-            let mut pipe = redis::pipe();
-            pipe.ignore_errors();
-            for subject in &unsubscribe {
-                let policy = ctx.namespaces.policy_for(subject);
-                super::evalsha(&mut pipe, &ctx.scripts.forget)
-                    .arg(&ctx.settings.prefix)
-                    .arg(&**subject)
-                    .arg(policy.size);
-            }
-            match pipe.query_async::<Vec<Value>>(&mut conn).await {
-                Ok(values) => {
-                    if let Some(Value::Array(totals)) = values.last() {
-                        ctx.totals[self.index].store(totals);
-                    }
-                }
-                Err(e) => self.fail_all(Vec::new(), &e, wakeups),
-            }
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        // One fresh epoch serves the batch: only streams that do not exist
+        // take it, and a subject is created at most once per batch.
+        let epoch = crate::engine::random_epoch().to_string();
+        for op in &scripted {
+            ctx.add_script(&mut pipe, op, &epoch);
         }
+        match pipe.query_async::<Vec<Value>>(&mut conn).await {
+            Ok(values) if values.len() == scripted.len() => {
+                for (op, value) in scripted.into_iter().zip(values) {
+                    ctx.finish(self.index, op, value, wakeups);
+                }
+            }
+            Ok(values) => {
+                let e = protocol_error(format!(
+                    "{} replies to {} scripts",
+                    values.len(),
+                    scripted.len()
+                ));
+                self.fail_all(scripted, &e, wakeups);
+            }
+            Err(e) => self.fail_all(scripted, &e, wakeups),
+        }
+    }
+
+    /// Stops listening to `subjects`, then lets Redis forget those nobody
+    /// listens to any more.
+    async fn unsubscribe(
+        &self,
+        conn: &mut MultiplexedConnection,
+        subjects: &[Arc<str>],
+    ) -> Result<(), redis::RedisError> {
+        let ctx = &*self.ctx;
+        let channels: Vec<String> = subjects.iter().map(|s| ctx.channel(s)).collect();
+        conn.unsubscribe(&channels).await?;
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for subject in subjects {
+            let policy = ctx.namespaces.policy_for(subject);
+            super::evalsha(&mut pipe, &ctx.scripts.forget)
+                .arg(&ctx.settings.prefix)
+                .arg(&**subject)
+                .arg(policy.size);
+        }
+        let mut values: Vec<Value> = pipe.query_async(conn).await?;
+        if let Some(Value::Array(totals)) = values.pop() {
+            ctx.totals[self.index].store(totals);
+        }
+        Ok(())
     }
 
     /// A round trip failed: its requests are refused, and a connection
@@ -445,7 +472,7 @@ impl Shard {
         let mut invocation = self.ctx.scripts.sweep.prepare_invoke();
         invocation.arg(&self.ctx.settings.prefix).arg(SWEEP_BATCH);
         match invocation.invoke_async::<Vec<Value>>(&mut conn).await {
-            Ok(totals) => self.ctx.totals[self.index].store(&totals),
+            Ok(totals) => self.ctx.totals[self.index].store(totals),
             Err(e) => {
                 let mut wakeups = Wakeups::default();
                 self.fail_all(Vec::new(), &e, &mut wakeups);
