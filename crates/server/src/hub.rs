@@ -129,6 +129,15 @@ impl Drop for Wakeups {
     }
 }
 
+/// The workers whose bits are set in `mask`, lowest first.
+fn workers_in(mut mask: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        let worker = (mask != 0).then(|| mask.trailing_zeros() as usize)?;
+        mask &= mask - 1;
+        Some(worker)
+    })
+}
+
 /// Which workers hold subscribers of one subject, kept by the engine in
 /// its per-subject state and used under that state's lock.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -180,10 +189,7 @@ impl Route {
 
     /// Queues `event()` for every worker with subscribers.
     pub fn notify(&self, hub: &Hub, event: impl Fn() -> Event, wakeups: &mut Wakeups) {
-        let mut workers = self.workers;
-        while workers != 0 {
-            let worker = workers.trailing_zeros() as usize;
-            workers &= workers - 1;
+        for worker in workers_in(self.workers) {
             hub.send(worker, event(), wakeups);
         }
     }
@@ -192,11 +198,8 @@ impl Route {
     /// `wakeups` the workers to wake once the caller's batch is done.
     /// Returns the subscribers on the node it reached.
     pub fn deliver(&self, hub: &Hub, publication: &Arc<Publication>, wakeups: &mut Wakeups) -> u32 {
-        let mut workers = self.workers;
-        wakeups.0 |= workers;
-        while workers != 0 {
-            let worker = workers.trailing_zeros() as usize;
-            workers &= workers - 1;
+        wakeups.0 |= self.workers;
+        for worker in workers_in(self.workers) {
             hub.mailboxes[worker].push(Event::Publication(Arc::clone(publication)));
         }
         self.subscribers
@@ -264,10 +267,7 @@ impl Hub {
     /// Wakes the workers a batch of publishes handed deliveries to (those
     /// already awake are left alone).
     pub fn wake(&self, mut wakeups: Wakeups) {
-        let mut workers = std::mem::take(&mut wakeups.0);
-        while workers != 0 {
-            let worker = workers.trailing_zeros() as usize;
-            workers &= workers - 1;
+        for worker in workers_in(std::mem::take(&mut wakeups.0)) {
             self.mailboxes[worker].wake_if_sleeping();
         }
     }
