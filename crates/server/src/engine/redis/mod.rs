@@ -272,7 +272,7 @@ impl Context {
             Op::Attach { attach, life } => {
                 let outcome = Read::parse(&attach.subject, value).map(|read| {
                     self.totals[shard].set(read.totals);
-                    read.into_answered()
+                    read.into_attachment()
                 });
                 if let Err(e) = &outcome {
                     self.count_failure(e);

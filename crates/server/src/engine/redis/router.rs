@@ -46,19 +46,11 @@ const SHARDS: usize = crate::hub::SHARDS;
 /// recovery that needed them reports `recovered: false`.
 const RECENT_LIMIT: usize = 4_096;
 
-/// What Redis answered to an attach.
-#[derive(Debug)]
-pub struct Answered {
-    pub position: Position,
-    pub recovered: Option<bool>,
-    pub replay: Vec<Arc<Publication>>,
-}
-
 /// An attach Redis has answered, waiting for its place in the stream.
 #[derive(Debug)]
 struct Waiting {
     attach: Attach,
-    answered: Answered,
+    answered: Attachment,
 }
 
 /// Kept only while attaches of the subject are in flight.
@@ -245,7 +237,7 @@ impl Router {
         &self,
         attach: Attach,
         life: u64,
-        outcome: Result<Answered, EngineError>,
+        outcome: Result<Attachment, EngineError>,
         wakeups: &mut Wakeups,
     ) {
         let mut shard = self.lock(&attach.subject);
@@ -255,7 +247,7 @@ impl Router {
         else {
             // Detached while in flight: the worker drops the stale answer.
             drop(shard);
-            self.send(attach, outcome.map(attachment), wakeups);
+            self.send(attach, outcome, wakeups);
             return;
         };
         let answered = match outcome {
@@ -290,7 +282,7 @@ impl Router {
         &self,
         entry: &mut Subject,
         attach: Attach,
-        answered: Answered,
+        answered: Attachment,
         wakeups: &mut Wakeups,
     ) {
         let at = answered.position;
@@ -424,7 +416,7 @@ impl Router {
     /// missed, in order, when history still has it; otherwise every worker
     /// is told the stream broke. Then what arrived meanwhile follows, and
     /// the attach answers held back find their place.
-    pub fn resumed(&self, subject: &str, caught_up: Answered, wakeups: &mut Wakeups) {
+    pub fn resumed(&self, subject: &str, caught_up: Attachment, wakeups: &mut Wakeups) {
         let mut shard = self.lock(subject);
         let Some(entry) = shard.get_mut(subject) else {
             return; // every subscriber left meanwhile
@@ -526,14 +518,6 @@ fn refused_recovery(position: Position) -> Attachment {
         position,
         recovered: Some(false),
         replay: Vec::new(),
-    }
-}
-
-fn attachment(answered: Answered) -> Attachment {
-    Attachment {
-        position: answered.position,
-        recovered: answered.recovered,
-        replay: answered.replay,
     }
 }
 

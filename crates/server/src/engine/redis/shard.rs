@@ -39,9 +39,8 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use super::codec;
-use super::router::Answered;
 use super::{Context, Totals};
-use crate::engine::{Attach, EngineError, HistoryPage, HistoryQuery, Published, Reply};
+use crate::engine::{Attach, Attachment, EngineError, HistoryPage, HistoryQuery, Published, Reply};
 use crate::hub::Wakeups;
 
 /// Requests one round trip carries at most.
@@ -267,7 +266,7 @@ impl Shard {
                 self.ctx.totals[index].set(read.totals);
                 self.ctx
                     .router
-                    .resumed(subject, read.into_answered(), &mut wakeups);
+                    .resumed(subject, read.into_attachment(), &mut wakeups);
             }
             self.ctx.router.hub().wake(wakeups);
         }
@@ -624,8 +623,9 @@ impl Read {
         })
     }
 
-    pub fn into_answered(self) -> Answered {
-        Answered {
+    /// As an attach's answer, before the router places it.
+    pub fn into_attachment(self) -> Attachment {
+        Attachment {
             position: self.position,
             recovered: self.recovered,
             replay: self.entries,
