@@ -11,4 +11,4 @@ if listeners(s) == 0 and redis.call('LLEN', hist_key(s)) == 0 then
     idle_if_empty(s, ttl_of(s))
   end
 end
-return {totals()}
+return {settle()}

@@ -31,6 +31,22 @@ local function meta_key(s) return P .. ':s:' .. s end
 local function hist_key(s) return P .. ':h:' .. s end
 local function channel(s) return P .. ':c:' .. s end
 
+-- What this script changed of the totals' bytes, messages and evictions,
+-- written once when it ends (settle): one publish script serves many
+-- publications, and three HINCRBYs per publication were a fifth of its
+-- Redis calls. A script that fails part way (a bug: Redis refuses a
+-- script for lack of memory before it runs) loses its changes to them.
+local ledger = {bytes = 0, messages = 0, evictions = 0}
+local stored_bytes = nil
+
+-- History bytes on this Redis, this script's changes included.
+local function held_bytes()
+  if not stored_bytes then
+    stored_bytes = tonumber(redis.call('HGET', TOTALS, 'bytes') or '0')
+  end
+  return stored_bytes + ledger.bytes
+end
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -78,17 +94,19 @@ local function idle_if_empty(s, ttl)
   end
 end
 
+-- Drops the subject's oldest entry; true if there was one.
 local function pop_oldest(s)
   local entry = redis.call('LPOP', hist_key(s))
-  if not entry then return end
+  if not entry then return false end
   local _, _, _, cost = parse(entry)
-  redis.call('HINCRBY', TOTALS, 'bytes', -cost)
-  redis.call('HINCRBY', TOTALS, 'messages', -1)
+  ledger.bytes = ledger.bytes - cost
+  ledger.messages = ledger.messages - 1
+  return true
 end
 
--- Drops the subject's publications older than its age limit.
-local function expire(s, now)
-  local ttl = ttl_of(s)
+-- Drops the subject's publications older than its age limit `ttl` (ms,
+-- 0 = none).
+local function expire(s, now, ttl)
   if ttl <= 0 then return end
   local popped = false
   while true do
@@ -107,20 +125,29 @@ end
 
 -- Evicts this Redis's oldest publications until history fits `max` bytes.
 local function enforce_budget(max)
-  while tonumber(redis.call('HGET', TOTALS, 'bytes') or '0') > max do
+  while held_bytes() > max do
     local first = redis.call('ZRANGE', OLDEST, 0, 0)
     if #first == 0 then break end
     local s = first[1]
-    pop_oldest(s)
-    redis.call('HINCRBY', TOTALS, 'evictions', 1)
+    if pop_oldest(s) then
+      ledger.evictions = ledger.evictions + 1
+    end
     local ttl = ttl_of(s)
     reindex(s, ttl)
     idle_if_empty(s, ttl)
   end
 end
 
--- bytes, messages, evictions, subjects with history: what stats report.
-local function totals()
+-- Writes the ledger, then answers bytes, messages, evictions and subjects
+-- with history: what stats report. Every script ends with it.
+local function settle()
+  for field, change in pairs(ledger) do
+    if change ~= 0 then
+      redis.call('HINCRBY', TOTALS, field, change)
+      ledger[field] = 0
+    end
+  end
+  stored_bytes = nil
   local t = redis.call('HMGET', TOTALS, 'bytes', 'messages', 'evictions')
   return tonumber(t[1] or 0), tonumber(t[2] or 0), tonumber(t[3] or 0), redis.call('ZCARD', OLDEST)
 end

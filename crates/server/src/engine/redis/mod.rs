@@ -4,7 +4,8 @@
 //! Each subject lives on one Redis (a consistent hash over the configured
 //! instances, [`ring`]). There a Lua script gives every publish its offset,
 //! stores it in history within the namespace's limits and publishes it on
-//! the subject's channel, in one atomic step ([`scripts`], lib.lua). A
+//! the subject's channel, in one atomic step ([`scripts`], lib.lua); one
+//! call of it serves a run of a batch's publishes ([`script_calls`]). A
 //! node listens only to the channels of subjects it has subscribers of
 //! (interest-based routing): its first attach of a subject subscribes, its
 //! last detach unsubscribes. Every publication, the node's own included,
@@ -55,6 +56,12 @@ use super::{
 };
 use crate::hub::{Hub, Wakeups};
 use crate::namespace::Namespaces;
+
+/// Publishes one publish.lua call carries at most, and about how many
+/// bytes of data: Redis runs nothing else while a script runs, so a call
+/// is kept to a few milliseconds of its time.
+const PUBLISH_RUN: usize = 256;
+const PUBLISH_RUN_BYTES: usize = 1 << 20;
 
 /// Where the Redis engine's instances are and how to use them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,20 +193,25 @@ impl Context {
         self.router.hub().wake(wakeups);
     }
 
-    /// Adds the script that serves `op` to a batch's pipeline; `epoch` is
-    /// the one a stream created by it starts.
-    fn add_script(&self, pipe: &mut redis::Pipeline, op: &Op, epoch: &str) {
-        match op {
-            Op::Publish { subject, data, .. } => {
-                let policy = self.namespaces.policy_for(subject);
-                evalsha(pipe, &self.scripts.publish)
+    /// Adds the script call that serves `ops` (one [`ScriptCall`]) to a
+    /// batch's pipeline; `epoch` is the one a stream created by it starts.
+    fn add_script(&self, pipe: &mut redis::Pipeline, ops: &[Op], epoch: &str) {
+        match &ops[0] {
+            Op::Publish { .. } => {
+                let call = evalsha(pipe, &self.scripts.publish)
                     .arg(&self.settings.prefix)
-                    .arg(&**subject)
-                    .arg(&**data)
-                    .arg(policy.size)
-                    .arg(policy.ttl.as_millis() as u64)
                     .arg(self.max_bytes)
                     .arg(epoch);
+                for op in ops {
+                    let Op::Publish { subject, data, .. } = op else {
+                        unreachable!("a publish call holds only publishes")
+                    };
+                    let policy = self.namespaces.policy_for(subject);
+                    call.arg(&**subject)
+                        .arg(&**data)
+                        .arg(policy.size)
+                        .arg(policy.ttl.as_millis() as u64);
+                }
             }
             Op::Attach { attach, .. } => {
                 let read = ReadScript {
@@ -244,31 +256,58 @@ impl Context {
             .arg(read.max_bytes);
     }
 
-    /// Answers `op` with its script's reply.
-    fn finish(&self, shard: usize, op: Op, value: Value, wakeups: &mut Wakeups) {
+    /// Answers the ops of one script call (see [`script_calls`]) with
+    /// its reply.
+    fn finish(&self, shard: usize, mut ops: Vec<Op>, value: Value, wakeups: &mut Wakeups) {
+        if !matches!(ops.first(), Some(Op::Publish { .. })) {
+            if let Some(op) = ops.pop() {
+                self.finish_read(shard, op, value, wakeups);
+            }
+            return;
+        }
+        // {totals, then epoch and offset of each publish}; a call that
+        // failed fails each of its publishes the same way.
+        let mut reply = ScriptReply::new(value).and_then(|mut r| {
+            self.totals[shard].set(r.totals()?);
+            Ok(r)
+        });
+        for op in ops {
+            let Op::Publish {
+                subject,
+                reply: answer,
+                ..
+            } = op
+            else {
+                unreachable!("a publish call holds only publishes")
+            };
+            let outcome = match &mut reply {
+                Ok(r) => r.position().map(|(epoch, offset)| {
+                    epoch.map(|e| myriad_protocol::position::Position::new(e, offset))
+                }),
+                Err(e) => Err(e.clone()),
+            };
+            let outcome = outcome.map(|position| {
+                let subscribers = self.router.subscribers(&subject);
+                if subscribers == 0 {
+                    self.publishes_unrouted.fetch_add(1, Ordering::Relaxed);
+                }
+                Published {
+                    position,
+                    subscribers: if position.is_some() { subscribers } else { 0 },
+                }
+            });
+            if let Err(e) = &outcome {
+                self.count_failure(e);
+            }
+            answer.send(self.router.hub(), outcome, wakeups);
+        }
+    }
+
+    /// Answers an attach or history read with its script's reply.
+    fn finish_read(&self, shard: usize, op: Op, value: Value, wakeups: &mut Wakeups) {
         let hub = self.router.hub();
         match op {
-            Op::Publish { subject, reply, .. } => {
-                let outcome = ScriptReply::new(value).and_then(|mut r| {
-                    let (epoch, offset) = r.position()?;
-                    self.totals[shard].set(r.totals()?);
-                    Ok(epoch.map(|e| myriad_protocol::position::Position::new(e, offset)))
-                });
-                let outcome = outcome.map(|position| {
-                    let subscribers = self.router.subscribers(&subject);
-                    if subscribers == 0 {
-                        self.publishes_unrouted.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Published {
-                        position,
-                        subscribers: if position.is_some() { subscribers } else { 0 },
-                    }
-                });
-                if let Err(e) = &outcome {
-                    self.count_failure(e);
-                }
-                reply.send(hub, outcome, wakeups);
-            }
+            Op::Publish { .. } => unreachable!("publishes are answered by `finish`"),
             Op::Attach { attach, life } => {
                 let outcome = Read::parse(&attach.subject, value).map(|read| {
                     self.totals[shard].set(read.totals);
@@ -296,6 +335,38 @@ impl Context {
             }
         }
     }
+}
+
+/// Splits a batch's ops into script calls, by index: each run of
+/// consecutive publishes is one call of publish.lua (up to
+/// [`PUBLISH_RUN`] publishes and about [`PUBLISH_RUN_BYTES`] of data, so
+/// one call never holds Redis for long), each attach or read one call of
+/// read.lua. Order is kept: Redis runs the calls in the pipeline's order.
+fn script_calls(ops: &[Op]) -> Vec<std::ops::Range<usize>> {
+    let mut calls: Vec<std::ops::Range<usize>> = Vec::new();
+    let mut run_bytes = 0;
+    for (i, op) in ops.iter().enumerate() {
+        let publish_bytes = match op {
+            Op::Publish { data, .. } => Some(data.len()),
+            _ => None,
+        };
+        let joins = match (publish_bytes, calls.last()) {
+            (Some(bytes), Some(last)) => {
+                matches!(ops[last.start], Op::Publish { .. })
+                    && last.len() < PUBLISH_RUN
+                    && run_bytes + bytes <= PUBLISH_RUN_BYTES
+            }
+            _ => false,
+        };
+        if joins {
+            calls.last_mut().expect("joined a call").end = i + 1;
+            run_bytes += publish_bytes.unwrap_or(0);
+        } else {
+            calls.push(i..i + 1);
+            run_bytes = publish_bytes.unwrap_or(0);
+        }
+    }
+    calls
 }
 
 /// How read.lua treats a subject Redis has no stream for.
@@ -536,6 +607,43 @@ mod tests {
     /// expects). The server belongs to the test, which stops it: a static
     /// one would outlive the test process.
     static URL: Mutex<Option<String>> = Mutex::new(None);
+
+    fn publish(bytes: usize) -> Op {
+        Op::Publish {
+            subject: Arc::from("s"),
+            data: "x".repeat(bytes).into(),
+            reply: Reply::Task(tokio::sync::oneshot::channel().0),
+        }
+    }
+
+    fn read() -> Op {
+        Op::History {
+            query: HistoryQuery {
+                subject: Arc::from("s"),
+                since: None,
+                limit: 1,
+            },
+            reply: Reply::Task(tokio::sync::oneshot::channel().0),
+        }
+    }
+
+    #[test]
+    fn publishes_share_a_call_until_a_read_or_a_bound_comes() {
+        let ops = vec![publish(1), publish(1), read(), read(), publish(1)];
+        assert_eq!(script_calls(&ops), [0..2, 2..3, 3..4, 4..5]);
+        let many: Vec<Op> = (0..PUBLISH_RUN * 2 + 1).map(|_| publish(1)).collect();
+        let n = PUBLISH_RUN;
+        assert_eq!(script_calls(&many), [0..n, n..2 * n, 2 * n..2 * n + 1]);
+        let half = PUBLISH_RUN_BYTES / 2;
+        let big = vec![
+            publish(half),
+            publish(half),
+            publish(1),
+            publish(PUBLISH_RUN_BYTES * 2),
+        ];
+        assert_eq!(script_calls(&big), [0..2, 2..3, 3..4]);
+        assert!(script_calls(&[]).is_empty());
+    }
 
     fn redis(workers: usize, namespaces: Namespaces, max_bytes: usize) -> Harness {
         static HARNESSES: AtomicUsize = AtomicUsize::new(0);

@@ -20,10 +20,10 @@ else
   if not epoch then
     local flag = -1
     if since_epoch ~= '' then flag = 0 end
-    return {ARGV[5], 0, flag, totals()}
+    return {ARGV[5], 0, flag, settle()}
   end
 end
-expire(s, now)
+expire(s, now, ttl)
 offset = tonumber(redis.call('HGET', meta_key(s), 'o'))
 local flag, entries = -1, {}
 if since_epoch ~= '' then
@@ -31,7 +31,7 @@ if since_epoch ~= '' then
 elseif mode == 'read' and limit > 0 then
   entries = redis.call('LRANGE', hist_key(s), -limit, -1)
 end
-local b, m, e, n = totals()
+local b, m, e, n = settle()
 local reply = {epoch, offset, flag, b, m, e, n}
 for _, entry in ipairs(entries) do reply[#reply + 1] = entry end
 return reply

@@ -14,7 +14,8 @@
 //! 1. one `UNSUBSCRIBE` for every subject still without subscribers;
 //! 2. one pipeline of `forget` scripts for those;
 //! 3. one `SUBSCRIBE` for every subject that gained interest;
-//! 4. one pipeline of scripts: the publishes, attaches and reads, in order.
+//! 4. one pipeline of scripts: the publishes (a run of them per call),
+//!    attaches and reads, in order.
 //!
 //! Leaving before the scripts means a publish after the last detach finds
 //! nobody listening here; subscribing before them is what makes an
@@ -405,20 +406,23 @@ impl Shard {
         // One fresh epoch serves the batch: only streams that do not exist
         // take it, and a subject is created at most once per batch.
         let epoch = crate::engine::random_epoch().to_string();
-        for op in &scripted {
-            ctx.add_script(&mut pipe, op, &epoch);
+        let calls = super::script_calls(&scripted);
+        for call in &calls {
+            ctx.add_script(&mut pipe, &scripted[call.clone()], &epoch);
         }
         match pipe.query_async::<Vec<Value>>(&mut conn).await {
-            Ok(values) if values.len() == scripted.len() => {
-                for (op, value) in scripted.into_iter().zip(values) {
-                    ctx.finish(self.index, op, value, wakeups);
+            Ok(values) if values.len() == calls.len() => {
+                let mut ops = scripted.into_iter();
+                for (call, value) in calls.iter().zip(values) {
+                    let ops = ops.by_ref().take(call.len()).collect();
+                    ctx.finish(self.index, ops, value, wakeups);
                 }
             }
             Ok(values) => {
                 let e = protocol_error(format!(
                     "{} replies to {} scripts",
                     values.len(),
-                    scripted.len()
+                    calls.len()
                 ));
                 self.fail_all(scripted, &e, wakeups);
             }

@@ -3,5 +3,5 @@
 -- Returns {bytes, messages, evictions, subjects}.
 local now = now_ms()
 local due = redis.call('ZRANGEBYSCORE', EXPIRY, '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
-for _, s in ipairs(due) do expire(s, now) end
-return {totals()}
+for _, s in ipairs(due) do expire(s, now, ttl_of(s)) end
+return {settle()}
