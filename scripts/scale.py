@@ -91,10 +91,11 @@ BENCH_PER_CONN = 400
 NODE_BASE = 16 * MIB
 BENCH_WORKER_BASE = 8 * MIB
 REDIS_BASE = 16 * MIB
-# Redis per subject holding history (a hash, a list of the kept messages,
-# index entries), and per message kept; history keeps at most 100 per
-# subject for 5 minutes, within its byte budget.
-REDIS_PER_SUBJECT = 400
+# Redis per subject with history (its hash, the list of kept messages,
+# index entries): 2.1 KB measured at 100,000 subjects holding two 512-byte
+# messages each. Past the history byte budget (256 MiB per instance by
+# default) Redis evicts, so this overstates a long run: an upper bound.
+REDIS_PER_SUBJECT = 2200
 # tcp_mem counts queued data: a broadcast puts one message in flight to
 # every subscriber at once; the truesize of a small loopback skb is about
 # this much.
@@ -326,7 +327,7 @@ class Sampler(threading.Thread):
         `start` and the first at or after `end` (default: all of them). A
         process first seen later counts from 0; one that ended counts up to
         its last sample."""
-        samples = self.samples
+        samples = sorted(self.samples, key=lambda s: s[0])
         if start is not None:
             i = max([k for k, s in enumerate(samples) if s[0] <= start] or [0])
             j = min([k for k, s in enumerate(samples) if s[0] >= end] or [len(samples) - 1])
@@ -340,6 +341,22 @@ class Sampler(threading.Thread):
         for pid, (g, ticks, _) in last.items():
             before = first.get(pid, (g, 0, 0))[1]
             out[g] = out.get(g, 0.0) + (ticks - before) / CLK_TCK
+        return out
+
+    def timeline(self):
+        """Per sample: seconds since the first, TCP sockets and their
+        queued memory, and each group's RSS and CPU seconds so far (of the
+        processes alive then)."""
+        if not self.samples:
+            return []
+        t0 = self.samples[0][0]
+        out = []
+        for t, procs, ss in self.samples:
+            point = {"t": round(t - t0, 1), "tcp_inuse": ss["inuse"], "tcp_mem_bytes": ss["mem_bytes"]}
+            for g in ("nodes", "redis", "bench"):
+                point[f"{g}_rss"] = sum(rss for grp, _, rss in procs.values() if grp == g)
+                point[f"{g}_cpu_s"] = round(sum(t for grp, t, _ in procs.values() if grp == g) / CLK_TCK, 2)
+            out.append(point)
         return out
 
     def sockstat_peak(self):
@@ -442,6 +459,11 @@ def run(args, p, box, children):
 
         def relay():
             for line in bench.stdout:
+                if "subscribers set up" in line and "setup_done_unix" not in result:
+                    # Publishing starts now: a broadcast's CPU is counted
+                    # from this sample on (see broadcast_figures).
+                    sampler.sample()
+                    result["setup_done_unix"] = sampler.samples[-1][0]
                 log.write(line)
                 log.flush()
                 sys.stderr.write(f"  | {line}")
@@ -466,6 +488,7 @@ def run(args, p, box, children):
                 per_node.append({"error": str(e)})
         result["redis_info"] = [redis_info(r["port"], "memory") for r in redis]
         result["redis_info_keyspace"] = [redis_info(r["port"], "keyspace") for r in redis]
+        result["redis_info_clients"] = [redis_info(r["port"], "clients") for r in redis]
         result["bench"] = load(json_path)
         result["node_metrics"] = per_node
     finally:
@@ -519,7 +542,9 @@ def figures(result, sampler, args):
         f["lost"] = churn["lost"]
         f["duplicated"] = churn["duplicates"]
         f["churn"] = churn
-    subscribed = get(doc, "totals.subscribed")
+    # Churn's subscribes include every reconnect's; its own report says
+    # whether each was answered.
+    subscribed = None if churn else get(doc, "totals.subscribed")
     f["subscribed"] = subscribed
     f["failures"] = doc.get("failures")
     f["setup_s"] = doc.get("setup_secs")
@@ -552,8 +577,9 @@ def figures(result, sampler, args):
         f["sockstat_peak"] = sampler.sockstat_peak()
         f["sockstat_mem_peak"] = sampler.sockstat_mem_peak()
         f["cpu_s"] = sampler.cpu()
+        result["timeline"] = sampler.timeline()
         if args.scenario == "broadcast":
-            f["broadcast"] = broadcast_figures(doc, sampler)
+            f["broadcast"] = broadcast_figures(doc, sampler, result.get("setup_done_unix"))
     result["figures"] = f
     problems = []
     if result.get("bench") is None:
@@ -586,7 +612,7 @@ def figures(result, sampler, args):
     result["verdict"] = {"pass": not problems, "problems": problems, "targets": targets}
 
 
-def broadcast_figures(doc, sampler):
+def broadcast_figures(doc, sampler, setup_done):
     """Publish-to-last-delivery and core-seconds per million deliveries."""
     b = doc.get("broadcast") or {}
     until_last = b.get("until_last") or {}
@@ -597,9 +623,16 @@ def broadcast_figures(doc, sampler):
     pub = [s["t"] for s in timeline if s.get("published_per_s")]
     rx = [s["t"] for s in timeline if s.get("messages_in_per_s")]
     received = get(doc, "deliveries.received") or 0
-    if started and pub and rx and received:
-        # A timeline sample at t covers the second before it.
-        start, end = started + pub[0] - 1.0, started + rx[-1]
+    if started and received:
+        # A timeline sample at t covers the second before it; a run shorter
+        # than its first tick has none, then the window is from the end of
+        # set-up to the end of the run.
+        start = started + (pub[0] - 1.0 if pub else doc.get("setup_secs") or 0.0)
+        if setup_done:
+            # The bench said its subscribers were set up just before it
+            # started its publisher: nothing of the set-up counts.
+            start = max(start, setup_done)
+        end = started + (rx[-1] if rx else doc.get("duration_secs") or 0.0)
         cpu = sampler.cpu(start, end)
         total = sum(v for k, v in cpu.items() if k != "wall_s")
         out["window_s"] = cpu["wall_s"]
@@ -626,7 +659,8 @@ def summary_rows(result):
     rows = [
         ("verdict", "PASS" if result["verdict"]["pass"] else "FAIL: " + "; ".join(result["verdict"]["problems"])),
         *((f"target: {k}", "met" if v else "MISSED") for k, v in result["verdict"]["targets"].items()),
-        ("subscribers set up", f"{f.get('subscribed') or 0:,} of {result['plan']['connections']:,}"),
+        ("subscribers set up", "see the churn report" if f.get("churn") else
+         f"{f.get('subscribed') or 0:,} of {result['plan']['connections']:,}"),
         ("set-up time (s)", "-" if f.get("setup_s") is None else f"{f['setup_s']:.1f}"),
         ("published / expected / received",
          f"{f.get('published') or 0:,} / {f.get('expected') or 0:,} / {f.get('received') or 0:,}"),
