@@ -108,8 +108,9 @@ class Children:
         return out
 
     def stop(self, proc, timeout=20):
-        """SIGTERM to `proc`'s group, SIGKILL after `timeout` s; waits."""
-        if proc.poll() is None:
+        """SIGTERM to `proc`'s group, SIGKILL after `timeout` s (at once
+        when 0); waits, and removes its working directory."""
+        if proc.poll() is None and timeout > 0:
             try:
                 os.killpg(proc.pid, signal.SIGTERM)
             except ProcessLookupError:
@@ -128,10 +129,26 @@ class Children:
             if getattr(proc, name, None):
                 shutil.rmtree(getattr(proc, name), ignore_errors=True)
 
-    def stop_all(self):
+    def stop_all(self, timeout=20):
+        """Stops every child: the newest first (the bench before the nodes
+        it talks to, the nodes before Redis), all of them without waiting
+        for one another, so dozens of nodes take one `timeout`, not one
+        each."""
         self.group_pids()
+        live = [p for p in reversed(self.procs) if p.poll() is None]
+        for proc in live:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + timeout
+        for proc in live:
+            try:
+                proc.wait(timeout=max(deadline - time.time(), 0.1))
+            except subprocess.TimeoutExpired:
+                pass
         for proc in reversed(self.procs):
-            self.stop(proc)
+            self.stop(proc, timeout=0)
 
     def left_behind(self):
         """Pids seen in the run still alive (not zombies) once everything

@@ -96,10 +96,11 @@ REDIS_BASE = 16 * MIB
 # messages each. Past the history byte budget (256 MiB per instance by
 # default) Redis evicts, so this overstates a long run: an upper bound.
 REDIS_PER_SUBJECT = 2200
-# tcp_mem counts queued data: a broadcast puts one message in flight to
-# every subscriber at once; the truesize of a small loopback skb is about
-# this much.
-SKB_TRUESIZE = 2304
+# tcp_mem counts queued data, per subscriber at the peak. A broadcast puts
+# one message in every subscriber's socket at once (a small loopback skb's
+# truesize is ~2.3 KB; the medium runs peaked at 1.4 KB); the c10m shape
+# peaked at 0.26 KB a socket, churn at 5.4 KB a subscriber.
+TCP_QUEUED = {"broadcast": 2304, "c10m": 512, "smoke": 512, "churn": 8192}
 SLACK = 1 * GIB
 
 SCENARIOS = {
@@ -143,7 +144,7 @@ def plan(args):
     kernel = total * KERNEL_PER_CONN
     user = (conns * (NODE_PER_CONN + BENCH_PER_CONN) + nodes * NODE_BASE
             + bench_procs * BENCH_WORKER_BASE + args.redis * REDIS_BASE + subjects * REDIS_PER_SUBJECT)
-    in_flight = (conns if args.scenario == "broadcast" else min(conns, 100_000)) * SKB_TRUESIZE
+    in_flight = conns * TCP_QUEUED[args.scenario]
     return {
         "open_files_per_process": soft,
         "connections": conns,
@@ -422,7 +423,7 @@ def run(args, p, box, children):
         "box_check": box,
         "started_unix": time.time(),
     }
-    redis, nodes, sampler = [], [], None
+    redis, nodes, sampler, logs = [], [], None, []
     bench = None
     try:
         t0 = time.time()
@@ -433,6 +434,7 @@ def run(args, p, box, children):
         flags = ["--engine", "redis", *[a for r in redis for a in ("--redis-url", f"redis://127.0.0.1:{r['port']}")],
                  *args.node_arg]
         node_log = open(os.path.join(out, "nodes.log"), "w")
+        logs.append(node_log)
         for i in range(p["nodes"]):
             host = f"127.0.1.{i + 1}"
             proc, ws, admin = start_node(children, args.myriad, flags, listen=f"{host}:0", log=node_log)
@@ -453,6 +455,7 @@ def run(args, p, box, children):
         print(f"# {len(redis)} redis-server, {len(nodes)} nodes up in {result['start_s']:.1f} s; "
               f"bench: {result['bench_command']}", file=sys.stderr)
         log = open(os.path.join(out, "bench.log"), "w")
+        logs.append(log)
         bench = children.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         sampler.bench_pid = bench.pid
         sampler.start()
@@ -496,6 +499,8 @@ def run(args, p, box, children):
             sampler.finish()
         children.stop_all()
         write_pids(pids_path, children)
+        for f in logs:
+            f.close()
     time.sleep(1)  # the kernel frees closed sockets' memory a moment later
     result["sockstat_after"] = sockstat()
     result["left_behind"] = children.left_behind()
@@ -504,6 +509,9 @@ def run(args, p, box, children):
     result["redis"] = redis
     result["finished_unix"] = time.time()
     figures(result, sampler, args)
+    # The bench's own report stays in its file.
+    result["bench_json"] = json_path
+    del result["bench"]
     return result
 
 
@@ -773,6 +781,12 @@ def main():
     args.period = args.period or defaults.get("period", "60s")
     if args.connections < 1 or args.redis < 1 or (args.nodes is not None and not 1 <= args.nodes <= 254):
         sys.exit("--connections and --redis must be at least 1, --nodes 1 to 254")
+    for name in ("duration", "period", "interval", "drain"):
+        try:
+            if secs(getattr(args, name)) <= 0:
+                raise ValueError
+        except ValueError:
+            sys.exit(f"--{name} {getattr(args, name)!r}: expected a duration above 0 like 10m, 60s or 500ms")
     p = plan(args)
     box = check_box(p)
     fits = print_verdict(p, box)
