@@ -613,7 +613,7 @@ def figures(result, sampler, args):
         problems.append(f"processes left behind: {result['left_behind']}")
     targets = {}
     lat = f.get("latency_us") or {}
-    if args.scenario in ("c10m", "smoke") and lat:
+    if args.scenario == "c10m" and lat:
         targets["p99 <= 25 ms"] = lat.get("p99_us", 0) <= 25_000
     if args.scenario == "broadcast" and (f.get("broadcast") or {}).get("publish_to_last_us") is not None:
         targets["publish to last delivery <= 6 s"] = f["broadcast"]["publish_to_last_us"] <= 6_000_000
