@@ -803,12 +803,13 @@ def main():
     children = Children()
     try:
         result = run(args, p, box, children)
-    except (KeyboardInterrupt, SystemExit) as e:
+    except (KeyboardInterrupt, SystemExit, Exception) as e:
         # run() has stopped everything on its way out.
         left = children.left_behind()
-        print(f"\nscale.py: interrupted; stopped {len(children.seen)} processes, "
-              f"left behind: {left or 'none'}", file=sys.stderr)
-        sys.exit(e.code if isinstance(e, SystemExit) and e.code else 130)
+        why = "interrupted" if isinstance(e, (KeyboardInterrupt, SystemExit)) else f"failed: {e}"
+        print(f"\nscale.py: {why}; stopped {len(children.seen)} processes, "
+              f"left behind: {left or 'none'}; logs in {args.out}", file=sys.stderr)
+        sys.exit(e.code if isinstance(e, SystemExit) and e.code else 130 if isinstance(e, KeyboardInterrupt) else 1)
     with open(os.path.join(args.out, "scale.json"), "w") as f:
         json.dump(result, f, indent=1)
     write_html(result, os.path.join(args.out, "scale.html"))
