@@ -27,7 +27,6 @@ changes sysctls; the box's defaults are what is measured.
 """
 
 import argparse
-import ctypes
 import json
 import os
 import shlex
@@ -38,6 +37,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.dont_write_bytecode = True  # no __pycache__ in scripts/ for the import below
+from cluster import die_with_parent  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -461,13 +463,6 @@ def tls_files(out_dir):
              "-addext", "basicConstraints=critical,CA:FALSE"],
             check=True, capture_output=True)
     return cert, key
-
-
-def die_with_parent():
-    """For preexec_fn: the child gets SIGKILL when this script dies, however
-    it dies, so no node outlives a run that was killed."""
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def start_node(binary, flags, data_template=None):

@@ -51,23 +51,20 @@ import json
 import os
 import resource
 import shlex
-import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-import urllib.request
 
-sys.dont_write_bytecode = True  # no __pycache__ in scripts/ for the import below
+sys.dont_write_bytecode = True  # no __pycache__ in scripts/ for the imports below
 import benchmarks  # noqa: E402
-from benchmarks import SCENARIOS, die_with_parent, fmt, get, start_node, stop_node  # noqa: E402
+from benchmarks import SCENARIOS, fmt, get  # noqa: E402
+from cluster import (  # noqa: E402
+    CLK_TCK, Children, catch_signals, metrics, processes, redis_info, resp, start_node, start_redis)
 
 REPO = benchmarks.REPO
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # 1,000,000 publishes at 200,000/s: A delivers them in about 10 s, B+ (whose
 # queue holds them) in about 45 s at the rate measured here.
@@ -87,87 +84,7 @@ WORKLOADS = {
 MOST_CONNECTIONS = 10_004
 
 
-# ---- Redis ---------------------------------------------------------------
-
-
-def resp(port, *args):
-    """Sends one command to Redis on `port` and returns its reply (simple
-    string, integer, bulk string or error text; enough for PING, FLUSHALL,
-    INFO)."""
-    out = f"*{len(args)}\r\n".encode()
-    for a in args:
-        a = str(a).encode()
-        out += b"$%d\r\n%s\r\n" % (len(a), a)
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
-        s.sendall(out)
-        f = s.makefile("rb")
-        line = f.readline().rstrip(b"\r\n")
-        kind, rest = line[:1], line[1:].decode()
-        if kind == b"$":
-            n = int(rest)
-            return None if n < 0 else f.read(n + 2)[:-2].decode()
-        if kind == b":":
-            return int(rest)
-        if kind == b"-":
-            raise RuntimeError(f"redis: {rest}")
-        return rest
-
-
-def redis_info(port, section="default"):
-    info = {}
-    for line in resp(port, "INFO", section).splitlines():
-        if ":" in line:
-            k, v = line.split(":", 1)
-            info[k] = v
-    return info
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_redis(out_dir):
-    port = free_port()
-    work = tempfile.mkdtemp(prefix="redis-throughput-")
-    log = open(os.path.join(out_dir, "redis-server.log"), "w")
-    proc = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", work, "--daemonize", "no"],
-        stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
-    proc.work_dir = work  # removed once it has stopped
-    deadline = time.time() + 10
-    while True:
-        try:
-            if resp(port, "PING") == "PONG":
-                return proc, port
-        except OSError:
-            pass
-        if proc.poll() is not None or time.time() > deadline:
-            proc.kill()
-            sys.exit(f"redis-server did not start (see {log.name})")
-        time.sleep(0.1)
-
-
 # ---- CPU sampling ----------------------------------------------------------
-
-
-def processes():
-    """{pid: (ppid, nice, utime + stime in ticks)} of every process now."""
-    out = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                # After the command's name: state, ppid, ... (proc(5) fields
-                # 3 onwards): utime and stime are 14 and 15, nice 19.
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        out[int(entry)] = (int(fields[1]), int(fields[16]), int(fields[11]) + int(fields[12]))
-    return out
 
 
 class Sampler(threading.Thread):
@@ -191,7 +108,7 @@ class Sampler(threading.Thread):
     def sample(self):
         procs = processes()
         children = {}
-        for pid, (ppid, _, _) in procs.items():
+        for pid, (ppid, *_) in procs.items():
             children.setdefault(ppid, []).append(pid)
         bench, todo = set(), [self.bench_pid]
         while todo:
@@ -199,7 +116,7 @@ class Sampler(threading.Thread):
             bench.add(pid)
             todo.extend(children.get(pid, []))
         ticks = {}
-        for pid, (_, nice, t) in procs.items():
+        for pid, (_, nice, t, _) in procs.items():
             if pid in self.owner:
                 group = self.owner[pid]
             elif pid in bench:
@@ -257,19 +174,7 @@ class Sampler(threading.Thread):
 # ---- one bench command -----------------------------------------------------
 
 
-def metrics(admin):
-    """The node's Prometheus counters, by name with labels."""
-    with urllib.request.urlopen(f"http://{admin}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
-    return out
-
-
-def run_bench(args, config, workload, redis, index):
+def run_bench(args, children, config, workload, redis, index):
     """Starts `config`'s nodes, runs `workload`'s bench command against them
     while sampling CPU, stops the nodes; returns the figures."""
     redis_proc, redis_port = redis
@@ -286,7 +191,7 @@ def run_bench(args, config, workload, redis, index):
     nodes, bench = [], None
     try:
         for _ in range(count):
-            nodes.append(start_node(args.bin, [*flags, *args.node_arg]))
+            nodes.append(start_node(children, args.bin, [*flags, *args.node_arg]))
         json_path = os.path.join(args.out, f"{workload}-{config.replace('+', 'deep')}-{index}.json")
         cmd = [args.bin, "bench", "--progress", "off", "--json", json_path]
         for _, ws, admin in nodes:
@@ -295,14 +200,13 @@ def run_bench(args, config, workload, redis, index):
         groups = {"nodes": [p.pid for p, _, _ in nodes]}
         if config != "A":
             groups["redis"] = [redis_proc.pid]
-        bench = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 preexec_fn=die_with_parent)
+        bench = children.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         sampler = Sampler(groups, bench.pid)
         sampler.start()
         try:
             out, err = bench.communicate(timeout=args.bench_timeout)
         except subprocess.TimeoutExpired:
-            bench.kill()
+            os.killpg(bench.pid, signal.SIGKILL)  # its workers too: they hold its stderr
             out, err = bench.communicate()
             err += f"\n(killed after {args.bench_timeout} s)"
         cpu = sampler.finish()
@@ -312,12 +216,12 @@ def run_bench(args, config, workload, redis, index):
             for name, n in per_node[-1].items():
                 counters[name] = counters.get(name, 0) + n
     finally:
-        # Interrupted (Ctrl-C, SIGTERM, an error): the bench goes first.
-        if bench is not None and bench.poll() is None:
-            bench.kill()
-            bench.wait()
+        # Interrupted (Ctrl-C, SIGTERM, an error): the bench goes first,
+        # with its workers (its process group).
+        if bench is not None:
+            children.stop(bench, timeout=0)
         for proc, _, _ in nodes:
-            stop_node(proc)
+            children.stop(proc)
     if not os.path.exists(json_path):
         raise SystemExit(f"{workload} {config} run {index}: the bench wrote no report "
                          f"(exit {bench.returncode}):\n{out}\n{err}")
@@ -503,12 +407,9 @@ def main():
         sys.exit(f"unknown workload(s): {', '.join(unknown)}")
     check_box()
     os.makedirs(args.out, exist_ok=True)
-    # SIGTERM ends the script like Ctrl-C does: through the finally below.
-    # (SIGINT is set again because a shell starting this in the background
-    # leaves it ignored.)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    redis = start_redis(args.out)
+    catch_signals()
+    children = Children()
+    redis = start_redis(children, args.out)
     print(f"# redis-server {redis_info(redis[1]).get('redis_version')} on 127.0.0.1:{redis[1]}; "
           f"myriad {args.bin}", file=sys.stderr)
     results = {}
@@ -522,7 +423,7 @@ def main():
                     configs.reverse()
                 for config in configs:
                     started = time.time()
-                    r = run_bench(args, config, workload, redis, i)
+                    r = run_bench(args, children, config, workload, redis, i)
                     results.setdefault((workload, config), []).append(r)
                     print(f"# run {i + 1}/{args.runs} {workload} {config}: {r['deliveries/s'] or 0:,.0f}/s, "
                           f"refused {r['refused']:,}, lost {r['lost']:,}, p99 {fmt(r['p99'], 'ms')} ms, "
@@ -531,13 +432,7 @@ def main():
                           f"niced {get(r, 'cpu.niced.cores'):.2f} cores; "
                           f"{time.time() - started:.0f} s", file=sys.stderr)
     finally:
-        redis[0].terminate()
-        try:
-            redis[0].wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            redis[0].kill()
-            redis[0].wait()
-        shutil.rmtree(redis[0].work_dir, ignore_errors=True)
+        children.stop_all()
         with open(os.path.join(args.out, "summary.json"), "w") as f:
             json.dump({f"{w} {c}": rs for (w, c), rs in results.items()}, f, indent=1)
     report(results, args.runs)

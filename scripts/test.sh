@@ -24,6 +24,10 @@ cargo test --workspace --locked
 step "release build"
 cargo build --release --locked -p myriad
 
+TARGET_DIR="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+
+step "scale proof, smoke size: 2,000 subscribers over 2 nodes and Redis; 0 lost, nothing left running"
+python3 scripts/scale_smoke.py "$TARGET_DIR/release/myriad" "$TARGET_DIR/scale-smoke"
+
 step "Autobahn conformance, sections 1-10, against the real server"
-MYRIAD_BIN="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/myriad" \
-    bash scripts/autobahn.sh
+MYRIAD_BIN="$TARGET_DIR/release/myriad" bash scripts/autobahn.sh
