@@ -159,6 +159,21 @@ fn passed(now: u32, stamp: u32, seconds: u32) -> bool {
     now.saturating_sub(stamp) > seconds
 }
 
+/// Seconds of silence after which connection `id` is pinged: between half
+/// of `interval` and all of it, fixed per connection. Connections set up
+/// in the same second would otherwise be pinged in the same sweep, and
+/// after each answer again together, for as long as they live: a node that
+/// took 100,000 connections in a few seconds wrote 100,000 pings in one
+/// second every interval, and delivery waited behind them (scale.py's
+/// medium runs, docs/benchmarks.md). Spread this way the pings of a burst
+/// of connections fall over half an interval instead.
+fn ping_after(interval: u32, id: ConnId) -> u32 {
+    let spread = interval / 2;
+    // Fibonacci hashing: neighbouring slab ids land far apart.
+    let mixed = (u64::from(id).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32;
+    interval - mixed % (spread + 1)
+}
+
 /// What the once-a-second sweep found due on a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Due {
@@ -888,7 +903,11 @@ impl Worker {
                             Heartbeat::Answered => {
                                 interval > 0
                                     && conn.ping_sent == 0
-                                    && passed(now, conn.last_heard, interval)
+                                    && passed(
+                                        now,
+                                        conn.last_heard,
+                                        ping_after(interval, id as ConnId),
+                                    )
                             }
                             Heartbeat::OneWay => {
                                 one_way > 0 && passed(now, conn.ping_sent, one_way)
@@ -1004,5 +1023,27 @@ impl Worker {
             return true;
         }
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pings_of_neighbouring_connections_spread_over_half_an_interval() {
+        let interval = 25;
+        let waits: Vec<u32> = (0..1_000).map(|id| ping_after(interval, id)).collect();
+        assert!(waits.iter().all(|w| (13..=25).contains(w)), "{waits:?}");
+        // Every second of the spread is used, none by much more than its share.
+        let mut per_second = [0usize; 26];
+        for &w in &waits {
+            per_second[w as usize] += 1;
+        }
+        for (second, &n) in per_second.iter().enumerate().skip(13) {
+            assert!((40..=110).contains(&n), "second {second}: {n}");
+        }
+        assert_eq!(ping_after(1, 7), 1, "too short to spread");
+        assert_eq!(ping_after(0, 7), 0);
     }
 }
