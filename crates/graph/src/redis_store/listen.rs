@@ -24,6 +24,9 @@ use crate::store::StoreError;
 /// Redis to find out whether the subscription is still there.
 const IDLE: Duration = Duration::from_millis(500);
 
+/// The name the subscribing connection gives itself in Redis.
+pub const CLIENT_NAME: &str = "myriad-graph-changes";
+
 /// What a listener hears, in order.
 #[derive(Debug)]
 pub enum Heard {
@@ -78,6 +81,12 @@ impl Listener {
         con.set_read_timeout(Some(self.timeouts.response))
             .map_err(unreachable)?;
         let no_answer = |e: RedisError| StoreError::NoAnswer(e.to_string());
+        // Named, so an operator (or a test) can tell it in CLIENT LIST.
+        redis::cmd("CLIENT")
+            .arg("SETNAME")
+            .arg(CLIENT_NAME)
+            .query::<()>(&mut con)
+            .map_err(no_answer)?;
         let mut subscription = con.as_pubsub();
         subscription.subscribe(&self.channel).map_err(no_answer)?;
         heard(Heard::Subscribed);

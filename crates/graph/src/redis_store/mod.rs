@@ -350,17 +350,7 @@ impl RedisStore {
         // "(" excludes `after` itself.
         let min = after.map_or_else(|| "-inf".to_owned(), |after| format!("({after}"));
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let ids: Vec<u64> = self.link.read(|con| {
-            redis::cmd("ZRANGE")
-                .arg(key)
-                .arg(&min)
-                .arg("+inf")
-                .arg("BYSCORE")
-                .arg("LIMIT")
-                .arg(0)
-                .arg(limit)
-                .query(con)
-        })?;
+        let ids: Vec<u64> = self.link.read(|con| page_of(key, &min, limit).query(con))?;
         ids.into_iter().map(stored).collect()
     }
 
@@ -407,11 +397,31 @@ fn client(
     redis::Client::open(url.as_str()).map_err(|e| StoreError::Config(format!("the Redis URL: {e}")))
 }
 
+/// The prefix of a cluster's graph among its other keys: the node's
+/// `redis_prefix` with `:g:` after it.
+pub fn cluster_prefix(redis_prefix: &str) -> String {
+    format!("{redis_prefix}:g:")
+}
+
 /// The key of the last change's number (`lua/keys.lua`, `announce`).
 const LAST_CHANGE: &str = "changes:last";
 
 /// The channel changes are announced on, under the prefix.
 const CHANGES: &str = "changes";
+
+/// Reads ids of the sorted set at `key` from score `min` up, at most
+/// `limit` of them.
+fn page_of(key: &str, min: &str, limit: i64) -> redis::Cmd {
+    let mut cmd = redis::cmd("ZRANGE");
+    cmd.arg(key)
+        .arg(min)
+        .arg("+inf")
+        .arg("BYSCORE")
+        .arg("LIMIT")
+        .arg(0)
+        .arg(limit);
+    cmd
+}
 
 /// Edges as the flat follower, followee list the scripts take.
 fn pairs(edges: &[Edge]) -> Vec<u64> {
@@ -553,14 +563,7 @@ impl Store for RedisStore {
                 .atomic()
                 .cmd("GET")
                 .arg(&last)
-                .cmd("ZRANGE")
-                .arg(&following)
-                .arg("-inf")
-                .arg("+inf")
-                .arg("BYSCORE")
-                .arg("LIMIT")
-                .arg(0)
-                .arg(limit)
+                .add_command(page_of(&following, "-inf", limit))
                 .query(con)
         })?;
         Ok(Snapshot {
