@@ -6,6 +6,8 @@
 //! user connects, and writes follows and unfollows through it.
 //!
 //! - [`user`]: user ids and edges, with their range rules.
+//! - [`announce`]: what a shared store says of each change it applies,
+//!   numbered in the store's order, so every node can follow along.
 //! - [`dir`]: the lock that gives one process at a time a node's data
 //!   directory (a node while it runs, or a bulk load).
 //! - [`edgelist`]: the text file a graph is generated into and loaded from.
@@ -17,6 +19,7 @@
 //! - `conformance` (tests, or the `conformance` feature): the suite that
 //!   states the contract; every store runs it unchanged.
 
+pub mod announce;
 pub mod dir;
 pub mod edgelist;
 pub mod generate;
@@ -29,8 +32,9 @@ pub mod user;
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 
+pub use announce::{Announced, Announcement, Snapshot};
 pub use dir::{DataDir, DataDirError};
-pub use redis_store::{RedisStore, RedisTimeouts};
+pub use redis_store::{Listener, RedisStore, RedisTimeouts};
 pub use sqlite::SqliteStore;
 pub use store::{Counts, Store, StoreError, StoreOptions, Totals};
 pub use user::{Edge, UserId, UserIdError};

@@ -22,12 +22,22 @@
 //!    survives the process being killed at any moment after that, and a
 //!    batch whose call had not returned is either wholly there or wholly
 //!    absent after a restart.
+//! 6. **Announcements** (a store several processes share). Every write
+//!    call is given the next number of one global change sequence, in the
+//!    same atomic step that applies it, and is announced with that number
+//!    ([`crate::announce`]), so the announcements' order is the store's
+//!    order; [`Store::written`] answers the number of this client's last
+//!    write. [`Store::following_all`] reads a user's whole following list
+//!    together with the number of the last change it includes. A store
+//!    with one process as its only writer (SQLite) announces nothing: that
+//!    process's own calls are the whole order, and both numbers are 0.
 //!
 //! Calls block; the node runs its store on a thread of its own, never on a
 //! worker.
 
 use thiserror::Error;
 
+use crate::announce::Snapshot;
 use crate::user::{Edge, UserId};
 
 /// How a store is opened.
@@ -152,4 +162,47 @@ pub trait Store: Send {
     fn counts(&mut self, user: UserId) -> Result<Counts, StoreError>;
 
     fn totals(&mut self) -> Result<Totals, StoreError>;
+
+    /// Clause 6: the change number of this client's last write, which its
+    /// announcement carries; `None` from a store that announces nothing.
+    fn written(&self) -> Option<u64> {
+        None
+    }
+
+    /// Clause 6: the number of the last change applied in the store.
+    fn last_change(&mut self) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+
+    /// Whom `user` follows, ascending, at most `limit`, with the number of
+    /// the last change the read includes (clause 6).
+    fn following_all(&mut self, user: UserId, limit: u64) -> Result<Snapshot, StoreError> {
+        let mut users = Vec::new();
+        read_pages(&mut users, FOLLOWING_PAGE, limit, |after, n| {
+            self.following(user, after, n)
+        })?;
+        Ok(Snapshot { change: 0, users })
+    }
+}
+
+/// Rows per read when a whole following list is read in pages.
+const FOLLOWING_PAGE: usize = 1_000;
+
+/// Reads a paged store read into `all` to its end, `page` ids at a time,
+/// keeping at most `cap`. On an error, `all` holds the pages read before it.
+pub fn read_pages(
+    all: &mut Vec<UserId>,
+    page: usize,
+    cap: u64,
+    mut read: impl FnMut(Option<UserId>, usize) -> Result<Vec<UserId>, StoreError>,
+) -> Result<(), StoreError> {
+    loop {
+        let got = read(all.last().copied(), page)?;
+        let full = got.len() == page;
+        all.extend(got);
+        if !full || all.len() as u64 >= cap {
+            all.truncate(usize::try_from(cap).unwrap_or(usize::MAX));
+            return Ok(());
+        }
+    }
 }

@@ -5,8 +5,10 @@
 //!   (`myriad_graph::generate`), to stdout or a file.
 //! - `load`: reads a whole edge-list file, then loads it into the data
 //!   directory's graph store in one atomic step; it takes the data
-//!   directory's lock first, so it refuses while a node runs there.
-//! - `stats`: totals, file size and the biggest hubs.
+//!   directory's lock first, so it refuses while a node runs there. With
+//!   `--redis-url`, into a cluster's graph in Redis instead (a bulk change,
+//!   all or nothing too; nodes running on it read everything again).
+//! - `stats`: totals, file size and the biggest hubs (totals only in Redis).
 //! - `probe`: how long reading a user's followers takes, page by page.
 //!
 //! This module only wires arguments to the graph crate and prints; the
@@ -21,7 +23,10 @@ use clap::{Args, Subcommand};
 use hdrhistogram::Histogram;
 use myriad_graph::edgelist::read_edges;
 use myriad_graph::generate::{self, Params};
-use myriad_graph::{sqlite, DataDir, DataDirError, SqliteStore, Store, StoreOptions, UserId};
+use myriad_graph::{
+    redis_store, sqlite, DataDir, DataDirError, RedisStore, SqliteStore, Store, StoreOptions,
+    UserId,
+};
 
 #[derive(Args)]
 pub struct GraphArgs {
@@ -69,6 +74,14 @@ struct StoreArgs {
     /// whole (the node's `max_following`).
     #[arg(long, env = "MYRIAD_MAX_FOLLOWING", default_value_t = StoreOptions::default().max_following)]
     max_following: u64,
+    /// The graph is in this Redis instead, shared by a cluster's nodes
+    /// (their `graph_redis_url`, or first `redis_url`); no data directory.
+    #[arg(long = "redis-url", env = "MYRIAD_GRAPH_REDIS_URL")]
+    redis_url: Option<String>,
+    /// The cluster's key prefix (the nodes' `redis_prefix`); the graph is
+    /// under `<prefix>:g:`.
+    #[arg(long, env = "MYRIAD_REDIS_PREFIX", default_value = "myriad")]
+    redis_prefix: String,
 }
 
 impl StoreArgs {
@@ -77,6 +90,17 @@ impl StoreArgs {
             cache_bytes: self.cache_mb << 20,
             max_following: self.max_following,
         }
+    }
+
+    /// The graph in Redis, when `--redis-url` says it is there.
+    fn redis(&self) -> Result<Option<RedisStore>, String> {
+        let Some(url) = &self.redis_url else {
+            return Ok(None);
+        };
+        let prefix = redis_store::cluster_prefix(&self.redis_prefix);
+        RedisStore::open(std::slice::from_ref(url), &prefix, self.options())
+            .map(Some)
+            .map_err(|e| e.to_string())
     }
 
     /// Opens an existing graph, refusing to create one where there is none.
@@ -159,10 +183,16 @@ fn generate(args: GenerateArgs) -> Result<(), String> {
 }
 
 fn load(args: LoadArgs) -> Result<(), String> {
-    let dir = DataDir::lock(&args.store.data_dir).map_err(|e| match e {
-        DataDirError::InUse { .. } => format!("{e}: stop the node that runs on it, then load"),
-        DataDirError::Io { .. } => e.to_string(),
-    })?;
+    let redis = args.store.redis()?;
+    let dir = match redis {
+        Some(_) => None,
+        None => Some(DataDir::lock(&args.store.data_dir).map_err(|e| match e {
+            DataDirError::InUse { .. } => {
+                format!("{e}: stop the node that runs on it, then load")
+            }
+            DataDirError::Io { .. } => e.to_string(),
+        })?),
+    };
     let started = Instant::now();
     let file = File::open(&args.file).map_err(|e| format!("{}: {e}", args.file.display()))?;
     // Read whole first: a malformed file fails here, before the store is
@@ -171,8 +201,14 @@ fn load(args: LoadArgs) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", args.file.display()))?;
     let read = started.elapsed();
     eprintln!("read {} edges in {:.1} s; loading", edges.len(), secs(read));
-    let mut store =
-        SqliteStore::open(&dir.graph_file(), args.store.options()).map_err(|e| e.to_string())?;
+    let mut store: Box<dyn Store> = match (redis, &dir) {
+        (Some(redis), _) => Box::new(redis),
+        (None, Some(dir)) => Box::new(
+            SqliteStore::open(&dir.graph_file(), args.store.options())
+                .map_err(|e| e.to_string())?,
+        ),
+        (None, None) => unreachable!("a data directory is locked without Redis"),
+    };
     let users_before = store.totals().map_err(|e| e.to_string())?.users;
     let added = store.load(Vec::new(), edges).map_err(|e| e.to_string())?;
     let took = started.elapsed();
@@ -185,12 +221,23 @@ fn load(args: LoadArgs) -> Result<(), String> {
         secs(read),
         secs(took - read)
     );
-    print_sizes(&dir.graph_file());
+    if let Some(dir) = &dir {
+        print_sizes(&dir.graph_file());
+    }
     print_memory();
     Ok(())
 }
 
 fn stats(args: StatsArgs) -> Result<(), String> {
+    if let Some(mut store) = args.store.redis()? {
+        let totals = store.totals().map_err(|e| e.to_string())?;
+        println!("users: {}", totals.users);
+        println!("edges: {}", totals.edges);
+        if args.hubs > 0 {
+            println!("biggest hubs: not listed for a graph in Redis");
+        }
+        return Ok(());
+    }
     let mut store = args.store.open_existing()?;
     let totals = store.totals().map_err(|e| e.to_string())?;
     println!("users: {}", totals.users);

@@ -7,71 +7,11 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use common::graph::{
+    connect_as, follow, next_delivery, nothing_pending, post, publish_as, unfollow,
+};
 use common::{recv, send, Node, Ws};
 use serde_json::{json, Value};
-
-/// POSTs `body` to the admin API; (status, JSON reply).
-fn post(node: &Node, path: &str, body: Value) -> (u16, Value) {
-    let (status, reply) = node.http("POST", path, &[], &body.to_string());
-    let reply = serde_json::from_str(&reply).unwrap_or(Value::Null);
-    (status, reply)
-}
-
-fn follow(node: &Node, edges: &[(u64, u64)]) -> u64 {
-    let (status, reply) = post(node, "/api/follow", json!({ "edges": edges }));
-    assert_eq!(status, 200, "{reply}");
-    reply["added"].as_u64().unwrap()
-}
-
-fn unfollow(node: &Node, edges: &[(u64, u64)]) -> u64 {
-    let (status, reply) = post(node, "/api/unfollow", json!({ "edges": edges }));
-    assert_eq!(status, 200, "{reply}");
-    reply["removed"].as_u64().unwrap()
-}
-
-/// Sends as `user` through the admin API; how many connections it reached.
-fn publish_as(node: &Node, user: u64, data: Value) -> u64 {
-    let (status, reply) = post(node, "/api/publish_as", json!({"user": user, "data": data}));
-    assert_eq!(status, 200, "{reply}");
-    reply["reached"].as_u64().unwrap()
-}
-
-/// Connects as `user` and waits until every feed in `feeds` is announced.
-fn connect_as(node: &Node, user: u64, feeds: &[u64]) -> Ws {
-    let mut ws = node.connect_path(&format!("/ws?user={user}"));
-    let expected: BTreeSet<String> = feeds.iter().map(|f| format!("@{f}")).collect();
-    let mut seen = BTreeSet::new();
-    while seen != expected {
-        let reply = recv(&mut ws);
-        assert_eq!(reply["op"], "subscribed", "{reply}");
-        assert!(reply["id"].is_null(), "{reply}");
-        let subject = reply["subject"].as_str().unwrap().to_owned();
-        assert!(expected.contains(&subject), "unexpected feed {subject}");
-        assert!(seen.insert(subject), "feed announced twice: {reply}");
-    }
-    ws
-}
-
-/// The next message on `ws`, which must be a delivery; its (subject, data).
-fn next_delivery(ws: &mut Ws) -> (String, Value) {
-    let message = recv(ws);
-    assert_eq!(message["op"], "msg", "{message}");
-    (
-        message["subject"].as_str().unwrap().to_owned(),
-        message["data"].clone(),
-    )
-}
-
-/// Proves nothing else is queued for `ws`: a ping's pong comes next.
-fn nothing_pending(ws: &mut Ws) {
-    send(ws, json!({"op": "ping", "id": 99}));
-    let reply = recv(ws);
-    assert_eq!(
-        reply,
-        json!({"op": "pong", "id": 99}),
-        "a message was pending"
-    );
-}
 
 #[test]
 fn a_send_reaches_followers_and_the_senders_connections_once_each() {

@@ -266,6 +266,18 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_REDIS_QUEUE", default_value_t = 65_536)]
     pub redis_queue: usize,
 
+    /// Where the follow graph lives: `sqlite` (a file in `data_dir`, this
+    /// node's alone) or `redis` (one Redis the cluster's nodes share, keys
+    /// under `<redis_prefix>:g:`; a follow through any node reaches the
+    /// follower's connections on every node).
+    #[arg(long, env = "MYRIAD_GRAPH_STORE", value_enum, default_value_t = GraphStoreKind::Sqlite)]
+    pub graph_store: GraphStoreKind,
+
+    /// The Redis of `graph_store = redis`, `redis://[user:password@]host:port[/db]`;
+    /// the first `redis_url` when not given.
+    #[arg(long, env = "MYRIAD_GRAPH_REDIS_URL")]
+    pub graph_redis_url: Option<String>,
+
     /// The most users one user may follow; a follow past it is refused
     /// (HTTP 422, `following_limit`). Also bounds the feeds a connection is
     /// subscribed to when its user connects.
@@ -579,12 +591,25 @@ impl Config {
             EngineKind::Redis if self.redis_urls.is_empty() => {
                 return invalid("engine = redis needs at least one redis_url".into());
             }
-            EngineKind::Memory if !self.redis_urls.is_empty() => {
+            EngineKind::Memory
+                if !self.redis_urls.is_empty() && self.graph_store == GraphStoreKind::Sqlite =>
+            {
                 return invalid("redis_url is set but engine is memory: add --engine redis".into());
             }
             _ => {}
         }
-        for url in &self.redis_urls {
+        if self.graph_store == GraphStoreKind::Redis && self.graph_redis_url().is_none() {
+            return invalid(
+                "graph_store = redis needs graph_redis_url or a redis_url to keep the graph in"
+                    .into(),
+            );
+        }
+        if self.graph_store == GraphStoreKind::Sqlite && self.graph_redis_url.is_some() {
+            return invalid(
+                "graph_redis_url is set but graph_store is sqlite: add --graph-store redis".into(),
+            );
+        }
+        for url in self.redis_urls.iter().chain(&self.graph_redis_url) {
             if let Err(e) = redis::IntoConnectionInfo::into_connection_info(url.as_str()) {
                 return invalid(format!(
                     "redis_url {url:?}: {e} (expected redis://[user:password@]host:port[/db])"
@@ -598,6 +623,18 @@ impl Config {
             return invalid("redis_queue must be at least 1".into());
         }
         Ok(())
+    }
+
+    /// The Redis the follow graph is kept in, with `graph_store = redis`.
+    pub fn graph_redis_url(&self) -> Option<&str> {
+        self.graph_redis_url
+            .as_deref()
+            .or(self.redis_urls.first().map(String::as_str))
+    }
+
+    /// The key prefix of the follow graph in Redis.
+    pub fn graph_redis_prefix(&self) -> String {
+        myriad_graph::redis_store::cluster_prefix(&self.redis_prefix)
     }
 
     /// Where the Redis engine's instances are, from `redis_*`.
@@ -644,6 +681,16 @@ pub enum EngineKind {
     /// This node is the whole world: positions and history in its memory.
     Memory,
     /// Nodes joined over Redis.
+    Redis,
+}
+
+/// Where a node keeps the follow graph (see `myriad_graph`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GraphStoreKind {
+    /// A SQLite file in the data directory: this node's alone.
+    Sqlite,
+    /// One Redis, shared by the cluster's nodes.
     Redis,
 }
 
@@ -837,6 +884,72 @@ mod tests {
             ..Config::default()
         };
         assert!(no_timeout.validate().is_err());
+    }
+
+    #[test]
+    fn the_graph_in_redis_needs_a_redis_and_defaults_to_the_first_redis_url() {
+        let refused = |args: &[&str]| {
+            Config::assemble(&matches(args), None)
+                .unwrap_err()
+                .to_string()
+        };
+        let why = refused(&["myriad", "--graph-store", "redis"]);
+        assert!(why.contains("graph_redis_url or a redis_url"), "{why}");
+        let why = refused(&["myriad", "--graph-redis-url", "redis://127.0.0.1:1"]);
+        assert!(why.contains("--graph-store redis"), "{why}");
+        let why = refused(&[
+            "myriad",
+            "--graph-store",
+            "redis",
+            "--graph-redis-url",
+            "http://x",
+        ]);
+        assert!(
+            why.contains("graph_redis_url") || why.contains("redis_url"),
+            "{why}"
+        );
+        let engine = Config::assemble(
+            &matches(&[
+                "myriad",
+                "--engine",
+                "redis",
+                "--redis-url",
+                "redis://127.0.0.1:1",
+                "--redis-url",
+                "redis://127.0.0.1:2",
+                "--graph-store",
+                "redis",
+                "--redis-prefix",
+                "c1",
+            ]),
+            None,
+        )
+        .unwrap();
+        assert_eq!(engine.graph_redis_url(), Some("redis://127.0.0.1:1"));
+        assert_eq!(engine.graph_redis_prefix(), "c1:g:");
+        // One node with its graph in Redis and the memory engine.
+        let alone = Config::assemble(
+            &matches(&[
+                "myriad",
+                "--graph-store",
+                "redis",
+                "--redis-url",
+                "redis://127.0.0.1:1",
+            ]),
+            None,
+        )
+        .unwrap();
+        assert_eq!(alone.graph_redis_url(), Some("redis://127.0.0.1:1"));
+        let mut file = tempfile();
+        writeln!(
+            file.1,
+            "graph_store = \"redis\"\ngraph_redis_url = \"redis://127.0.0.1:3\""
+        )
+        .unwrap();
+        let from_file = Config::assemble(&matches(&["myriad"]), Some(&file.0)).unwrap();
+        assert_eq!(from_file.graph_store, GraphStoreKind::Redis);
+        assert_eq!(from_file.graph_redis_url(), Some("redis://127.0.0.1:3"));
+        std::fs::remove_file(&file.0).unwrap();
     }
 
     fn tempfile() -> (PathBuf, std::fs::File) {

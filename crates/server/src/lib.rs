@@ -61,13 +61,14 @@ use tracing::{error, info, warn};
 pub use config::Config;
 
 use crate::auth::Auth;
-use crate::config::EngineKind;
+use crate::config::{EngineKind, GraphStoreKind};
 use crate::engine::{Engine, MemoryEngine, RedisEngine};
 use crate::feeds::{Feeds, Keeper};
 use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::worker::{Shared, Worker};
-use myriad_graph::{DataDir, SqliteStore, StoreOptions};
+use myriad_graph::{DataDir, Listener, RedisStore, RedisTimeouts, SqliteStore, StoreOptions};
+use std::time::Duration;
 
 /// Why the node could not start or stopped abnormally.
 #[derive(Debug, Error)]
@@ -244,21 +245,41 @@ fn open_engine(config: &Config, hub: Arc<Hub>) -> Result<Arc<dyn Engine>, ServeE
     })
 }
 
-/// Takes the data directory (no other node or bulk load may use it while
-/// this node runs), opens the follow graph there and starts its keeper.
+/// Opens the follow graph `config` asks for and starts its keeper. SQLite:
+/// takes the data directory first (no other node or bulk load may use it
+/// while this node runs). Redis: the graph under `<redis_prefix>:g:`,
+/// shared with the cluster's other nodes, whose changes the keeper follows
+/// through the store's announcements; an unreachable Redis stops the start.
 fn open_feeds(config: &Config, hub: Arc<Hub>) -> Result<Feeds, ServeError> {
-    let dir = DataDir::lock(&config.data_dir)?;
     let options = StoreOptions {
         max_following: config.max_following,
         cache_bytes: config.graph_cache_mb << 20,
     };
-    let store = SqliteStore::open(&dir.graph_file(), options)?;
-    Ok(Keeper::start(
-        dir,
-        Box::new(store),
-        hub,
-        config.max_following,
-    )?)
+    let max_following = config.max_following;
+    Ok(match config.graph_store {
+        GraphStoreKind::Sqlite => {
+            let dir = DataDir::lock(&config.data_dir)?;
+            let store = SqliteStore::open(&dir.graph_file(), options)?;
+            Keeper::start(Some(dir), Box::new(store), None, hub, max_following)?
+        }
+        GraphStoreKind::Redis => {
+            let urls: Vec<String> = config
+                .graph_redis_url()
+                .map(str::to_owned)
+                .into_iter()
+                .collect();
+            let prefix = config.graph_redis_prefix();
+            let timeout = Duration::from(config.redis_timeout);
+            let timeouts = RedisTimeouts {
+                connect: timeout,
+                response: timeout,
+                ..RedisTimeouts::default()
+            };
+            let store = RedisStore::open_with(&urls, &prefix, options, timeouts)?;
+            let listener = Listener::new(&urls, &prefix, timeouts)?;
+            Keeper::start(None, Box::new(store), Some(listener), hub, max_following)?
+        }
+    })
 }
 
 /// How many client connections the node admits: `max_connections`,

@@ -195,6 +195,8 @@ struct FeedMetrics {
     unfollows: Counter<u64, AtomicU64>,
     users_known: Gauge,
     users_present: Gauge,
+    listen_failures: Counter<u64, AtomicU64>,
+    resyncs: Counter<u64, AtomicU64>,
 }
 
 /// Registers a fresh metric (or family) as `name` and returns a handle to
@@ -344,6 +346,16 @@ impl Metrics {
                 "users_present",
                 "Users with at least one connection on this node",
             ),
+            listen_failures: registered(
+                r,
+                "graph_listen_failures",
+                "Times the subscription to the shared graph store's changes failed or broke",
+            ),
+            resyncs: registered(
+                r,
+                "graph_resyncs",
+                "Times the node read every present user's follows again (it may have missed changes)",
+            ),
         };
         let admin = AdminMetrics {
             connections: registered(
@@ -410,10 +422,16 @@ impl Metrics {
         counter.inc_by(edges);
     }
 
-    /// Copies the graph's gauges in, before metrics are read.
-    pub fn mirror_feeds(&self, users_known: u64, users_present: usize) {
-        self.feeds.users_known.set(users_known as i64);
-        self.feeds.users_present.set(users_present as i64);
+    /// Copies the graph's gauges and counts in, before metrics are read.
+    pub fn mirror_feeds(&self, feeds: &crate::feeds::Feeds) {
+        self.feeds.users_known.set(feeds.known.count() as i64);
+        self.feeds.users_present.set(feeds.presence.users() as i64);
+        let catch_up = |counter: &Counter<u64, AtomicU64>, total: &std::sync::atomic::AtomicU64| {
+            let total = total.load(std::sync::atomic::Ordering::Relaxed);
+            counter.inc_by(total.saturating_sub(counter.get()));
+        };
+        catch_up(&self.feeds.listen_failures, &feeds.stream.listen_failures);
+        catch_up(&self.feeds.resyncs, &feeds.stream.resyncs);
     }
 
     /// The gauge of open admin connections: each connection holds a

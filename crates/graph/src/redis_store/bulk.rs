@@ -297,6 +297,9 @@ impl RedisStore {
                 Part::Followed | Part::Unfollowed => {}
             }
             let done = count(&values, 1)? == 1;
+            if done {
+                changed.change = count(&values, 2)?;
+            }
             if done != (index + 1 == parts.len()) {
                 return Err(StoreError::Backend(format!(
                     "the bulk journal ended after {} of {} parts",

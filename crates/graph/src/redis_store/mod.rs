@@ -10,7 +10,11 @@
 //!   follows, sorted sets; empty ones do not exist;
 //! - `P edges`: how many edges there are, kept by the scripts;
 //! - `P bulk:lock`, `P bulk:journal`, `P bulk:N`: a bulk change in flight
-//!   (`bulk.rs`).
+//!   (`bulk.rs`);
+//! - `P changes:last`: the number of the last change (clause 6), and the
+//!   channel `P changes` every write script announces its change on, in
+//!   the script (`listen.rs` hears them). A bulk change is announced once,
+//!   by the step that applies its last part, as a reread.
 //!
 //! In every sorted set the member is the user id in decimal and the score
 //! is the id itself: ids stay below 2^53, which a double holds exactly, so
@@ -80,7 +84,10 @@
 //! Redis restart) is sent again once on a new one.
 
 mod bulk;
+mod listen;
 mod scripts;
+
+pub use listen::{Heard, Listener};
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -88,6 +95,7 @@ use std::time::{Duration, Instant};
 use redis::{Connection, ErrorKind, RedisError, RedisResult, Script, ScriptInvocation};
 
 use self::scripts::{count, Reply};
+use crate::announce::Snapshot;
 use crate::store::{refuse_self_follows, Counts, Store, StoreError, StoreOptions, Totals};
 use crate::user::{Edge, UserId};
 
@@ -130,6 +138,8 @@ pub struct RedisStore {
     timeouts: RedisTimeouts,
     /// [`CHUNK`], smaller in tests so that small batches take the bulk path.
     chunk: usize,
+    /// The change number of this client's last write (clause 6).
+    written: Option<u64>,
 }
 
 /// What a batch changed.
@@ -138,6 +148,8 @@ struct Changed {
     /// Edges added (or removed, for unfollows).
     edges: u64,
     users: u64,
+    /// The change's number, which its announcement carries.
+    change: u64,
 }
 
 /// The one connection to Redis, opened when needed.
@@ -228,32 +240,10 @@ impl RedisStore {
         options: StoreOptions,
         timeouts: RedisTimeouts,
     ) -> Result<RedisStore, StoreError> {
-        let url = match urls {
-            [url] => url,
-            [] => return Err(StoreError::Config("no Redis URL given".into())),
-            more => {
-                return Err(StoreError::Config(format!(
-                    "{} Redis URLs given: the graph is kept whole on one Redis, give one",
-                    more.len()
-                )))
-            }
-        };
-        if prefix.is_empty() {
-            return Err(StoreError::Config(
-                "the key prefix is empty: give one, such as \"myriad:graph:\"".into(),
-            ));
-        }
+        let client = client(urls, prefix, timeouts)?;
         let RedisTimeouts {
-            connect,
-            response,
-            lease,
+            connect, response, ..
         } = timeouts;
-        if [connect, response, lease].iter().any(Duration::is_zero) {
-            return Err(StoreError::Config("a Redis timeout of zero".into()));
-        }
-        // The URL itself is not repeated: it may hold a password.
-        let client = redis::Client::open(url.as_str())
-            .map_err(|e| StoreError::Config(format!("the Redis URL: {e}")))?;
         let mut store = RedisStore {
             link: Link {
                 client,
@@ -265,6 +255,7 @@ impl RedisStore {
             options,
             timeouts,
             chunk: CHUNK,
+            written: None,
         };
         store.recover()?;
         Ok(store)
@@ -336,10 +327,17 @@ impl RedisStore {
             Reply::Ok(values) => Ok(Changed {
                 edges: count(&values, 0)?,
                 users: count(&values, 1)?,
+                change: count(&values, 2)?,
             }),
             Reply::Limit(user) => Err(StoreError::FollowingLimit { user, limit: max }),
             other => Err(out_of_turn(&other)),
         }
+    }
+
+    /// Records `changed` as this client's last write.
+    fn wrote(&mut self, changed: Changed) -> Changed {
+        self.written = Some(changed.change);
+        changed
     }
 
     /// Reads one page of the sorted set at `key`.
@@ -352,17 +350,7 @@ impl RedisStore {
         // "(" excludes `after` itself.
         let min = after.map_or_else(|| "-inf".to_owned(), |after| format!("({after}"));
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let ids: Vec<u64> = self.link.read(|con| {
-            redis::cmd("ZRANGE")
-                .arg(key)
-                .arg(&min)
-                .arg("+inf")
-                .arg("BYSCORE")
-                .arg("LIMIT")
-                .arg(0)
-                .arg(limit)
-                .query(con)
-        })?;
+        let ids: Vec<u64> = self.link.read(|con| page_of(key, &min, limit).query(con))?;
         ids.into_iter().map(stored).collect()
     }
 
@@ -373,6 +361,66 @@ impl RedisStore {
         self.chunk = chunk;
         self
     }
+}
+
+/// A client for the one Redis at `urls`, once the store's settings are
+/// checked; it connects when first used.
+fn client(
+    urls: &[String],
+    prefix: &str,
+    timeouts: RedisTimeouts,
+) -> Result<redis::Client, StoreError> {
+    let url = match urls {
+        [url] => url,
+        [] => return Err(StoreError::Config("no Redis URL given".into())),
+        more => {
+            return Err(StoreError::Config(format!(
+                "{} Redis URLs given: the graph is kept whole on one Redis, give one",
+                more.len()
+            )))
+        }
+    };
+    if prefix.is_empty() {
+        return Err(StoreError::Config(
+            "the key prefix is empty: give one, such as \"myriad:graph:\"".into(),
+        ));
+    }
+    let RedisTimeouts {
+        connect,
+        response,
+        lease,
+    } = timeouts;
+    if [connect, response, lease].iter().any(Duration::is_zero) {
+        return Err(StoreError::Config("a Redis timeout of zero".into()));
+    }
+    // The URL itself is not repeated: it may hold a password.
+    redis::Client::open(url.as_str()).map_err(|e| StoreError::Config(format!("the Redis URL: {e}")))
+}
+
+/// The prefix of a cluster's graph among its other keys: the node's
+/// `redis_prefix` with `:g:` after it.
+pub fn cluster_prefix(redis_prefix: &str) -> String {
+    format!("{redis_prefix}:g:")
+}
+
+/// The key of the last change's number (`lua/keys.lua`, `announce`).
+const LAST_CHANGE: &str = "changes:last";
+
+/// The channel changes are announced on, under the prefix.
+const CHANGES: &str = "changes";
+
+/// Reads ids of the sorted set at `key` from score `min` up, at most
+/// `limit` of them.
+fn page_of(key: &str, min: &str, limit: i64) -> redis::Cmd {
+    let mut cmd = redis::cmd("ZRANGE");
+    cmd.arg(key)
+        .arg(min)
+        .arg("+inf")
+        .arg("BYSCORE")
+        .arg("LIMIT")
+        .arg(0)
+        .arg(limit);
+    cmd
 }
 
 /// Edges as the flat follower, followee list the scripts take.
@@ -396,32 +444,39 @@ fn out_of_turn(reply: &Reply) -> StoreError {
 
 impl Store for RedisStore {
     fn add_users(&mut self, users: &[UserId]) -> Result<u64, StoreError> {
-        Ok(self.add(users.to_vec(), Vec::new())?.users)
+        let changed = self.add(users.to_vec(), Vec::new())?;
+        Ok(self.wrote(changed).users)
     }
 
     fn follow(&mut self, edges: &[Edge]) -> Result<u64, StoreError> {
         refuse_self_follows(edges)?;
-        Ok(self.add(Vec::new(), edges.to_vec())?.edges)
+        let changed = self.add(Vec::new(), edges.to_vec())?;
+        Ok(self.wrote(changed).edges)
     }
 
     fn unfollow(&mut self, edges: &[Edge]) -> Result<u64, StoreError> {
-        if edges.len() > self.chunk {
-            return Ok(self
-                .bulk(bulk::Change::Remove, Vec::new(), edges.to_vec())?
-                .edges);
-        }
-        let pairs = pairs(edges);
-        match self.write(&scripts::UNFOLLOW, |invocation| {
-            invocation.arg(&pairs);
-        })? {
-            Reply::Ok(values) => count(&values, 0),
-            other => Err(out_of_turn(&other)),
-        }
+        let changed = if edges.len() > self.chunk {
+            self.bulk(bulk::Change::Remove, Vec::new(), edges.to_vec())?
+        } else {
+            let pairs = pairs(edges);
+            match self.write(&scripts::UNFOLLOW, |invocation| {
+                invocation.arg(&pairs);
+            })? {
+                Reply::Ok(values) => Changed {
+                    edges: count(&values, 0)?,
+                    users: 0,
+                    change: count(&values, 1)?,
+                },
+                other => return Err(out_of_turn(&other)),
+            }
+        };
+        Ok(self.wrote(changed).edges)
     }
 
     fn load(&mut self, users: Vec<UserId>, edges: Vec<Edge>) -> Result<u64, StoreError> {
         refuse_self_follows(&edges)?;
-        Ok(self.add(users, edges)?.edges)
+        let changed = self.add(users, edges)?;
+        Ok(self.wrote(changed).edges)
     }
 
     fn followers(
@@ -483,6 +538,37 @@ impl Store for RedisStore {
         Ok(Totals {
             users,
             edges: edges.unwrap_or(0),
+        })
+    }
+
+    fn written(&self) -> Option<u64> {
+        self.written
+    }
+
+    fn last_change(&mut self) -> Result<u64, StoreError> {
+        let last = self.key(LAST_CHANGE);
+        let change: Option<u64> = self
+            .link
+            .read(|con| redis::cmd("GET").arg(&last).query(con))?;
+        Ok(change.unwrap_or(0))
+    }
+
+    fn following_all(&mut self, user: UserId, limit: u64) -> Result<Snapshot, StoreError> {
+        let (last, following) = (self.key(LAST_CHANGE), self.list("following", user));
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        // One MULTI: nothing runs between the two reads, so the list is
+        // exactly the store's after change `change`.
+        let (change, ids): (Option<u64>, Vec<u64>) = self.link.read(|con| {
+            redis::pipe()
+                .atomic()
+                .cmd("GET")
+                .arg(&last)
+                .add_command(page_of(&following, "-inf", limit))
+                .query(con)
+        })?;
+        Ok(Snapshot {
+            change: change.unwrap_or(0),
+            users: ids.into_iter().map(stored).collect::<Result<_, _>>()?,
         })
     }
 }
@@ -682,6 +768,109 @@ mod tests {
         // The write reached Redis before it stopped, and ran once resumed.
         let followers = store.followers(user(2), None, 10).unwrap();
         assert_eq!(ids(followers), vec![1, 3]);
+    }
+
+    #[test]
+    fn every_write_is_announced_with_its_number_in_store_order() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::{mpsc, Arc};
+
+        use crate::announce::{Announced, Announcement};
+
+        let (urls, prefix) = (url(), fresh_prefix());
+        let listener = Listener::new(&urls, &prefix, RedisTimeouts::default()).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (heard, hearing) = mpsc::channel();
+        let listening = {
+            let stop = Arc::clone(&stop);
+            thread::spawn(move || {
+                listener.listen(&stop, |h| {
+                    let _ = heard.send(h);
+                })
+            })
+        };
+        let next = || hearing.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(matches!(next(), Heard::Subscribed));
+        let mut store = RedisStore::open(&urls, &prefix, OPTIONS)
+            .unwrap()
+            .with_chunk(3);
+        assert_eq!(store.written(), None);
+        assert_eq!(store.last_change().unwrap(), 0);
+        store.follow(&[edge(1, 2), edge(1, 3)]).unwrap();
+        store.add_users(&[user(9)]).unwrap();
+        // An edge that is not there is announced too: the batch as asked.
+        store.unfollow(&[edge(1, 2), edge(5, 6)]).unwrap();
+        assert_eq!(store.written(), Some(3));
+        // A bulk change: one announcement, a reread.
+        store
+            .follow(&[edge(4, 1), edge(4, 2), edge(7, 1), edge(7, 2)])
+            .unwrap();
+        assert_eq!(store.written(), Some(4));
+        // A refused batch changes nothing and announces nothing.
+        let too_many: Vec<Edge> = (100..100 + OPTIONS.max_following + 1)
+            .map(|f| edge(1, f))
+            .collect();
+        assert!(store.follow(&too_many[..2]).is_ok());
+        assert!(store.follow(&too_many).is_err());
+        assert_eq!(store.written(), Some(5));
+        assert_eq!(store.last_change().unwrap(), 5);
+        let snapshot = store.following_all(user(1), 100).unwrap();
+        assert_eq!(
+            (snapshot.change, ids(snapshot.users)),
+            (5, vec![3, 100, 101])
+        );
+        let expected = [
+            "1 f 0 1 2 1 3",
+            "2 f 1 9",
+            "3 u 1 2 5 6",
+            "4 r",
+            "5 f 0 1 100 1 101",
+        ];
+        for text in expected {
+            match next() {
+                Heard::Change(heard) => {
+                    assert_eq!(heard, Announcement::parse(text).unwrap(), "{text}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(matches!(
+            Announcement::parse("4 r").unwrap().what,
+            Announced::Reread
+        ));
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        listening.join().unwrap().unwrap();
+        assert!(hearing.try_recv().is_err(), "nothing more was announced");
+    }
+
+    #[test]
+    fn a_listener_ends_with_an_error_when_its_redis_goes() {
+        use std::sync::atomic::AtomicBool;
+
+        let mut server = RedisServer::start();
+        let listener = Listener::new(&[server.url()], "p:", QUICK).unwrap();
+        let stop = AtomicBool::new(false);
+        let mut subscribed = 0;
+        let ended = thread::scope(|scope| {
+            let listening = scope.spawn(|| {
+                listener.listen(&stop, |h| {
+                    if matches!(h, Heard::Subscribed) {
+                        subscribed += 1;
+                    }
+                })
+            });
+            thread::sleep(Duration::from_millis(200));
+            server.kill();
+            listening.join().unwrap()
+        });
+        assert_eq!(subscribed, 1);
+        assert!(matches!(ended, Err(StoreError::NoAnswer(_))), "{ended:?}");
+        // And cannot listen again while it is gone.
+        let again = listener.listen(&stop, |_| {});
+        assert!(
+            matches!(again, Err(StoreError::Unreachable(_))),
+            "{again:?}"
+        );
     }
 
     #[test]

@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test file uses a different part of the harness
 
 pub mod browser;
+pub mod graph;
 pub mod tls;
 
 use std::io::{BufRead, BufReader, Read, Write};

@@ -167,9 +167,7 @@ async fn whole_reply(req: Request<Incoming>, shared: &Shared, started: Instant) 
         (&Method::GET, "/status") => status::page(),
         (&Method::GET, "/metrics") => {
             shared.metrics.mirror_engine(&shared.engine.stats());
-            shared
-                .metrics
-                .mirror_feeds(shared.feeds.known.count(), shared.feeds.presence.users());
+            shared.metrics.mirror_feeds(&shared.feeds);
             let mut reply = Response::new(Full::new(Bytes::from(shared.metrics.render())));
             reply.headers_mut().insert(
                 CONTENT_TYPE,

@@ -5,37 +5,70 @@
 //! listener's event loop: both hand the keeper a [`Job`] and go on. Sends
 //! never come here at all (see the module above).
 //!
+//! # One order
 //! Being one thread is what keeps feeds right without locks across the
-//! store and the workers. Every follow, unfollow and connect-time read is
-//! applied in one order, and the keeper tells a worker about each in that
-//! order, through the worker's mailbox. So when a connection opens while
-//! its user's follows are changing, the read of whom the user follows and
-//! each change reach its worker in the order they happened in the store,
-//! and the worker ends with the store's answer: a change made before the
-//! read is in the read, and one made after arrives after it. A connection
-//! is in [`Presence`] before its read is asked for, so no change can fall
-//! between the two.
+//! store and the workers. Every change to the graph reaches this node's
+//! connections as an [`Announcement`], numbered in the store's one change
+//! sequence, and the keeper applies them in that order, one at a time,
+//! telling each affected connection's worker through its mailbox. With
+//! SQLite this node is the store's only writer, so the keeper numbers its
+//! own writes and applies each as it makes it. With a shared store (Redis)
+//! every node writes, and the store announces each change, numbered, from
+//! the script that applies it; a [`Listener`] thread hands what it hears
+//! to the keeper, which applies it here, the node that wrote it included.
+//! A write's answer waits until this keeper has applied its announcement
+//! (`waiting`), so once a follow is answered, the follower's connections
+//! on this node follow.
+//!
+//! # Reads and announcements
+//! A connection is in [`Presence`] before its connect-time read is asked
+//! for, so no change can fall between the two. The read returns the number
+//! of the last change it includes (with Redis, read in one `MULTI` with the
+//! list); an announcement of a change up to that number is already in it
+//! and is not applied to that connection again (`ahead`), so a read is
+//! never undone by an older change still on its way, nor repeated. With
+//! SQLite every change is applied before the next job, so a read includes
+//! exactly the changes applied so far.
+//!
+//! # Catching up
+//! A subscription hears nothing while it is broken (a Redis restart, a cut
+//! connection). So whenever the listener subscribes again, and whenever an
+//! announcement skips a number, does not parse, or is a bulk change too big
+//! to list, the keeper **resyncs**: it reads the last change number, then
+//! the known users, then every present user's whole following list, and
+//! tells each connection to hold exactly that list ([`Apply::Replace`]).
+//! Announcements up to the number read are then skipped, and writes of this
+//! node waiting for one of them settle with the resync. A resync that fails
+//! (the store unreachable) is tried again every [`RETRY`] until it passes.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender};
-use myriad_graph::{DataDir, Edge, Store, StoreError, UserId};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use myriad_graph::redis_store::Heard;
+use myriad_graph::store::read_pages;
+use myriad_graph::{Announced, Announcement, DataDir, Edge, Listener, Store, StoreError, UserId};
 use tokio::sync::oneshot;
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::{
-    settling, Applied, Direction, FeedChange, Feeds, FeedsError, KnownUsers, Presence, Relation,
+    settling, AckMaker, Applied, Apply, Direction, FeedChange, Feeds, FeedsError, KnownUsers,
+    Presence, Relation, StreamCounts,
 };
 use crate::engine::ConnRequest;
 use crate::hub::{Event, Hub, Wakeups};
 
-/// Rows per store read when paging through a user's followings at connect.
-const OPEN_PAGE: usize = 1_000;
-
-/// Users read per page when loading the known users at start.
+/// Users read per page when loading the known users.
 const KNOWN_PAGE: usize = 100_000;
+
+/// How soon a failed resync is tried again.
+const RETRY: Duration = Duration::from_millis(500);
+
+/// The longest pause between attempts to subscribe again.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// Work for the keeper.
 pub(crate) enum Job {
@@ -60,6 +93,10 @@ pub(crate) enum Job {
         limit: usize,
         reply: oneshot::Sender<Result<Vec<UserId>, FeedsError>>,
     },
+    /// What the listener heard from a shared store.
+    Heard(Heard),
+    /// The listener could not subscribe, or its subscription broke.
+    Broken(StoreError),
     Stop,
 }
 
@@ -67,6 +104,8 @@ pub(crate) enum Job {
 pub(crate) struct Handle {
     jobs: Sender<Job>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// Tells the listener thread, if any, to end.
+    stop_listening: Arc<AtomicBool>,
 }
 
 impl Handle {
@@ -77,6 +116,9 @@ impl Handle {
     }
 
     pub(crate) fn stop(&self) {
+        // The listener ends within its idle poll; nothing waits for it,
+        // as nothing it could still hear matters at shutdown.
+        self.stop_listening.store(true, Ordering::Release);
         self.send(Job::Stop);
         if let Some(thread) = self.thread.lock().expect("keeper lock poisoned").take() {
             if thread.join().is_err() {
@@ -86,25 +128,66 @@ impl Handle {
     }
 }
 
+/// A connection as the keeper tells it apart: worker, slot and life.
+type ConnKey = (usize, u32, u32);
+
+fn key(to: &ConnRequest) -> ConnKey {
+    (to.worker, to.conn, to.life)
+}
+
 /// The keeper thread's state.
 pub struct Keeper {
-    /// Held for the node's life: the store's directory is this node's.
-    _dir: DataDir,
+    /// Held for the node's life when the store is in it (SQLite).
+    _dir: Option<DataDir>,
     store: Box<dyn Store>,
     hub: Arc<Hub>,
     presence: Arc<Presence>,
     known: Arc<KnownUsers>,
+    stream: Arc<StreamCounts>,
     max_following: u64,
+    /// Whether the store announces its changes (shared by several nodes),
+    /// or this keeper numbers its own writes.
+    shared: bool,
+    /// The last change applied to this node's connections.
+    applied: u64,
+    /// This node's writes whose announcements have not been applied yet,
+    /// by change number: the acks their answers wait for.
+    waiting: BTreeMap<u64, AckMaker>,
+    /// Connections whose connect-time read includes changes past
+    /// `applied`, up to which change.
+    ahead: HashMap<ConnKey, u64>,
+    /// A resync is owed: one failed and is to be tried again.
+    owed: bool,
 }
 
 impl Keeper {
-    /// Loads the known users from `store` and starts the keeper thread.
+    /// Starts the keeper over `store`. With a `listener` (a shared store),
+    /// first subscribes to the store's announcements, failing the start
+    /// when that fails, so that no change after the reads below goes
+    /// unheard; then loads the known users and starts the keeper thread.
     pub fn start(
-        dir: DataDir,
+        dir: Option<DataDir>,
         mut store: Box<dyn Store>,
+        listener: Option<Listener>,
         hub: Arc<Hub>,
         max_following: u64,
     ) -> Result<Feeds, StoreError> {
+        let (jobs, queue) = crossbeam_channel::unbounded();
+        let stop_listening = Arc::new(AtomicBool::new(false));
+        let stream = Arc::new(StreamCounts::default());
+        let shared = listener.is_some();
+        if let Some(listener) = listener {
+            spawn_listener(listener, jobs.clone(), Arc::clone(&stop_listening))?;
+            match queue.recv() {
+                Ok(Job::Heard(Heard::Subscribed)) => {}
+                Ok(Job::Broken(e)) => {
+                    stop_listening.store(true, Ordering::Release);
+                    return Err(e);
+                }
+                _ => unreachable!("only the listener sends before the keeper runs"),
+            }
+        }
+        let applied = store.last_change()?;
         let known = Arc::new(KnownUsers::default());
         let mut users = Vec::new();
         read_pages(&mut users, KNOWN_PAGE, u64::MAX, |after, n| {
@@ -118,9 +201,14 @@ impl Keeper {
             hub,
             presence: Arc::clone(&presence),
             known: Arc::clone(&known),
+            stream: Arc::clone(&stream),
             max_following,
+            shared,
+            applied,
+            waiting: BTreeMap::new(),
+            ahead: HashMap::new(),
+            owed: false,
         };
-        let (jobs, queue) = crossbeam_channel::unbounded();
         let thread = std::thread::Builder::new()
             .name("myriad-graph".into())
             .spawn(move || keeper.run(queue))
@@ -129,14 +217,31 @@ impl Keeper {
             keeper: Handle {
                 jobs,
                 thread: Mutex::new(Some(thread)),
+                stop_listening,
             },
             presence,
             known,
+            stream,
         })
     }
 
     fn run(mut self, queue: Receiver<Job>) {
-        while let Ok(job) = queue.recv() {
+        loop {
+            let job = if self.owed {
+                match queue.recv_timeout(RETRY) {
+                    Ok(job) => job,
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.resync(Vec::new());
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+            } else {
+                match queue.recv() {
+                    Ok(job) => job,
+                    Err(_) => return,
+                }
+            };
             match job {
                 Job::Open { user, to } => self.open(user, to),
                 Job::Change {
@@ -144,14 +249,10 @@ impl Keeper {
                     edges,
                     reply,
                 } => {
-                    let _ = reply.send(self.change(direction, &edges));
+                    let _ = reply.send(self.change(direction, edges));
                 }
                 Job::AddUsers { users, reply } => {
-                    let added = self.store.add_users(&users).map_err(FeedsError::from);
-                    if added.is_ok() {
-                        self.known.extend(users);
-                    }
-                    let _ = reply.send(added);
+                    let _ = reply.send(self.add_users(users));
                 }
                 Job::Read {
                     relation,
@@ -166,26 +267,45 @@ impl Keeper {
                     };
                     let _ = reply.send(page.map_err(FeedsError::from));
                 }
+                Job::Heard(Heard::Subscribed) => {
+                    info!("subscribed to the graph's changes again: reading every present user's follows");
+                    self.resync(Vec::new());
+                }
+                Job::Heard(Heard::Change(announcement)) => self.heard(announcement),
+                Job::Heard(Heard::Garbled(e)) => {
+                    warn!(error = %e, "reading every present user's follows again");
+                    self.resync(Vec::new());
+                }
+                Job::Broken(e) => {
+                    self.stream.listen_failures.fetch_add(1, Ordering::Relaxed);
+                    warn!(error = %e, "the subscription to the graph's changes failed");
+                }
                 Job::Stop => return,
             }
         }
     }
 
     fn open(&mut self, user: UserId, to: ConnRequest) {
-        let store = &mut self.store;
-        let mut feeds = Vec::new();
-        let read = read_pages(&mut feeds, OPEN_PAGE, self.max_following, |after, n| {
-            store.following(user, after, n)
-        });
-        if let Err(e) = read {
-            // The connection gets the feeds read before the failure.
-            warn!(%user, error = %e, "cannot read whom a connecting user follows");
-        }
+        let feeds = match self.store.following_all(user, self.max_following) {
+            Ok(read) => {
+                if read.change > self.applied {
+                    self.ahead.insert(key(&to), read.change);
+                }
+                read.users
+            }
+            Err(e) => {
+                // The next resync puts it right (with a shared store, the
+                // failure that caused this breaks the subscription too).
+                warn!(%user, error = %e, "cannot read whom a connecting user follows");
+                self.owed |= self.shared;
+                Vec::new()
+            }
+        };
         let change = FeedChange {
             to,
-            direction: Direction::Follow,
+            how: Apply::Add,
             feeds,
-            ack: None,
+            acks: Vec::new(),
         };
         let mut wakeups = Wakeups::default();
         self.hub
@@ -193,37 +313,198 @@ impl Keeper {
         self.hub.wake(wakeups);
     }
 
-    fn change(&mut self, direction: Direction, edges: &[Edge]) -> Result<Applied, FeedsError> {
+    fn change(&mut self, direction: Direction, edges: Vec<Edge>) -> Result<Applied, FeedsError> {
         let changed = match direction {
-            Direction::Follow => self.store.follow(edges)?,
-            Direction::Unfollow => self.store.unfollow(edges)?,
+            Direction::Follow => self.store.follow(&edges)?,
+            Direction::Unfollow => self.store.unfollow(&edges)?,
         };
-        if direction == Direction::Follow {
-            self.known
-                .extend(edges.iter().flat_map(|e| [e.follower, e.followee]));
-        }
-        // Every edge of the batch, changed or not, is sent on: a connection
-        // that already agrees ignores it, and one that had drifted is put
-        // right. Grouped per connection, one event each.
-        let mut per_conn: HashMap<(usize, u32, u32), FeedChange> = HashMap::new();
+        let what = match direction {
+            Direction::Follow => {
+                // Known here at once, before the announcement comes back.
+                self.known
+                    .extend(edges.iter().flat_map(|e| [e.follower, e.followee]));
+                Announced::Follow {
+                    users: Vec::new(),
+                    edges,
+                }
+            }
+            Direction::Unfollow => Announced::Unfollow { edges },
+        };
         let (maker, settled) = settling();
-        for edge in edges {
+        self.wrote(what, maker);
+        Ok(Applied { changed, settled })
+    }
+
+    fn add_users(&mut self, users: Vec<UserId>) -> Result<u64, FeedsError> {
+        let added = self.store.add_users(&users)?;
+        self.known.extend(users.iter().copied());
+        let (maker, _) = settling();
+        self.wrote(
+            Announced::Follow {
+                users,
+                edges: Vec::new(),
+            },
+            maker,
+        );
+        Ok(added)
+    }
+
+    /// After a write of this node: with a shared store, its announcement
+    /// is on its way (the write's answer waits for it); otherwise it is
+    /// announced here, numbered by this keeper.
+    fn wrote(&mut self, what: Announced, maker: AckMaker) {
+        match self.store.written() {
+            Some(change) if self.shared => {
+                if change > self.applied {
+                    self.waiting.insert(change, maker);
+                }
+                // Else a resync already read it: `maker` settles as it goes.
+            }
+            _ => {
+                let change = self.applied + 1;
+                self.apply(Announcement { change, what }, Some(maker));
+            }
+        }
+    }
+
+    /// An announcement from the shared store's channel.
+    fn heard(&mut self, announcement: Announcement) {
+        if announcement.change <= self.applied {
+            // Read already, by the start or a resync.
+            return;
+        }
+        if announcement.change != self.applied + 1 {
+            warn!(
+                applied = self.applied,
+                heard = announcement.change,
+                "graph changes were missed: reading every present user's follows again"
+            );
+            self.resync(Vec::new());
+            return;
+        }
+        let maker = self.waiting.remove(&announcement.change);
+        self.apply(announcement, maker);
+    }
+
+    /// Applies the next change to this node's connections; `maker` makes
+    /// the acks of the write of this node that made it.
+    fn apply(&mut self, announcement: Announcement, maker: Option<AckMaker>) {
+        let Announcement { change, what } = announcement;
+        self.applied = change;
+        let (how, edges) = match what {
+            Announced::Follow { users, edges } => {
+                self.known.extend(users);
+                self.known
+                    .extend(edges.iter().flat_map(|e| [e.follower, e.followee]));
+                (Apply::Add, edges)
+            }
+            Announced::Unfollow { edges } => (Apply::Drop, edges),
+            Announced::Reread => {
+                self.resync(maker.into_iter().collect());
+                return;
+            }
+        };
+        // Every edge of the batch, changed or not, is sent on: a connection
+        // that already agrees ignores it. Grouped per connection, one event
+        // each; none to a connection whose read already includes it.
+        let mut per_conn: HashMap<ConnKey, FeedChange> = HashMap::new();
+        for edge in &edges {
             for to in self.presence.connections(edge.follower) {
+                if self
+                    .ahead
+                    .get(&key(&to))
+                    .is_some_and(|&read| read >= change)
+                {
+                    continue;
+                }
                 per_conn
-                    .entry((to.worker, to.conn, to.life))
+                    .entry(key(&to))
                     .or_insert_with(|| FeedChange {
                         to,
-                        direction,
+                        how,
                         feeds: Vec::new(),
-                        ack: Some(maker.ack()),
+                        acks: maker.iter().map(AckMaker::ack).collect(),
                     })
                     .feeds
                     .push(edge.followee);
             }
         }
         drop(maker);
+        if !self.ahead.is_empty() {
+            self.ahead.retain(|_, read| *read > change);
+        }
+        self.send(per_conn.into_values());
+    }
+
+    /// Reads everything this node holds of the graph again: see the module
+    /// docs. `makers` are writes of this node that settle with it, besides
+    /// those `waiting` that it covers.
+    fn resync(&mut self, mut makers: Vec<AckMaker>) {
+        self.stream.resyncs.fetch_add(1, Ordering::Relaxed);
+        let last = match self.store.last_change() {
+            Ok(last) => last,
+            Err(e) => return self.resync_failed(&e),
+        };
+        let mut users = Vec::new();
+        let store = &mut self.store;
+        if let Err(e) = read_pages(&mut users, KNOWN_PAGE, u64::MAX, |after, n| {
+            store.users(after, n)
+        }) {
+            return self.resync_failed(&e);
+        }
+        self.known.extend(users);
+        let mut changes = Vec::new();
+        let mut ahead = HashMap::new();
+        for user in self.presence.users_present() {
+            let read = match self.store.following_all(user, self.max_following) {
+                Ok(read) => read,
+                Err(e) => return self.resync_failed(&e),
+            };
+            for to in self.presence.connections(user) {
+                if read.change > last {
+                    ahead.insert(key(&to), read.change);
+                }
+                changes.push(FeedChange {
+                    to,
+                    how: Apply::Replace,
+                    feeds: read.users.clone(),
+                    acks: Vec::new(),
+                });
+            }
+        }
+        // Every write this covers settles once every connection has its
+        // list: broader than the write's own followers, and rare.
+        if last < self.applied {
+            // Numbers start again after Redis lost its data: what waited
+            // was lost with it, and the numbers will be given again.
+            warn!(
+                applied = self.applied,
+                last, "the graph's change numbers went back: Redis lost its data"
+            );
+            self.waiting.split_off(&0)
+        } else {
+            let later = self.waiting.split_off(&(last + 1));
+            std::mem::replace(&mut self.waiting, later)
+        }
+        .into_values()
+        .for_each(|maker| makers.push(maker));
+        for change in &mut changes {
+            change.acks = makers.iter().map(AckMaker::ack).collect();
+        }
+        self.applied = last;
+        self.ahead = ahead;
+        self.owed = false;
+        self.send(changes.into_iter());
+    }
+
+    fn resync_failed(&mut self, e: &StoreError) {
+        warn!(error = %e, "cannot read the graph again; trying again");
+        self.owed = true;
+    }
+
+    fn send(&self, changes: impl Iterator<Item = FeedChange>) {
         let mut wakeups = Wakeups::default();
-        for (_, change) in per_conn {
+        for change in changes {
             self.hub.send(
                 change.to.worker,
                 Event::Feeds(Box::new(change)),
@@ -231,34 +512,52 @@ impl Keeper {
             );
         }
         self.hub.wake(wakeups);
-        Ok(Applied { changed, settled })
     }
 }
 
-/// Reads a paged store read into `all` to its end, `page` ids at a time,
-/// keeping at most `cap`. On an error, `all` holds the pages read before it.
-fn read_pages(
-    all: &mut Vec<UserId>,
-    page: usize,
-    cap: u64,
-    mut read: impl FnMut(Option<UserId>, usize) -> Result<Vec<UserId>, StoreError>,
+/// Starts the thread that listens to a shared store's announcements and
+/// hands them to the keeper, subscribing again after each failure, after a
+/// pause that grows while failures repeat.
+fn spawn_listener(
+    listener: Listener,
+    jobs: Sender<Job>,
+    stop: Arc<AtomicBool>,
 ) -> Result<(), StoreError> {
-    loop {
-        let got = read(all.last().copied(), page)?;
-        let full = got.len() == page;
-        all.extend(got);
-        if !full || all.len() as u64 >= cap {
-            all.truncate(usize::try_from(cap).unwrap_or(usize::MAX));
-            return Ok(());
+    let run = move || {
+        let mut pause = Duration::from_millis(50);
+        while !stop.load(Ordering::Acquire) {
+            let mut subscribed = false;
+            let outcome = listener.listen(&stop, |heard| {
+                subscribed |= matches!(heard, Heard::Subscribed);
+                let _ = jobs.send(Job::Heard(heard));
+            });
+            match outcome {
+                Ok(()) => return,
+                Err(e) => {
+                    if jobs.send(Job::Broken(e)).is_err() {
+                        return;
+                    }
+                }
+            }
+            if subscribed {
+                pause = Duration::from_millis(50);
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(MAX_BACKOFF);
         }
-    }
+    };
+    std::thread::Builder::new()
+        .name("myriad-graph-listen".into())
+        .spawn(run)
+        .map(drop)
+        .map_err(|e| StoreError::Backend(format!("cannot start the graph listener: {e}")))
 }
 
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
-    use myriad_graph::{SqliteStore, StoreOptions};
+    use myriad_graph::{RedisStore, SqliteStore, StoreOptions};
 
     use super::*;
 
@@ -292,8 +591,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::in_memory(StoreOptions::default()).unwrap();
         let feeds = Keeper::start(
-            DataDir::lock(dir.path()).unwrap(),
+            Some(DataDir::lock(dir.path()).unwrap()),
             Box::new(store),
+            None,
             hub,
             100,
         )
@@ -330,7 +630,7 @@ mod tests {
         assert!(mailboxes[0].is_empty() && mailboxes[1].is_empty());
         assert_eq!((first.to.conn, second.to.conn), (5, 9));
         assert_eq!(first.feeds, vec![user(2), user(4)]);
-        assert_eq!(first.direction, Direction::Follow);
+        assert_eq!(first.how, Apply::Add);
         // Not settled while either worker still holds its change.
         assert!(applied.settled.try_recv().is_err());
         drop(first);
@@ -359,16 +659,134 @@ mod tests {
         let unfollowed = change(vec![Edge::new(user(1), user(2))], Direction::Unfollow);
         assert_eq!(unfollowed.changed, 1);
         let opened = feed_change(&mailboxes[0]);
-        assert_eq!(
-            (opened.feeds, opened.direction),
-            (vec![user(2)], Direction::Follow)
-        );
-        assert!(opened.ack.is_none());
+        assert_eq!((opened.feeds, opened.how), (vec![user(2)], Apply::Add));
+        assert!(opened.acks.is_empty());
         let unfollowed = feed_change(&mailboxes[0]);
         assert_eq!(
-            (unfollowed.feeds, unfollowed.direction),
-            (vec![user(2)], Direction::Unfollow)
+            (unfollowed.feeds, unfollowed.how),
+            (vec![user(2)], Apply::Drop)
         );
         feeds.stop();
+    }
+
+    /// A keeper over the Redis store under a fresh prefix on `server`, as a
+    /// node with a listener would run it, but driven by the test: it hands
+    /// the keeper what the listener would have heard, in the order the
+    /// test needs. Also a second store under the same prefix: another node.
+    fn shared_keeper(
+        server: &myriad_testkit::RedisServer,
+        prefix: &str,
+    ) -> (Keeper, Vec<Receiver<Event>>, Vec<mio::Poll>, RedisStore) {
+        let polls: Vec<mio::Poll> = (0..1).map(|_| mio::Poll::new().unwrap()).collect();
+        let wakers = polls
+            .iter()
+            .map(|p| mio::Waker::new(p.registry(), mio::Token(0)).unwrap())
+            .collect();
+        let (hub, mailboxes) = Hub::new(wakers, 65_536);
+        let urls = vec![server.url()];
+        let open = || RedisStore::open(&urls, prefix, StoreOptions::default()).unwrap();
+        let keeper = Keeper {
+            _dir: None,
+            store: Box::new(open()),
+            hub,
+            presence: Arc::default(),
+            known: Arc::default(),
+            stream: Arc::default(),
+            max_following: 100,
+            shared: true,
+            applied: 0,
+            waiting: BTreeMap::new(),
+            ahead: HashMap::new(),
+            owed: false,
+        };
+        (keeper, mailboxes, polls, open())
+    }
+
+    fn announced(text: &str) -> Announcement {
+        Announcement::parse(text).unwrap()
+    }
+
+    #[test]
+    fn an_announcement_a_connect_time_read_includes_is_not_applied_again() {
+        let server = myriad_testkit::RedisServer::start();
+        let (mut keeper, mailboxes, _polls, mut other) = shared_keeper(&server, "k:");
+        // Another node follows and unfollows 1 -> 2 (changes 1 and 2)
+        // before this node hears either.
+        other.follow(&[Edge::new(user(1), user(2))]).unwrap();
+        other.unfollow(&[Edge::new(user(1), user(2))]).unwrap();
+        keeper.presence.add(user(1), conn(0, 5));
+        keeper.open(user(1), conn(0, 5));
+        let opened = feed_change(&mailboxes[0]);
+        assert_eq!((opened.how, opened.feeds), (Apply::Add, vec![]));
+        // The read includes both: hearing them changes nothing for it
+        // (applying change 1 would subscribe it to @2 until change 2).
+        keeper.heard(announced("1 f 0 1 2"));
+        keeper.heard(announced("2 u 1 2"));
+        assert!(mailboxes[0].is_empty());
+        // A later change reaches it.
+        other.follow(&[Edge::new(user(1), user(3))]).unwrap();
+        keeper.heard(announced("3 f 0 1 3"));
+        let later = feed_change(&mailboxes[0]);
+        assert_eq!((later.how, later.feeds), (Apply::Add, vec![user(3)]));
+        assert!(keeper.ahead.is_empty(), "forgotten once passed");
+    }
+
+    #[test]
+    fn a_write_settles_when_its_own_announcement_is_applied() {
+        let server = myriad_testkit::RedisServer::start();
+        let (mut keeper, mailboxes, _polls, mut other) = shared_keeper(&server, "k:");
+        keeper.presence.add(user(1), conn(0, 5));
+        other.follow(&[Edge::new(user(7), user(8))]).unwrap();
+        let mut applied = keeper
+            .change(Direction::Follow, vec![Edge::new(user(1), user(2))])
+            .unwrap();
+        assert!(keeper.known.contains(user(2)));
+        // Change 2 waits for its announcement, which comes after change 1's.
+        assert!(mailboxes[0].is_empty());
+        keeper.heard(announced("1 f 0 7 8"));
+        assert!(applied.settled.try_recv().is_err());
+        keeper.heard(announced("2 f 0 1 2"));
+        let change = feed_change(&mailboxes[0]);
+        assert_eq!(
+            (change.how, change.feeds.clone()),
+            (Apply::Add, vec![user(2)])
+        );
+        assert!(applied.settled.try_recv().is_err());
+        drop(change);
+        assert_eq!(applied.settled.try_recv(), Ok(()));
+    }
+
+    #[test]
+    fn a_missed_change_is_read_again_and_settles_the_writes_it_covers() {
+        let server = myriad_testkit::RedisServer::start();
+        let (mut keeper, mailboxes, _polls, mut other) = shared_keeper(&server, "k:");
+        keeper.presence.add(user(1), conn(0, 5));
+        keeper.presence.add(user(4), conn(0, 6));
+        // This node's write (change 1), then another's (change 2), whose
+        // announcements never come: the subscription was down.
+        let mut applied = keeper
+            .change(Direction::Follow, vec![Edge::new(user(1), user(2))])
+            .unwrap();
+        other.follow(&[Edge::new(user(4), user(5))]).unwrap();
+        other.add_users(&[user(9)]).unwrap();
+        // Change 4 is heard: 2 and 3 were missed.
+        other.follow(&[Edge::new(user(1), user(3))]).unwrap();
+        keeper.heard(announced("4 f 0 1 3"));
+        let mut replaced: Vec<FeedChange> =
+            vec![feed_change(&mailboxes[0]), feed_change(&mailboxes[0])];
+        assert!(mailboxes[0].is_empty());
+        replaced.sort_by_key(|c| c.to.conn);
+        assert_eq!(replaced[0].how, Apply::Replace);
+        assert_eq!(replaced[0].feeds, vec![user(2), user(3)]);
+        assert_eq!(replaced[1].feeds, vec![user(5)]);
+        assert!(keeper.known.contains(user(9)), "known users read again");
+        assert_eq!(keeper.applied, 4);
+        assert_eq!(keeper.stream.resyncs.load(Ordering::Relaxed), 1);
+        assert!(applied.settled.try_recv().is_err());
+        drop(replaced);
+        assert_eq!(applied.settled.try_recv(), Ok(()));
+        // What it read is not heard again.
+        keeper.heard(announced("4 f 0 1 3"));
+        assert!(mailboxes[0].is_empty());
     }
 }

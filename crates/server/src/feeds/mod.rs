@@ -19,12 +19,17 @@
 //! - [`KnownUsers`]: the ids the graph knows, kept in memory so that a
 //!   connect or a send can be refused for an unknown user without a read.
 //!
+//! With the graph in Redis, shared by a cluster's nodes, a follow made
+//! through one node must reach its follower's connections on every node:
+//! each node's keeper applies the store's announced changes, in the
+//! store's order (the keeper's module docs).
+//!
 //! [`Store`]: myriad_graph::Store
 
 pub mod keeper;
 pub mod presence;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use myriad_graph::{Edge, StoreError, UserId};
@@ -73,17 +78,39 @@ pub enum Direction {
     Unfollow,
 }
 
+/// What a [`FeedChange`] does to a connection's graph feeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Apply {
+    /// Subscribe to these feeds too.
+    Add,
+    /// Drop these feeds.
+    Drop,
+    /// Hold exactly these feeds besides the user's own, dropping the
+    /// others: the keeper read them again because it may have missed
+    /// changes (see the keeper's module docs).
+    Replace,
+}
+
+impl From<Direction> for Apply {
+    fn from(direction: Direction) -> Apply {
+        match direction {
+            Direction::Follow => Apply::Add,
+            Direction::Unfollow => Apply::Drop,
+        }
+    }
+}
+
 /// A change to one connection's feed subscriptions, for its worker.
 #[derive(Debug)]
 pub struct FeedChange {
     pub to: ConnRequest,
-    pub direction: Direction,
-    /// The users whose feeds to add or drop.
+    pub how: Apply,
+    /// The users whose feeds to add, drop, or hold.
     pub feeds: Vec<UserId>,
     /// Held until the worker has applied the change (or dropped it: the
     /// connection is gone), which is what a follow's acknowledgement waits
-    /// for.
-    pub ack: Option<Ack>,
+    /// for; one per batch the change settles.
+    pub acks: Vec<Ack>,
 }
 
 /// One outstanding application of a follow or unfollow batch; the batch is
@@ -148,11 +175,21 @@ pub enum Relation {
 }
 
 /// What the rest of the node holds of the feeds: a handle to the keeper,
-/// presence, and the known users.
+/// presence, the known users, and what following a shared store cost.
 pub struct Feeds {
     keeper: keeper::Handle,
     pub presence: Arc<Presence>,
     pub known: Arc<KnownUsers>,
+    pub stream: Arc<StreamCounts>,
+}
+
+/// How following a shared store's announcements went (all 0 with SQLite).
+#[derive(Debug, Default)]
+pub struct StreamCounts {
+    /// Times the subscription to the announcements failed or broke.
+    pub listen_failures: AtomicU64,
+    /// Times the keeper read the follows of every present user again.
+    pub resyncs: AtomicU64,
 }
 
 impl Feeds {

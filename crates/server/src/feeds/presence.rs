@@ -67,6 +67,15 @@ impl Presence {
         self.shard(user).get(&user).cloned().unwrap_or_default()
     }
 
+    /// Every user with at least one connection here, in no order.
+    pub fn users_present(&self) -> Vec<UserId> {
+        let mut users = Vec::new();
+        for shard in self.shards.iter() {
+            users.extend(shard.lock().expect("presence lock poisoned").keys());
+        }
+        users
+    }
+
     /// Users with at least one connection here.
     pub fn users(&self) -> usize {
         self.shards

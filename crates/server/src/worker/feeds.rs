@@ -8,13 +8,16 @@
 //! their own. They are not counted against `max_subscriptions` (the graph
 //! has its own bound, `max_following`).
 
+use std::collections::HashSet;
+use std::sync::Arc;
+
 use myriad_graph::UserId;
 use myriad_protocol::message::ErrorCode;
 use serde_json::value::RawValue;
 
 use super::{Flow, Worker};
 use crate::auth::{Access, Action};
-use crate::feeds::{feed_subject, Direction, FeedChange};
+use crate::feeds::{feed_subject, Apply, FeedChange};
 use crate::registry::ConnId;
 use crate::session::Identity;
 
@@ -42,10 +45,13 @@ impl Worker {
             return;
         }
         let id = change.to.conn;
+        if change.how == Apply::Replace {
+            self.drop_feeds_but(id, &change.feeds);
+        }
         for &user in &change.feeds {
             let subject = feed_subject(user);
-            match change.direction {
-                Direction::Follow => {
+            match change.how {
+                Apply::Add | Apply::Replace => {
                     let session = &mut self.conns[id as usize].session;
                     if !session.holds(&subject) {
                         if let Some(identity) = session.identity.as_mut() {
@@ -54,16 +60,38 @@ impl Worker {
                         self.add_subscription(id, &subject, None, None);
                     }
                 }
-                Direction::Unfollow => {
-                    if self.remove_subscription(id, &subject) {
-                        self.conns[id as usize].session.feed_dropped(&subject);
-                    }
-                }
+                Apply::Drop => self.drop_feed(id, &subject),
             }
         }
-        // `change.ack` is dropped here, after the attaches: an engine places
-        // a subject's later publications behind an attach (its contract,
-        // clause 3), so a send acknowledged after this reaches the feed.
+        // `change.acks` are dropped here, after the attaches: an engine
+        // places a subject's later publications behind an attach (its
+        // contract, clause 3), so a send acknowledged after this reaches
+        // the feed.
+    }
+
+    /// Drops the graph feeds of `id` that are not in `keep` (nor its
+    /// user's own feed); the feeds its client subscribed to itself stay.
+    fn drop_feeds_but(&mut self, id: ConnId, keep: &[UserId]) {
+        let session = &self.conns[id as usize].session;
+        let Some(own) = session.identity.as_ref().map(|i| feed_subject(i.user)) else {
+            return;
+        };
+        let keep: HashSet<String> = keep.iter().map(|&u| feed_subject(u)).collect();
+        let gone: Vec<Arc<str>> = session
+            .subscriptions
+            .iter()
+            .filter(|s| session.is_graph_feed(s) && ***s != *own && !keep.contains(&***s))
+            .cloned()
+            .collect();
+        for subject in gone {
+            self.drop_feed(id, &subject);
+        }
+    }
+
+    fn drop_feed(&mut self, id: ConnId, subject: &str) {
+        if self.remove_subscription(id, subject) {
+            self.conns[id as usize].session.feed_dropped(subject);
+        }
     }
 
     /// `send`: publishes `data` to the feed of the connection's user.

@@ -2,7 +2,9 @@
 -- step; after the last part the journal and the lock go too. A part is
 -- its kind, a newline, then ids separated by spaces: single users, or
 -- pairs whose first id owns the list the second goes into, sorted by the
--- first. Answers {OK, what the part changed, 1 when the change is done}.
+-- first. Answers {OK, what the part changed, 0}, or after the last part
+-- {OK, what it changed, 1, the change number}: the whole change is
+-- announced once, as a reread, since its edges may be millions.
 local state = redis.call('HMGET', JOURNAL, 'state', 'staged', 'applied')
 if state[1] ~= 'committed' then
   return redis.error_reply('ERR bulk change is not committed')
@@ -67,6 +69,6 @@ if index < staged then
 end
 if index >= staged then
   redis.call('DEL', JOURNAL, LOCK)
-  return {OK, count, 1}
+  return {OK, count, 1, announce('r')}
 end
 return {OK, count, 0}

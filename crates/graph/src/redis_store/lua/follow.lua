@@ -1,7 +1,8 @@
 -- One batch of users and edges, all or nothing: the refusal is decided
 -- before the first write. ARGV: prefix, max_following, the number of
 -- users U, U users, then follower-followee pairs. Answers
--- {OK, edges added, users added} or {LIMIT, the lowest user over}.
+-- {OK, edges added, users added, its change number} or {LIMIT, the
+-- lowest user over}, which announces nothing.
 local max = tonumber(ARGV[2])
 local first = 4 + tonumber(ARGV[3])
 -- Each follower's distinct followees, and the followers in batch order.
@@ -44,4 +45,4 @@ for _, follower in ipairs(followers) do
   end
 end
 if added > 0 then redis.call('INCRBY', P .. 'edges', added) end
-return {OK, added, added_users}
+return {OK, added, added_users, announce('f ' .. table.concat(ARGV, ' ', 3))}
