@@ -40,12 +40,15 @@
 //! Announcements up to the number read are then skipped, and writes of this
 //! node waiting for one of them settle with the resync. A resync that fails
 //! (the store unreachable) is tried again every [`RETRY`] until it passes.
+//! So are the feeds of a connection whose attach the engine refused (it
+//! could not reach Redis either): the keeper reads them again and sends
+//! them on, and the worker attaches the ones it lacks.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use myriad_graph::redis_store::Heard;
@@ -92,6 +95,11 @@ pub(crate) enum Job {
         after: Option<UserId>,
         limit: usize,
         reply: oneshot::Sender<Result<Vec<UserId>, FeedsError>>,
+    },
+    /// The engine refused a feed of `to`'s: read its feeds again later.
+    Refused {
+        user: UserId,
+        to: ConnRequest,
     },
     /// What the listener heard from a shared store.
     Heard(Heard),
@@ -158,6 +166,11 @@ pub struct Keeper {
     ahead: HashMap<ConnKey, u64>,
     /// A resync is owed: one failed and is to be tried again.
     owed: bool,
+    /// Connections whose feeds the engine refused to attach (it could not
+    /// reach Redis): their feeds are read and sent again.
+    refused: Vec<(UserId, ConnRequest)>,
+    /// When the owed resync and the refused connections are tried again.
+    retry_at: Option<Instant>,
 }
 
 impl Keeper {
@@ -208,6 +221,8 @@ impl Keeper {
             waiting: BTreeMap::new(),
             ahead: HashMap::new(),
             owed: false,
+            refused: Vec::new(),
+            retry_at: None,
         };
         let thread = std::thread::Builder::new()
             .name("myriad-graph".into())
@@ -227,60 +242,92 @@ impl Keeper {
 
     fn run(mut self, queue: Receiver<Job>) {
         loop {
-            let job = if self.owed {
-                match queue.recv_timeout(RETRY) {
-                    Ok(job) => job,
-                    Err(RecvTimeoutError::Timeout) => {
-                        self.resync(Vec::new());
-                        continue;
-                    }
-                    Err(RecvTimeoutError::Disconnected) => return,
-                }
-            } else {
-                match queue.recv() {
-                    Ok(job) => job,
-                    Err(_) => return,
-                }
+            let job = match self.retry_at {
+                None => queue.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(at) => queue.recv_deadline(at),
             };
             match job {
-                Job::Open { user, to } => self.open(user, to),
-                Job::Change {
-                    direction,
-                    edges,
-                    reply,
-                } => {
-                    let _ = reply.send(self.change(direction, edges));
-                }
-                Job::AddUsers { users, reply } => {
-                    let _ = reply.send(self.add_users(users));
-                }
-                Job::Read {
-                    relation,
-                    user,
-                    after,
-                    limit,
-                    reply,
-                } => {
-                    let page = match relation {
-                        Relation::Followers => self.store.followers(user, after, limit),
-                        Relation::Following => self.store.following(user, after, limit),
-                    };
-                    let _ = reply.send(page.map_err(FeedsError::from));
-                }
-                Job::Heard(Heard::Subscribed) => {
-                    info!("subscribed to the graph's changes again: reading every present user's follows");
-                    self.resync(Vec::new());
-                }
-                Job::Heard(Heard::Change(announcement)) => self.heard(announcement),
-                Job::Heard(Heard::Garbled(e)) => {
-                    warn!(error = %e, "reading every present user's follows again");
-                    self.resync(Vec::new());
-                }
-                Job::Broken(e) => {
-                    self.stream.listen_failures.fetch_add(1, Ordering::Relaxed);
-                    warn!(error = %e, "the subscription to the graph's changes failed");
-                }
-                Job::Stop => return,
+                Ok(Job::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+                Ok(job) => self.handle(job),
+                Err(RecvTimeoutError::Timeout) => {}
+            }
+            if self.retry_at.is_some_and(|at| Instant::now() >= at) {
+                self.retry();
+            }
+        }
+    }
+
+    fn handle(&mut self, job: Job) {
+        match job {
+            Job::Open { user, to } => self.open(user, to),
+            Job::Change {
+                direction,
+                edges,
+                reply,
+            } => {
+                let _ = reply.send(self.change(direction, edges));
+            }
+            Job::AddUsers { users, reply } => {
+                let _ = reply.send(self.add_users(users));
+            }
+            Job::Read {
+                relation,
+                user,
+                after,
+                limit,
+                reply,
+            } => {
+                let page = match relation {
+                    Relation::Followers => self.store.followers(user, after, limit),
+                    Relation::Following => self.store.following(user, after, limit),
+                };
+                let _ = reply.send(page.map_err(FeedsError::from));
+            }
+            Job::Refused { user, to } => {
+                self.refused.push((user, to));
+                self.retry_later();
+            }
+            Job::Heard(Heard::Subscribed) => {
+                info!(
+                    "subscribed to the graph's changes again: reading every present user's follows"
+                );
+                self.resync(Vec::new());
+            }
+            Job::Heard(Heard::Change(announcement)) => self.heard(announcement),
+            Job::Heard(Heard::Garbled(e)) => {
+                warn!(error = %e, "reading every present user's follows again");
+                self.resync(Vec::new());
+            }
+            Job::Broken(e) => {
+                self.stream.listen_failures.fetch_add(1, Ordering::Relaxed);
+                warn!(error = %e, "the subscription to the graph's changes failed");
+            }
+            Job::Stop => {}
+        }
+    }
+
+    /// Tries again, [`RETRY`] from the first thing that needs it.
+    fn retry_later(&mut self) {
+        self.retry_at.get_or_insert_with(|| Instant::now() + RETRY);
+    }
+
+    /// The owed resync, then the connections whose feeds were refused and
+    /// are still open here (a resync told them their feeds already).
+    fn retry(&mut self) {
+        self.retry_at = None;
+        let refused = std::mem::take(&mut self.refused);
+        if self.owed {
+            self.resync(Vec::new());
+            return;
+        }
+        for (user, to) in refused {
+            if self
+                .presence
+                .connections(user)
+                .iter()
+                .any(|c| key(c) == key(&to))
+            {
+                self.open(user, to);
             }
         }
     }
@@ -297,7 +344,10 @@ impl Keeper {
                 // The next resync puts it right (with a shared store, the
                 // failure that caused this breaks the subscription too).
                 warn!(%user, error = %e, "cannot read whom a connecting user follows");
-                self.owed |= self.shared;
+                if self.shared {
+                    self.owed = true;
+                    self.retry_later();
+                }
                 Vec::new()
             }
         };
@@ -500,6 +550,7 @@ impl Keeper {
     fn resync_failed(&mut self, e: &StoreError) {
         warn!(error = %e, "cannot read the graph again; trying again");
         self.owed = true;
+        self.retry_later();
     }
 
     fn send(&self, changes: impl Iterator<Item = FeedChange>) {
@@ -555,7 +606,7 @@ fn spawn_listener(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
     use myriad_graph::{RedisStore, SqliteStore, StoreOptions};
 
@@ -698,6 +749,8 @@ mod tests {
             waiting: BTreeMap::new(),
             ahead: HashMap::new(),
             owed: false,
+            refused: Vec::new(),
+            retry_at: None,
         };
         (keeper, mailboxes, polls, open())
     }
@@ -788,5 +841,31 @@ mod tests {
         // What it read is not heard again.
         keeper.heard(announced("4 f 0 1 3"));
         assert!(mailboxes[0].is_empty());
+    }
+
+    #[test]
+    fn a_connection_whose_feed_was_refused_is_told_its_feeds_again_while_open() {
+        let server = myriad_testkit::RedisServer::start();
+        let (mut keeper, mailboxes, _polls, mut other) = shared_keeper(&server, "k:");
+        other.follow(&[Edge::new(user(1), user(2))]).unwrap();
+        keeper.presence.add(user(1), conn(0, 5));
+        keeper.handle(Job::Refused {
+            user: user(1),
+            to: conn(0, 5),
+        });
+        // A connection gone since is not told.
+        keeper.handle(Job::Refused {
+            user: user(3),
+            to: conn(0, 6),
+        });
+        assert!(mailboxes[0].is_empty(), "not before the pause");
+        let at = keeper.retry_at.expect("a retry is due");
+        assert!(at > Instant::now() + RETRY / 2);
+        keeper.retry();
+        let again = feed_change(&mailboxes[0]);
+        assert_eq!((again.to.conn, again.how), (5, Apply::Add));
+        assert_eq!(again.feeds, vec![user(2)]);
+        assert!(mailboxes[0].is_empty());
+        assert!(keeper.retry_at.is_none() && keeper.refused.is_empty());
     }
 }

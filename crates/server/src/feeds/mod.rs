@@ -198,6 +198,12 @@ impl Feeds {
         self.keeper.send(keeper::Job::Open { user, to });
     }
 
+    /// The engine refused to attach a feed the keeper asked for on `to`:
+    /// the keeper reads `user`'s feeds for it again after a pause.
+    pub fn refused(&self, user: UserId, to: ConnRequest) {
+        self.keeper.send(keeper::Job::Refused { user, to });
+    }
+
     /// Applies a follow or unfollow batch.
     pub async fn change(
         &self,

@@ -352,8 +352,21 @@ impl Worker {
         request: Option<u64>,
         error: &EngineError,
     ) {
-        if self.conns[id as usize].session.remove(subject).is_some() {
+        let session = &self.conns[id as usize].session;
+        // A feed the server made for the user's graph: nobody else would
+        // ask again, so the keeper does, once the engine may be back.
+        let graph_feed = request.is_none() && session.is_graph_feed(subject);
+        let user = session.identity.as_ref().map(|i| i.user);
+        let session = &mut self.conns[id as usize].session;
+        if session.remove(subject).is_some() {
             self.metrics.subscriptions.dec();
+            if is_feed(subject) {
+                session.feed_dropped(subject);
+            }
+        }
+        if let (true, Some(user)) = (graph_feed, user) {
+            let me = self.request_of(id, None);
+            self.shared.feeds.refused(user, me);
         }
         self.detach(subject);
         self.refuse(id, request, ErrorCode::Unavailable, &error.to_string());
