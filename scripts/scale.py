@@ -69,7 +69,7 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in scripts/ for the import below
 from cluster import (  # noqa: E402
-    CLK_TCK, Children, catch_signals, descendants, metrics, processes, redis_info, sockstat,
+    CLK_TCK, Children, catch_signals, descendants, favour, metrics, processes, redis_info, sockstat,
     start_node, start_redis)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -429,7 +429,7 @@ def run(args, p, box, children):
         t0 = time.time()
         for i in range(args.redis):
             proc, port = start_redis(children, out, name=f"redis-{i}")
-            redis.append({"pid": proc.pid, "port": port,
+            redis.append({"pid": proc.pid, "port": port, "favoured": favour(proc),
                           "version": redis_info(port).get("redis_version")})
         flags = ["--engine", "redis", *[a for r in redis for a in ("--redis-url", f"redis://127.0.0.1:{r['port']}")],
                  *args.node_arg]
