@@ -446,9 +446,9 @@ def run(args, p, box, children):
         # Set-up of a million connections on two cores keeps up to 51,000
         # (the bench's in-flight bound) waiting at once, at a few thousand
         # handshakes a second: far past the bench's default 5 s bound on
-        # connect + handshake. A million-run with the default failed
-        # 860,000 set-ups in its first 157 s; with 60 s all 1,000,000 were
-        # set up (docs/benchmarks.md).
+        # connect + handshake. A million-run with the default (and another
+        # bench on the box) counted 860,000 set-up errors in its first
+        # 157 s; with 60 s all 1,000,000 were set up (docs/benchmarks.md).
         cmd = [args.myriad, "bench", "--progress", "plain", "--progress-every", "10s",
                "--connect-timeout", "60s", "--json", json_path, "--html", html_path]
         for n in nodes:

@@ -281,19 +281,29 @@ impl Hub {
     }
 }
 
+/// A hub of `workers` for tests that read the workers' mailboxes
+/// themselves; the polls keep the wakers valid and must outlive the hub.
+#[cfg(test)]
+pub(crate) fn test_hub(
+    workers: usize,
+    mailbox_high_water: usize,
+) -> (Arc<Hub>, Vec<Receiver<Event>>, Vec<mio::Poll>) {
+    let polls: Vec<mio::Poll> = (0..workers).map(|_| mio::Poll::new().unwrap()).collect();
+    let wakers = polls
+        .iter()
+        .map(|p| mio::Waker::new(p.registry(), mio::Token(0)).unwrap())
+        .collect();
+    let (hub, mailboxes) = Hub::new(wakers, mailbox_high_water);
+    (hub, mailboxes, polls)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use myriad_protocol::position::{Epoch, Position};
 
     fn hub(workers: usize) -> (Arc<Hub>, Vec<Receiver<Event>>, Vec<mio::Poll>) {
-        let polls: Vec<mio::Poll> = (0..workers).map(|_| mio::Poll::new().unwrap()).collect();
-        let wakers = polls
-            .iter()
-            .map(|p| mio::Waker::new(p.registry(), mio::Token(0)).unwrap())
-            .collect();
-        let (hub, rx) = Hub::new(wakers, 65_536);
-        (hub, rx, polls)
+        test_hub(workers, 65_536)
     }
 
     fn publication(offset: u64) -> Arc<Publication> {

@@ -53,12 +53,7 @@ pub struct Harness {
 
 impl Harness {
     pub fn new(workers: usize, make: impl FnOnce(Arc<Hub>) -> Box<dyn Engine>) -> Harness {
-        let polls: Vec<mio::Poll> = (0..workers).map(|_| mio::Poll::new().unwrap()).collect();
-        let wakers = polls
-            .iter()
-            .map(|p| mio::Waker::new(p.registry(), mio::Token(0)).unwrap())
-            .collect();
-        let (hub, mailboxes) = Hub::new(wakers, CONGESTED_PAST);
+        let (hub, mailboxes, polls) = crate::hub::test_hub(workers, CONGESTED_PAST);
         Harness {
             engine: Arc::from(make(Arc::clone(&hub))),
             hub,

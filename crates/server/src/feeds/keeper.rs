@@ -633,12 +633,7 @@ mod tests {
         Vec<mio::Poll>,
         tempfile::TempDir,
     ) {
-        let polls: Vec<mio::Poll> = (0..2).map(|_| mio::Poll::new().unwrap()).collect();
-        let wakers = polls
-            .iter()
-            .map(|p| mio::Waker::new(p.registry(), mio::Token(0)).unwrap())
-            .collect();
-        let (hub, mailboxes) = Hub::new(wakers, 65_536);
+        let (hub, mailboxes, polls) = crate::hub::test_hub(2, 65_536);
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::in_memory(StoreOptions::default()).unwrap();
         let feeds = Keeper::start(
@@ -728,12 +723,7 @@ mod tests {
         server: &myriad_testkit::RedisServer,
         prefix: &str,
     ) -> (Keeper, Vec<Receiver<Event>>, Vec<mio::Poll>, RedisStore) {
-        let polls: Vec<mio::Poll> = (0..1).map(|_| mio::Poll::new().unwrap()).collect();
-        let wakers = polls
-            .iter()
-            .map(|p| mio::Waker::new(p.registry(), mio::Token(0)).unwrap())
-            .collect();
-        let (hub, mailboxes) = Hub::new(wakers, 65_536);
+        let (hub, mailboxes, polls) = crate::hub::test_hub(1, 65_536);
         let urls = vec![server.url()];
         let open = || RedisStore::open(&urls, prefix, StoreOptions::default()).unwrap();
         let keeper = Keeper {

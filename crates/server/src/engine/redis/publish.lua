@@ -10,8 +10,8 @@
 -- Redis runs one script at a time, so what this costs per publication is
 -- the cluster's publish ceiling (docs/benchmarks.md, "Through Redis").
 -- The per-script costs (the call itself, the clock, the totals) are paid
--- once per run; a subject whose history is full then costs seven Redis
--- calls, and work that cannot change anything (re-indexing a head that did
+-- once per run; a subject whose history is full then costs eight Redis
+-- calls (nine with an age limit), and work that cannot change anything (re-indexing a head that did
 -- not move, persisting a key that has no expiry) is skipped.
 local max = tonumber(ARGV[2])
 local runs = (#ARGV - 3) / 4
