@@ -92,8 +92,22 @@ class Children:
         self.procs = []
         self.seen = set()  # every pid ever seen in one of the groups
 
-    def popen(self, cmd, **kw):
-        proc = subprocess.Popen(cmd, preexec_fn=die_with_parent, start_new_session=True, **kw)
+    def popen(self, cmd, own_session=False, **kw):
+        """Starts `cmd` leading a process group of its own. It stays in this
+        script's session unless `own_session`: with
+        `kernel.sched_autogroup_enabled` (1 here) the scheduler shares the
+        CPU equally between sessions, not threads, so a bench whose 53
+        worker processes sat in one session beside 52 nodes in a session
+        each got 1/53 of the box: in a million-subscriber broadcast the
+        nodes wrote for 8 s while the bench, runnable, waited (0.05 of a
+        core; docs/benchmarks.md). Nodes and bench share one session and
+        so the CPU by thread; only a process to be weighted on its own
+        (`favour`) gets a session."""
+        if own_session:
+            kw["start_new_session"] = True
+        else:
+            kw["process_group"] = 0
+        proc = subprocess.Popen(cmd, preexec_fn=die_with_parent, **kw)
         self.procs.append(proc)
         self.seen.add(proc.pid)
         return proc
@@ -165,7 +179,7 @@ def start_redis(children, out_dir, name="redis-server", host="127.0.0.1", extra=
     proc = children.popen(
         ["redis-server", "--port", str(port), "--bind", host, "--save", "",
          "--appendonly", "no", "--dir", work, "--daemonize", "no", *extra],
-        stdout=log, stderr=subprocess.STDOUT)
+        stdout=log, stderr=subprocess.STDOUT, own_session=True)
     proc.work_dir = work  # removed once it has stopped
     deadline = time.time() + 10
     while True:
@@ -181,15 +195,14 @@ def start_redis(children, out_dir, name="redis-server", host="127.0.0.1", extra=
 
 
 def favour(proc, nice=-10):
-    """Gives `proc`'s session a larger share of the CPU. Every child leads a
-    session of its own, and with `kernel.sched_autogroup_enabled` (1 here)
-    the scheduler shares the CPU equally between sessions, not processes:
-    with 52 nodes and 52 bench processes busy, a Redis that every node
-    waits on got about one hundredth of the two cores, stalled past the
-    nodes' 5 s `redis_timeout`, and a million-subscriber run lost its Redis
-    links (docs/benchmarks.md). In production Redis has cores of its own;
-    here its session gets the weight of nice -10, about nine sessions'
-    worth. Returns whether it could (it needs root, or CAP_SYS_NICE)."""
+    """Gives `proc`'s session (started with `own_session`) a larger share of
+    the CPU. Every node waits on Redis: when each node still had a session
+    of its own, Redis got about one hundredth of the two cores, stalled
+    past the nodes' 5 s `redis_timeout`, and a million-subscriber run lost
+    its Redis links (docs/benchmarks.md). In production Redis has cores of
+    its own; here its session gets the weight of nice -10, about nine
+    sessions' worth. Returns whether it could (it needs root, or
+    CAP_SYS_NICE)."""
     try:
         with open(f"/proc/{proc.pid}/autogroup", "w") as f:
             f.write(str(nice))

@@ -638,14 +638,14 @@ def broadcast_figures(doc, sampler, setup_done):
     rx = [s["t"] for s in timeline if s.get("messages_in_per_s")]
     received = get(doc, "deliveries.received") or 0
     if started and received:
-        # A timeline sample at t covers the second before it; a run shorter
-        # than its first tick has none, then the window is from the end of
-        # set-up to the end of the run.
-        start = started + (pub[0] - 1.0 if pub else doc.get("setup_secs") or 0.0)
-        if setup_done:
-            # The bench said its subscribers were set up just before it
-            # started its publisher: nothing of the set-up counts.
-            start = max(start, setup_done)
+        # The bench says its subscribers are set up just before it starts
+        # its publisher: the window opens there. Its timeline's first
+        # sample with a publish (a sample at t covers the second before it)
+        # can come seconds later on a busy box (a million-subscriber run's
+        # did, after the nodes had done most of their writing), so that is
+        # only the fallback. The window closes with the last sample with
+        # deliveries, or with the run when it was shorter than a tick.
+        start = setup_done or started + (pub[0] - 1.0 if pub else doc.get("setup_secs") or 0.0)
         end = started + (rx[-1] if rx else doc.get("duration_secs") or 0.0)
         cpu = sampler.cpu(start, end)
         total = sum(v for k, v in cpu.items() if k != "wall_s")
