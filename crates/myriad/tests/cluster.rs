@@ -366,6 +366,76 @@ fn a_stalled_redis_gets_timeouts_and_a_bounded_queue_never_a_hang() {
 }
 
 #[test]
+fn the_queue_towards_redis_is_bounded_in_bytes_as_well_as_in_requests() {
+    let redis = RedisServer::start();
+    // Room for 1,000 requests but for only four of these publications'
+    // bytes; a timeout long enough that the stall below ends before it.
+    let a = Node::in_cluster_of(
+        &[&redis],
+        "bytes",
+        &[
+            "--workers",
+            "1",
+            "--redis-timeout",
+            "60s",
+            "--redis-queue",
+            "1000",
+            "--max-message-size",
+            "2048",
+            "--redis-queue-bytes",
+            "4096",
+        ],
+    );
+    let mut publisher = a.connect();
+    let data = "x".repeat(1000);
+    redis.pause();
+    const PUBLISHES: u64 = 20;
+    for id in 1..=PUBLISHES {
+        send(
+            &mut publisher,
+            json!({"op": "publish", "subject": "big", "data": data, "id": id}),
+        );
+    }
+    // While Redis sleeps, one batch is with it and at most four
+    // publications' bytes wait behind it, so at most eight are taken (the
+    // batch took what waited, at most four) and at least twelve refused,
+    // though the queue had room for 1,000 requests.
+    let busy_metric = "myriad_engine_failures_total{kind=\"redis_busy\"}";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while a.metric(busy_metric) < PUBLISHES - 8 {
+        assert!(Instant::now() < deadline, "no refusals");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    redis.resume();
+    let (mut busy, mut published) = (0, 0);
+    for _ in 0..PUBLISHES {
+        let reply = recv(&mut publisher);
+        if reply["op"] == "ok" {
+            published += 1;
+        } else {
+            let message = reply["message"].as_str().unwrap_or("");
+            assert!(message.starts_with("redis_busy"), "{reply}");
+            busy += 1;
+        }
+    }
+    assert!(
+        busy >= PUBLISHES - 8 && published >= 1,
+        "{busy} refused, {published} published"
+    );
+    assert_eq!(a.metric(busy_metric), busy);
+    // What the waiting publications held was given back: as many again,
+    // one at a time, all fit.
+    for id in 100..100 + PUBLISHES {
+        send(
+            &mut publisher,
+            json!({"op": "publish", "subject": "big", "data": data, "id": id}),
+        );
+        let reply = recv(&mut publisher);
+        assert_eq!(reply["op"], "ok", "{reply}");
+    }
+}
+
+#[test]
 fn subjects_spread_over_several_redis_instances_and_every_node_agrees_where() {
     let shards = [RedisServer::start(), RedisServer::start()];
     let start = || Node::in_cluster_of(&[&shards[0], &shards[1]], "myriad", &["--workers", "2"]);

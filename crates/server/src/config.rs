@@ -266,6 +266,13 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_REDIS_QUEUE", default_value_t = 65_536)]
     pub redis_queue: usize,
 
+    /// Bytes of publications (data and subject) that may wait for one Redis
+    /// instance; past it requests are refused at once (`redis_busy`), so a
+    /// stalled Redis holds at most this much of the node's memory however
+    /// large the messages. At least `max_message_size`.
+    #[arg(long, env = "MYRIAD_REDIS_QUEUE_BYTES", default_value_t = 64 << 20)]
+    pub redis_queue_bytes: usize,
+
     /// Where the follow graph lives: `sqlite` (a file in `data_dir`, this
     /// node's alone) or `redis` (one Redis the cluster's nodes share, keys
     /// under `<redis_prefix>:g:`; a follow through any node reaches the
@@ -622,6 +629,13 @@ impl Config {
         if self.redis_queue == 0 {
             return invalid("redis_queue must be at least 1".into());
         }
+        if self.redis_queue_bytes < self.max_message_size {
+            return invalid(format!(
+                "redis_queue_bytes ({}) must be at least max_message_size ({}): \
+                 a largest publication must fit an empty queue",
+                self.redis_queue_bytes, self.max_message_size
+            ));
+        }
         Ok(())
     }
 
@@ -644,6 +658,7 @@ impl Config {
             prefix: self.redis_prefix.clone(),
             timeout: self.redis_timeout.into(),
             queue: self.redis_queue,
+            queue_bytes: self.redis_queue_bytes,
         }
     }
 

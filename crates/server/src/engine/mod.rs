@@ -79,8 +79,9 @@ pub enum EngineError {
     /// The subject's Redis did not answer within the timeout.
     #[error("redis_timeout: the subject's Redis did not answer in time")]
     RedisTimeout,
-    /// Too many requests already wait for the subject's Redis.
-    #[error("redis_busy: too many requests wait for the subject's Redis")]
+    /// Too many requests, or too many bytes of them, already wait for the
+    /// subject's Redis.
+    #[error("redis_busy: too many requests or bytes wait for the subject's Redis")]
     RedisBusy,
     /// Redis answered with an error.
     #[error("redis_error: {0}")]

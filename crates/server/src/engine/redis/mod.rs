@@ -75,6 +75,9 @@ pub struct RedisSettings {
     pub timeout: Duration,
     /// Requests waiting for one instance; past it requests are refused.
     pub queue: usize,
+    /// Bytes of subjects and data waiting for one instance; past it
+    /// requests are refused.
+    pub queue_bytes: usize,
 }
 
 /// Why the Redis engine could not start.
@@ -444,8 +447,7 @@ impl RedisEngine {
         let mut tasks = Vec::with_capacity(shards);
         let mut queues = Vec::with_capacity(shards);
         for (index, client) in clients.into_iter().enumerate() {
-            let (mut shard, queue) =
-                Shard::new(index, client, Arc::clone(&ctx), ctx.settings.queue);
+            let (mut shard, queue) = Shard::new(index, client, Arc::clone(&ctx));
             runtime
                 .block_on(shard.connect())
                 .map_err(|source| RedisEngineError::Unreachable {
@@ -653,6 +655,7 @@ mod tests {
             prefix: format!("conformance{n}"),
             timeout: Duration::from_secs(10),
             queue: 100_000,
+            queue_bytes: 64 << 20,
         };
         Harness::new(workers, |hub| {
             Box::new(RedisEngine::connect(hub, namespaces, max_bytes, settings).expect("connects"))

@@ -29,7 +29,7 @@
 //! node still has interest in; the router restarts each subject's switch.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -75,6 +75,16 @@ pub enum Op {
 }
 
 impl Op {
+    /// What the request holds of the node's memory while it waits, for the
+    /// queue's byte bound: its subject, and a publication's data.
+    fn weight(&self) -> usize {
+        match self {
+            Op::Publish { subject, data, .. } => subject.len() + data.len(),
+            Op::Attach { attach, .. } => attach.subject.len(),
+            Op::History { query, .. } => query.subject.len(),
+        }
+    }
+
     /// Answers the request with `error`.
     fn fail(self, ctx: &Context, error: EngineError, wakeups: &mut Wakeups) {
         ctx.count_failure(&error);
@@ -98,6 +108,13 @@ struct Leaving {
 pub struct ShardQueue {
     tx: mpsc::Sender<Op>,
     leaving: Arc<Leaving>,
+    /// Bytes (subjects and data) of the requests in the queue, shared with
+    /// the task, which takes each request's weight off as it takes it.
+    queued_bytes: Arc<AtomicUsize>,
+    /// The byte bound (`redis_queue_bytes`) beside the count bound
+    /// (`redis_queue`, the channel's capacity): 65,536 requests of 64 KiB
+    /// messages would otherwise let a stalled Redis hold 4 GiB of the node.
+    max_bytes: usize,
 }
 
 impl ShardQueue {
@@ -114,9 +131,17 @@ impl ShardQueue {
         }
     }
 
-    /// Queues `op`, or answers it at once when the queue is full or gone.
+    /// Queues `op`, or answers it at once when the queue is full (in
+    /// requests or in bytes) or gone.
     pub fn send(&self, op: Op, ctx: &Context, wakeups: &mut Wakeups) {
+        let weight = op.weight();
+        let before = self.queued_bytes.fetch_add(weight, Ordering::AcqRel);
+        if before + weight > self.max_bytes {
+            self.queued_bytes.fetch_sub(weight, Ordering::AcqRel);
+            return op.fail(ctx, EngineError::RedisBusy, wakeups);
+        }
         if let Err(e) = self.tx.try_send(op) {
+            self.queued_bytes.fetch_sub(weight, Ordering::AcqRel);
             let (op, error) = match e {
                 mpsc::error::TrySendError::Full(op) => (op, EngineError::RedisBusy),
                 mpsc::error::TrySendError::Closed(op) => (op, EngineError::ShuttingDown),
@@ -165,19 +190,20 @@ pub struct Shard {
     /// Subjects whose channel this node listens to on this Redis.
     subscribed: HashSet<Arc<str>>,
     leaving: Arc<Leaving>,
+    /// See [`ShardQueue::queued_bytes`].
+    queued_bytes: Arc<AtomicUsize>,
     backoff: Duration,
     next_attempt: Instant,
 }
 
 impl Shard {
-    pub fn new(
-        index: usize,
-        client: redis::Client,
-        ctx: Arc<Context>,
-        queue: usize,
-    ) -> (Shard, ShardQueue) {
-        let (tx, rx) = mpsc::channel(queue.max(1));
+    /// The task of instance `index` and its queue, bounded as
+    /// `ctx.settings` says.
+    pub fn new(index: usize, client: redis::Client, ctx: Arc<Context>) -> (Shard, ShardQueue) {
+        let (tx, rx) = mpsc::channel(ctx.settings.queue.max(1));
+        let max_bytes = ctx.settings.queue_bytes;
         let leaving = Arc::new(Leaving::default());
+        let queued_bytes = Arc::new(AtomicUsize::new(0));
         let shard = Shard {
             index,
             client,
@@ -188,10 +214,17 @@ impl Shard {
             lost: Arc::new(Notify::new()),
             subscribed: HashSet::new(),
             leaving: Arc::clone(&leaving),
+            queued_bytes: Arc::clone(&queued_bytes),
             backoff: MIN_BACKOFF,
             next_attempt: Instant::now(),
         };
-        (shard, ShardQueue { tx, leaving })
+        let queue = ShardQueue {
+            tx,
+            leaving,
+            queued_bytes,
+            max_bytes,
+        };
+        (shard, queue)
     }
 
     /// Connects, loads the scripts and subscribes to every subject this
@@ -352,7 +385,8 @@ impl Shard {
         subjects.drain().collect()
     }
 
-    /// `first` and what has queued up behind it, up to [`MAX_BATCH`].
+    /// `first` and what has queued up behind it, up to [`MAX_BATCH`], all
+    /// of it off the queue's byte count.
     fn collect(&mut self, first: Option<Op>) -> Vec<Op> {
         let mut batch: Vec<Op> = first.into_iter().collect();
         while batch.len() < MAX_BATCH {
@@ -361,6 +395,8 @@ impl Shard {
                 Err(_) => break,
             }
         }
+        let taken: usize = batch.iter().map(Op::weight).sum();
+        self.queued_bytes.fetch_sub(taken, Ordering::AcqRel);
         batch
     }
 
