@@ -39,7 +39,12 @@ are its own, its Redis links and its admin listener's.
 Before starting anything it checks the box (open files, memory, tcp_mem,
 ports, fs.file-max, somaxconn, conntrack) against what the run needs and
 prints a verdict; a run that cannot fit is refused with the setting to
-change. It never writes a sysctl.
+change. It changes no setting of the host's, except that --netns (root)
+sets net.ipv4.tcp_child_ehash_entries while it makes a network namespace
+for the run, with a TCP connection table sized for millions of sockets,
+and puts it back at once (enter_netns in cluster.py). Nodes and bench
+share this script's session, so the scheduler shares the CPU between them
+by thread; Redis gets a favoured session of its own (cluster.py).
 
 Written into --out (default target/scale/<scenario>): bench.json and
 bench.html (the bench's reports), bench.log, scale.json (everything below,
@@ -69,8 +74,8 @@ import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in scripts/ for the import below
 from cluster import (  # noqa: E402
-    CLK_TCK, Children, catch_signals, descendants, favour, metrics, processes, redis_info, sockstat,
-    start_node, start_redis)
+    CLK_TCK, Children, catch_signals, descendants, enter_netns, favour, metrics, processes, redis_info,
+    sockstat, start_node, start_redis)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KIB, MIB, GIB = 1024, 1 << 20, 1 << 30
@@ -686,6 +691,8 @@ def summary_rows(result):
         ("deliveries/s", f"{f.get('messages_in_per_s') or 0:,.0f}"),
         ("publishes the nodes took; engine failures", f"{f['nodes_took_publishes']:,}; {f['nodes_engine_failures'] or 0}"),
         ("closes by the nodes (not normal)", str(f["nodes_closed"] or 0)),
+        ("network namespace", f"own, {result['netns']['ehash_buckets']:,} TCP hash buckets"
+         if result.get("netns") else "the host's"),
     ]
     b = f.get("broadcast")
     if b:
@@ -777,6 +784,9 @@ def main():
     parser.add_argument("--bench-arg", action="append", default=[], help="extra flag for the bench's workload (repeatable)")
     parser.add_argument("--timeout", type=float, help="seconds the bench may run before it is stopped "
                                                       "(default: from the set-up, duration and drain)")
+    parser.add_argument("--netns", type=int, nargs="?", const=1 << 21, metavar="EHASH",
+                        help="run everything in a network namespace of its own (root) whose TCP connection "
+                             "hash table has EHASH buckets (default 2097152): see enter_netns in cluster.py")
     parser.add_argument("--check", action="store_true", help="print the box check's verdict and exit")
     parser.add_argument("--force", action="store_true", help="run even when the box check refuses")
     args = parser.parse_args()
@@ -806,9 +816,16 @@ def main():
         else secs(args.duration) * 2 + secs(args.drain)
     args.timeout = args.timeout or (60 + args.connections / 500 + publish_s + 120)
     catch_signals()
+    netns = None
+    if args.netns:
+        try:
+            netns = enter_netns(args.netns)
+        except (OSError, subprocess.CalledProcessError) as e:
+            sys.exit(f"scale.py: --netns: {e}; nothing was started")
     children = Children()
     try:
         result = run(args, p, box, children)
+        result["netns"] = netns
     except (KeyboardInterrupt, SystemExit, Exception) as e:
         # run() has stopped everything on its way out.
         left = children.left_behind()

@@ -37,7 +37,14 @@ fn spread_clients(client: impl Fn() -> Duration + Send + Sync + 'static) {
             })
         })
         .collect();
-    let took: Vec<Duration> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    // Every client is joined before a failed one is passed on: a client
+    // left running would keep its clone of the node alive past the test,
+    // and the test binary's exit would then orphan the node's process.
+    let joined: Vec<_> = threads.into_iter().map(|t| t.join()).collect();
+    let took: Vec<Duration> = joined
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+        .collect();
     let timeout = Duration::from_secs(TIMEOUT);
     let early: Vec<_> = took.iter().filter(|&&t| t < timeout).collect();
     assert!(early.is_empty(), "fired early: {early:?} of {took:?}");
