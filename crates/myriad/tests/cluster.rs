@@ -382,6 +382,8 @@ fn the_queue_towards_redis_is_bounded_in_bytes_as_well_as_in_requests() {
             "1000",
             "--max-message-size",
             "2048",
+            "--max-http-body",
+            "2048",
             "--redis-queue-bytes",
             "4096",
         ],

@@ -269,7 +269,7 @@ pub struct Config {
     /// Bytes of publications (data and subject) that may wait for one Redis
     /// instance; past it requests are refused at once (`redis_busy`), so a
     /// stalled Redis holds at most this much of the node's memory however
-    /// large the messages. At least `max_message_size`.
+    /// large the messages. At least `max_message_size` and `max_http_body`.
     #[arg(long, env = "MYRIAD_REDIS_QUEUE_BYTES", default_value_t = 64 << 20)]
     pub redis_queue_bytes: usize,
 
@@ -629,11 +629,14 @@ impl Config {
         if self.redis_queue == 0 {
             return invalid("redis_queue must be at least 1".into());
         }
-        if self.redis_queue_bytes < self.max_message_size {
+        // A publication arrives over WebSocket (max_message_size) or the
+        // HTTP API (max_http_body); the largest must fit an empty queue.
+        let largest = self.max_message_size.max(self.max_http_body);
+        if self.redis_queue_bytes < largest {
             return invalid(format!(
-                "redis_queue_bytes ({}) must be at least max_message_size ({}): \
-                 a largest publication must fit an empty queue",
-                self.redis_queue_bytes, self.max_message_size
+                "redis_queue_bytes ({}) must be at least max_message_size and \
+                 max_http_body ({largest}): the largest publication must fit an empty queue",
+                self.redis_queue_bytes
             ));
         }
         Ok(())
@@ -899,6 +902,25 @@ mod tests {
             ..Config::default()
         };
         assert!(no_timeout.validate().is_err());
+    }
+
+    #[test]
+    fn the_redis_queue_holds_at_least_the_largest_publication() {
+        let check = |args: &[&str]| Config::assemble(&matches(args), None).map(|_| ());
+        let why = check(&["myriad", "--redis-queue-bytes", "65535"])
+            .unwrap_err()
+            .to_string();
+        assert!(why.contains("redis_queue_bytes (65535)"), "{why}");
+        assert!(
+            why.contains("(1048576)"),
+            "the HTTP body bound is the larger: {why}"
+        );
+        let small = ["--max-http-body", "4096", "--max-message-size", "4096"];
+        let fits =
+            |bytes: &str| check(&[&["myriad", "--redis-queue-bytes", bytes], &small[..]].concat());
+        assert!(fits("4096").is_ok());
+        assert!(fits("4095").is_err());
+        assert!(check(&["myriad", "--redis-queue", "0"]).is_err());
     }
 
     #[test]
