@@ -191,7 +191,10 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_IDLE_TIMEOUT", default_value_t = 300)]
     pub idle_timeout: u32,
 
-    /// Seconds of client silence before the server sends a ping; 0 = no heartbeats.
+    /// Seconds of client silence after which the server has sent a ping (each
+    /// connection's ping comes between half of it and all of it, fixed per
+    /// connection, so connections set up together are not pinged together);
+    /// 0 = no heartbeats.
     #[arg(long, env = "MYRIAD_HEARTBEAT_INTERVAL", default_value_t = 25)]
     pub heartbeat_interval: u32,
 

@@ -284,7 +284,11 @@ impl Keeper {
                 let _ = reply.send(page.map_err(FeedsError::from));
             }
             Job::Refused { user, to } => {
-                self.refused.push((user, to));
+                // One refusal per feed of the connection comes; one read
+                // tells it all of them again.
+                if !self.refused.iter().any(|(_, c)| key(c) == key(&to)) {
+                    self.refused.push((user, to));
+                }
                 self.retry_later();
             }
             Job::Heard(Heard::Subscribed) => {
@@ -843,11 +847,17 @@ mod tests {
             user: user(1),
             to: conn(0, 5),
         });
+        // Each refused feed of a connection says so; it is read once.
+        keeper.handle(Job::Refused {
+            user: user(1),
+            to: conn(0, 5),
+        });
         // A connection gone since is not told.
         keeper.handle(Job::Refused {
             user: user(3),
             to: conn(0, 6),
         });
+        assert_eq!(keeper.refused.len(), 2);
         assert!(mailboxes[0].is_empty(), "not before the pause");
         let at = keeper.retry_at.expect("a retry is due");
         assert!(at > Instant::now() + RETRY / 2);

@@ -91,15 +91,6 @@ pub enum Apply {
     Replace,
 }
 
-impl From<Direction> for Apply {
-    fn from(direction: Direction) -> Apply {
-        match direction {
-            Direction::Follow => Apply::Add,
-            Direction::Unfollow => Apply::Drop,
-        }
-    }
-}
-
 /// A change to one connection's feed subscriptions, for its worker.
 #[derive(Debug)]
 pub struct FeedChange {

@@ -33,8 +33,9 @@ use crate::session::Session;
 /// How a transport keeps a connection alive while nothing is published.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Heartbeat {
-    /// A ping the client answers, after `heartbeat_interval` of client
-    /// silence; silence after it means the client is gone.
+    /// A ping the client answers, after between half of
+    /// `heartbeat_interval` and all of it of client silence (`ping_after`);
+    /// silence after it means the client is gone.
     Answered,
     /// Bytes the client ignores, every `stream_heartbeat_interval`, so that
     /// proxies and clients see a live stream. Nothing comes back.

@@ -34,8 +34,9 @@ local function channel(s) return P .. ':c:' .. s end
 -- What this script changed of the totals' bytes, messages and evictions,
 -- written once when it ends (settle): one publish script serves many
 -- publications, and three HINCRBYs per publication were a fifth of its
--- Redis calls. A script that fails part way (a bug: Redis refuses a
--- script for lack of memory before it runs) loses its changes to them.
+-- Redis calls. A script that errors part way (a bug) keeps what its
+-- calls so far did, since Redis does not undo them, but never writes
+-- the ledger: the totals then drift from the history they describe.
 local ledger = {bytes = 0, messages = 0, evictions = 0}
 local stored_bytes = nil
 

@@ -108,8 +108,9 @@ struct Leaving {
 pub struct ShardQueue {
     tx: mpsc::Sender<Op>,
     leaving: Arc<Leaving>,
-    /// Bytes (subjects and data) of the requests in the queue, shared with
-    /// the task, which takes each request's weight off as it takes it.
+    /// Bytes (subjects and data) of the requests queued or in the task's
+    /// batch, shared with the task, which takes a batch's weight off once
+    /// the batch is answered.
     queued_bytes: Arc<AtomicUsize>,
     /// The byte bound (`redis_queue_bytes`) beside the count bound
     /// (`redis_queue`, the channel's capacity): 65,536 requests of 64 KiB
@@ -135,9 +136,14 @@ impl ShardQueue {
     /// requests or in bytes) or gone.
     pub fn send(&self, op: Op, ctx: &Context, wakeups: &mut Wakeups) {
         let weight = op.weight();
-        let before = self.queued_bytes.fetch_add(weight, Ordering::AcqRel);
-        if before + weight > self.max_bytes {
-            self.queued_bytes.fetch_sub(weight, Ordering::AcqRel);
+        // Reserved only if it fits, so a sender that does not fit never
+        // makes a concurrent one that would look full.
+        let fits = |held: usize| Some(held + weight).filter(|&after| after <= self.max_bytes);
+        if self
+            .queued_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, fits)
+            .is_err()
+        {
             return op.fail(ctx, EngineError::RedisBusy, wakeups);
         }
         if let Err(e) = self.tx.try_send(op) {
@@ -351,6 +357,7 @@ impl Shard {
             };
             let leaving = self.take_leaving();
             let ops = self.collect(first);
+            let weight: usize = ops.iter().map(Op::weight).sum();
             if self.conn.is_none() && Instant::now() >= self.next_attempt {
                 self.reconnect().await;
             }
@@ -364,6 +371,7 @@ impl Shard {
             } else {
                 self.execute(leaving, ops, &mut wakeups).await;
             }
+            self.queued_bytes.fetch_sub(weight, Ordering::AcqRel);
             self.ctx.router.hub().wake(wakeups);
         }
     }
@@ -385,8 +393,7 @@ impl Shard {
         subjects.drain().collect()
     }
 
-    /// `first` and what has queued up behind it, up to [`MAX_BATCH`], all
-    /// of it off the queue's byte count.
+    /// `first` and what has queued up behind it, up to [`MAX_BATCH`].
     fn collect(&mut self, first: Option<Op>) -> Vec<Op> {
         let mut batch: Vec<Op> = first.into_iter().collect();
         while batch.len() < MAX_BATCH {
@@ -395,8 +402,6 @@ impl Shard {
                 Err(_) => break,
             }
         }
-        let taken: usize = batch.iter().map(Op::weight).sum();
-        self.queued_bytes.fetch_sub(taken, Ordering::AcqRel);
         batch
     }
 
