@@ -300,7 +300,8 @@ fn policy(size: usize, ttl_ms: u64) -> HistoryPolicy {
 }
 
 /// Subjects under `off.` keep no history, under `short.` three
-/// publications, under `brief.` 300 ms worth; the rest 100,000.
+/// publications, under `brief.` 300 ms worth, under `fleeting.` three and
+/// 300 ms worth; the rest 100,000.
 fn namespaces() -> Namespaces {
     let ns = |prefix: &str, size, ttl_ms: Option<u64>| Namespace {
         prefix: prefix.to_owned(),
@@ -314,6 +315,7 @@ fn namespaces() -> Namespaces {
             ns("off.", 0, None),
             ns("short.", 3, None),
             ns("brief.", 100, Some(300)),
+            ns("fleeting.", 3, Some(300)),
         ],
         crate::namespace::history_policy,
     )
@@ -327,6 +329,8 @@ pub fn run(make: Make) {
     interest_and_forgetting(make);
     history_limits(make);
     the_memory_budget_evicts_the_oldest_first(make);
+    full_histories_still_evict_the_oldest_first(make);
+    the_sweep_expires_what_nobody_reads(make);
     shutdown_refuses_everything(make);
 }
 
@@ -623,15 +627,27 @@ fn history_limits(make: Make) {
     assert_eq!((stats.subjects, stats.messages), (1, 3), "short.a only");
 }
 
+/// What history holds after one publication of `data` on `subject`, in an
+/// engine of its own: measured on a subject as long as the test's.
+fn one_publication_costs(make: Make, subject: &str, data: &str) -> usize {
+    let probe = make(1, namespaces(), usize::MAX);
+    probe.publish(subject, data);
+    probe.engine.stats().history.bytes as usize
+}
+
+/// The offsets `subject`'s history holds.
+fn kept_offsets(h: &Harness, subject: &str) -> Vec<u64> {
+    h.history(subject, None, 100)
+        .publications
+        .iter()
+        .map(|p| p.position.offset)
+        .collect()
+}
+
 fn the_memory_budget_evicts_the_oldest_first(make: Make) {
     // Room for about ten of these publications.
     let data = format!("\"{}\"", "x".repeat(500));
-    // Measured on a subject of the same length as those below.
-    let one = {
-        let probe = make(1, namespaces(), usize::MAX);
-        probe.publish("b0", &data);
-        probe.engine.stats().history.bytes as usize
-    };
+    let one = one_publication_costs(make, "b0", &data);
     let h = make(1, namespaces(), one * 10);
     for _round in 0..6 {
         for subject in ["b1", "b2", "b3", "b4"] {
@@ -644,17 +660,71 @@ fn the_memory_budget_evicts_the_oldest_first(make: Make) {
     assert_eq!(stats.evictions, 14);
     // 24 published round-robin; the newest 10 remain: rounds 4 and 5 of
     // every subject, and round 3 of b3 and b4.
-    let kept = |s: &str| -> Vec<u64> {
-        h.history(s, None, 100)
-            .publications
-            .iter()
-            .map(|p| p.position.offset)
-            .collect()
-    };
+    let kept = |s: &str| kept_offsets(&h, s);
     assert_eq!(kept("b1"), [5, 6]);
     assert_eq!(kept("b2"), [5, 6]);
     assert_eq!(kept("b3"), [4, 5, 6]);
     assert_eq!(kept("b4"), [4, 5, 6]);
+}
+
+/// Full histories drop their own oldest entries as they go: the budget must
+/// still find the oldest entry across subjects, not the oldest a subject
+/// ever held.
+fn full_histories_still_evict_the_oldest_first(make: Make) {
+    let data = format!("\"{}\"", "x".repeat(500));
+    let one = one_publication_costs(make, "short.z", &data);
+    // Room for six and a half: an engine may count an offset's digits.
+    let h = make(1, namespaces(), one * 13 / 2);
+    let publish = |subject: &str, times: usize| {
+        for _ in 0..times {
+            h.publish(subject, &data);
+        }
+    };
+    let kept = |s: &str| kept_offsets(&h, s);
+    // a's first three go to its own limit after b's three: the oldest
+    // entry is then b's first, though a took the first place in history.
+    publish("short.a", 3);
+    publish("short.b", 3);
+    publish("short.a", 3);
+    assert_eq!(kept("short.a"), [4, 5, 6]);
+    assert_eq!(kept("short.b"), [1, 2, 3]);
+    publish("short.c", 2);
+    assert_eq!(kept("short.b"), [3], "b's first two were the oldest");
+    assert_eq!(kept("short.a"), [4, 5, 6]);
+    publish("short.d", 2);
+    assert!(kept("short.b").is_empty());
+    assert_eq!(kept("short.a"), [5, 6]);
+    assert_eq!(kept("short.c"), [1, 2]);
+    assert_eq!(kept("short.d"), [1, 2]);
+    let stats = h.engine.stats().history;
+    assert_eq!((stats.subjects, stats.messages, stats.evictions), (3, 6, 4));
+}
+
+/// Publications past their age limit go without anyone reading their
+/// subject, also those of a full history that has dropped its own oldest.
+fn the_sweep_expires_what_nobody_reads(make: Make) {
+    let h = make(1, namespaces(), usize::MAX);
+    for _ in 0..5 {
+        h.publish("fleeting.a", "1");
+    }
+    h.publish("fleeting.b", "1");
+    h.publish("kept", "1");
+    // The sweeps run once a second; a generous bound for a busy machine.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        // Stats are as of an engine's last pass; a publish elsewhere
+        // keeps them current without touching the fleeting subjects.
+        std::thread::sleep(Duration::from_millis(100));
+        let stats = h.engine.stats().history;
+        if (stats.subjects, stats.messages) == (1, 1) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "expired publications stay: {stats:?}"
+        );
+    }
+    assert_eq!(h.history("kept", None, 10).publications.len(), 1);
 }
 
 fn shutdown_refuses_everything(make: Make) {

@@ -1,6 +1,7 @@
 //! The text the Redis engine's scripts write and its nodes read back: a
-//! publication on a subject's channel (`<epoch> <offset> <ms> <data>`) and
-//! a history entry (`<order> <offset> <ms> <cost> <data>`; see lib.lua).
+//! history entry (`<order> <offset> <ms> <data>`; see lib.lua) and a
+//! publication on a subject's channel, which is its epoch and its entry
+//! (`<epoch> <order> <offset> <ms> <data>`).
 //!
 //! Pure parsing, tested with byte strings: whatever is in Redis is
 //! untrusted input to the node, so a malformed message is an error, never
@@ -48,8 +49,9 @@ fn split<const N: usize>(text: &str) -> Option<([&str; N], &str)> {
 pub fn channel_message(subject: &Arc<str>, payload: &[u8]) -> Result<Publication, CodecError> {
     let bad = || CodecError::new("channel message", payload);
     let text = std::str::from_utf8(payload).map_err(|_| bad())?;
-    let ([epoch, offset, ms], data) = split::<3>(text).ok_or_else(bad)?;
+    let ([epoch, order, offset, ms], data) = split::<4>(text).ok_or_else(bad)?;
     let epoch: Epoch = epoch.parse().map_err(|_| bad())?;
+    order.parse::<u64>().map_err(|_| bad())?;
     let offset: u64 = offset.parse().map_err(|_| bad())?;
     let ms: u64 = ms.parse().map_err(|_| bad())?;
     Ok(Publication::new(
@@ -68,7 +70,8 @@ pub fn history_entry(
 ) -> Result<Arc<Publication>, CodecError> {
     let bad = || CodecError::new("history entry", entry);
     let text = std::str::from_utf8(entry).map_err(|_| bad())?;
-    let ([_order, offset, ms, _cost], data) = split::<4>(text).ok_or_else(bad)?;
+    let ([order, offset, ms], data) = split::<3>(text).ok_or_else(bad)?;
+    order.parse::<u64>().map_err(|_| bad())?;
     let offset: u64 = offset.parse().map_err(|_| bad())?;
     let ms: u64 = ms.parse().map_err(|_| bad())?;
     Ok(Arc::new(Publication::new(
@@ -91,7 +94,7 @@ mod tests {
     fn a_channel_message_keeps_spaces_in_its_data() {
         let p = channel_message(
             &subject(),
-            b"00000000000000ff 7 1700000000123 {\"a\": \"b c\"}",
+            b"00000000000000ff 31 7 1700000000123 {\"a\": \"b c\"}",
         )
         .unwrap();
         assert_eq!(p.position, Position::new(Epoch(255), 7));
@@ -104,24 +107,30 @@ mod tests {
 
     #[test]
     fn a_history_entry_reads_offset_time_and_data() {
-        let p = history_entry(&subject(), Epoch(1), b"42 9 1700000000000 80 \"x\"").unwrap();
+        let p = history_entry(&subject(), Epoch(1), b"42 9 1700000000000 \"x y\"").unwrap();
         assert_eq!(p.position, Position::new(Epoch(1), 9));
         assert_eq!(p.published_ms, 1_700_000_000_000);
+        assert_eq!(
+            p.envelope(),
+            br#"{"op":"msg","subject":"chat.room1","epoch":"0000000000000001","offset":9,"data":"x y"}"#
+        );
     }
 
     #[test]
     fn malformed_messages_are_errors() {
         for bad in [
             &b""[..],
-            b"00000000000000ff 7",
-            b"00000000000000ff seven 1 {}",
-            b"ff 7 1 {}",
-            b"00000000000000ff 7 -1 {}",
-            b"\xff\xfe 1 1 {}",
+            b"00000000000000ff 1 7",
+            b"00000000000000ff 1 seven 1 {}",
+            b"ff 1 7 1 {}",
+            b"00000000000000ff 1 7 -1 {}",
+            b"00000000000000ff x 7 1 {}",
+            b"\xff\xfe 1 1 1 {}",
         ] {
             assert!(channel_message(&subject(), bad).is_err(), "{bad:?}");
         }
-        assert!(history_entry(&subject(), Epoch(1), b"1 2 3 {}").is_err());
-        assert!(history_entry(&subject(), Epoch(1), b"1 x 3 4 {}").is_err());
+        assert!(history_entry(&subject(), Epoch(1), b"1 2 {}").is_err());
+        assert!(history_entry(&subject(), Epoch(1), b"1 x 3 {}").is_err());
+        assert!(history_entry(&subject(), Epoch(1), b"x 2 3 {}").is_err());
     }
 }

@@ -3,15 +3,26 @@
 --
 -- ARGV[1] is always the key prefix P. Keys, all on this one Redis:
 --   P:s:<subject>  hash: e (epoch, 16 hex digits), o (last offset),
---                  t (history age limit in ms, 0 = none)
+--                  t (history age limit in ms, 0 = none), h (while the
+--                  subject holds history: the time of its oldest entry,
+--                  or an earlier one)
 --   P:h:<subject>  list: the subject's history, oldest first; each entry
---                  "<order> <offset> <ms> <cost> <data>"
---   P:oldest       zset: subjects holding history, by the store order of
---                  their oldest entry (the budget evicts from its front)
---   P:expiry       zset: subjects with an age limit, by when their oldest
---                  entry expires (the sweep reads its front)
+--                  "<order> <offset> <ms> <data>"
+--   P:oldest       zset: subjects holding history, each scored by the
+--                  store order of its oldest entry or an earlier one (the
+--                  budget evicts from its front)
+--   P:expiry       zset: subjects with an age limit, each scored by when
+--                  its oldest entry expires or earlier (the sweep reads
+--                  its front)
 --   P:totals       hash: bytes, messages, evictions, order
--- and the channel P:c:<subject> carries "<epoch> <offset> <ms> <data>".
+-- and the channel P:c:<subject> carries "<epoch> <entry>": the epoch and
+-- the publication's history entry, built once for both.
+--
+-- The scores and h may lag behind the history (a publish that drops the
+-- oldest entry of a full history leaves them): each is only ever early,
+-- so whoever acts on one reads the real oldest entry first and puts it
+-- right (budget, expire, reindex). That keeps a publish to a full history
+-- at five Redis calls instead of nine.
 --
 -- Scripts touch keys they cannot declare (another subject evicted by the
 -- budget), which standalone Redis allows; myriad shards subjects over
@@ -53,10 +64,22 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- order, offset, ms, cost of an entry.
+-- order, offset, ms of an entry, and where its data starts.
 local function parse(entry)
-  local order, offset, ms, cost = string.match(entry, '^(%d+) (%d+) (%d+) (%d+) ')
-  return tonumber(order), tonumber(offset), tonumber(ms), tonumber(cost)
+  local order, offset, ms, data = string.match(entry, '^(%d+) (%d+) (%d+) ()')
+  return tonumber(order), tonumber(offset), tonumber(ms), data
+end
+
+-- What a publication of `data_len` bytes on subject s costs against the
+-- byte budget (the memory engine's measure: not the entry's header).
+local function cost_of(s, data_len)
+  return data_len + #s + ENTRY_OVERHEAD
+end
+
+-- What a kept entry of subject s costs.
+local function entry_cost(s, entry)
+  local _, _, _, data = parse(entry)
+  return cost_of(s, #entry - data + 1)
 end
 
 -- Nodes subscribed to the subject's channel.
@@ -68,21 +91,36 @@ local function ttl_of(s)
   return tonumber(redis.call('HGET', meta_key(s), 't') or '0')
 end
 
--- Puts the subject back in the indexes by its (new) oldest entry.
-local function reindex(s, ttl)
-  local head = redis.call('LINDEX', hist_key(s), 0)
-  if not head then
-    redis.call('ZREM', OLDEST, s)
-    redis.call('ZREM', EXPIRY, s)
-    return
-  end
-  local order, _, ms = parse(head)
+-- Scores the subject in the indexes by its oldest entry's store order and
+-- time.
+local function index(s, order, ms, ttl)
   redis.call('ZADD', OLDEST, order, s)
   if ttl > 0 then
     redis.call('ZADD', EXPIRY, ms + ttl, s)
   else
     redis.call('ZREM', EXPIRY, s)
   end
+end
+
+-- Takes the subject out of the indexes once it holds no history.
+local function unindex(s)
+  redis.call('ZREM', OLDEST, s)
+  redis.call('ZREM', EXPIRY, s)
+  redis.call('HDEL', meta_key(s), 'h')
+end
+
+-- Puts the subject back in the indexes, and its h, by its oldest entry as
+-- it is now. Answers that entry's time (nil when the history is empty).
+local function reindex(s, ttl)
+  local head = redis.call('LINDEX', hist_key(s), 0)
+  if not head then
+    unindex(s)
+    return nil
+  end
+  local order, _, ms = parse(head)
+  index(s, order, ms, ttl)
+  redis.call('HSET', meta_key(s), 'h', ms)
+  return ms
 end
 
 -- A subject left with no history and no listeners keeps its position only
@@ -99,43 +137,65 @@ end
 local function pop_oldest(s)
   local entry = redis.call('LPOP', hist_key(s))
   if not entry then return false end
-  local _, _, _, cost = parse(entry)
-  ledger.bytes = ledger.bytes - cost
+  ledger.bytes = ledger.bytes - entry_cost(s, entry)
   ledger.messages = ledger.messages - 1
   return true
 end
 
 -- Drops the subject's publications older than its age limit `ttl` (ms,
--- 0 = none).
-local function expire(s, now, ttl)
-  if ttl <= 0 then return end
+-- > 0). When it dropped any, or `rescore` asks, the subject's expiry
+-- score and h then name its oldest entry as it is now (its oldest score
+-- may stay early).
+local function expire(s, now, ttl, rescore)
   local popped = false
+  local ms
   while true do
     local head = redis.call('LINDEX', hist_key(s), 0)
-    if not head then break end
-    local _, _, ms = parse(head)
+    if not head then ms = nil break end
+    ms = select(3, parse(head))
     if ms + ttl > now then break end
     pop_oldest(s)
     popped = true
   end
-  if popped then
-    reindex(s, ttl)
-    idle_if_empty(s, ttl)
+  if not (popped or rescore) then return end
+  if ms then
+    redis.call('ZADD', EXPIRY, ms + ttl, s)
+    redis.call('HSET', meta_key(s), 'h', ms)
+  else
+    unindex(s)
+    if listeners(s) == 0 then redis.call('PEXPIRE', meta_key(s), ttl) end
+  end
+end
+
+-- The subject's age limit changes from `old` to `ttl`: its expiry score
+-- follows, from the time `h` of its oldest entry (nil: no history). The
+-- caller writes t.
+local function retime(s, old, ttl, h)
+  if old == ttl or not h then return end
+  if ttl > 0 then
+    redis.call('ZADD', EXPIRY, h + ttl, s)
+  else
+    redis.call('ZREM', EXPIRY, s)
   end
 end
 
 -- Evicts this Redis's oldest publications until history fits `max` bytes.
+-- A subject at the front whose score is early is scored again, not
+-- evicted from: the front is the oldest entry only once its score is real.
 local function enforce_budget(max)
   while held_bytes() > max do
-    local first = redis.call('ZRANGE', OLDEST, 0, 0)
+    local first = redis.call('ZRANGE', OLDEST, 0, 0, 'WITHSCORES')
     if #first == 0 then break end
-    local s = first[1]
-    if pop_oldest(s) then
-      ledger.evictions = ledger.evictions + 1
-    end
+    local s, score = first[1], tonumber(first[2])
     local ttl = ttl_of(s)
-    reindex(s, ttl)
-    idle_if_empty(s, ttl)
+    local head = redis.call('LINDEX', hist_key(s), 0)
+    if head and parse(head) <= score then
+      pop_oldest(s)
+      ledger.evictions = ledger.evictions + 1
+      if not reindex(s, ttl) then idle_if_empty(s, ttl) end
+    else
+      reindex(s, ttl)
+    end
   end
 end
 
@@ -157,13 +217,16 @@ end
 -- when Redis has none.
 local function stream(s, new_epoch, ttl)
   local meta = meta_key(s)
-  local epoch = redis.call('HGET', meta, 'e')
+  local known = redis.call('HMGET', meta, 'e', 'o', 't', 'h')
+  local epoch, offset = known[1], tonumber(known[2])
   if not epoch then
-    epoch = new_epoch
-    redis.call('HSET', meta, 'e', epoch, 'o', 0)
+    epoch, offset = new_epoch, 0
+    redis.call('HSET', meta, 'e', epoch, 'o', 0, 't', ttl)
+  elseif tonumber(known[3]) ~= ttl then
+    retime(s, tonumber(known[3]), ttl, tonumber(known[4]))
+    redis.call('HSET', meta, 't', ttl)
   end
-  redis.call('HSET', meta, 't', ttl)
-  return epoch, tonumber(redis.call('HGET', meta, 'o'))
+  return epoch, offset
 end
 
 -- What a recovery from (se, so) finds: 1 and the entries after it (at most
@@ -186,8 +249,7 @@ local function recover(s, epoch, offset, se, so, limit, max_cost)
   if got ~= so + 1 then return 0, {} end
   local spent = 0
   for _, entry in ipairs(entries) do
-    local _, _, _, cost = parse(entry)
-    spent = spent + cost
+    spent = spent + entry_cost(s, entry)
     if spent > max_cost then return 0, {} end
   end
   return 1, entries

@@ -10,51 +10,66 @@
 -- Redis runs one script at a time, so what this costs per publication is
 -- the cluster's publish ceiling (docs/benchmarks.md, "Through Redis").
 -- The per-script costs (the call itself, the clock, the totals) are paid
--- once per run; a subject whose history is full then costs eight Redis
--- calls (nine with an age limit), and work that cannot change anything (re-indexing a head that did
--- not move, persisting a key that has no expiry) is skipped.
+-- once per run. A publication then costs four Redis calls (reading and
+-- writing its subject's hash, storing and publishing it), five when it
+-- drops the oldest entry of a full history: the indexes are left early
+-- (lib.lua), and the oldest entry is read only once its recorded time
+-- says it may have expired. The entry is the channel message's tail, so
+-- each is built once, and the clock is formatted once per run.
 local max = tonumber(ARGV[2])
 local runs = (#ARGV - 3) / 4
 local now = now_ms()
+local now_text = tostring(now)
 local order = redis.call('HINCRBY', TOTALS, 'order', runs) - runs
 local positions = {}
 
 local function publish(s, data, size, ttl)
   local meta = meta_key(s)
-  local known = redis.call('HMGET', meta, 'e', 't')
+  local known = redis.call('HMGET', meta, 'e', 'o', 't', 'h')
   local epoch = known[1]
-  -- The age limit changed (or the stream is new): the indexes must follow.
-  local ttl_changed = tonumber(known[2]) ~= ttl
+  local offset = (tonumber(known[2]) or 0) + 1
+  local old_ttl, oldest = tonumber(known[3]), tonumber(known[4])
+  local fields = {'o', offset}
   if not epoch then
     if size == 0 and listeners(s) == 0 then
       return '', 0
     end
     epoch = ARGV[3]
-    redis.call('HSET', meta, 'e', epoch, 'o', 0, 't', ttl)
-  elseif ttl_changed then
-    redis.call('HSET', meta, 't', ttl)
+    fields[#fields + 1] = 'e'
+    fields[#fields + 1] = epoch
   end
-  expire(s, now, ttl)
-  local offset = redis.call('HINCRBY', meta, 'o', 1)
+  if old_ttl ~= ttl then
+    retime(s, old_ttl, ttl, oldest)
+    fields[#fields + 1] = 't'
+    fields[#fields + 1] = ttl
+  end
+  if ttl > 0 and oldest and oldest + ttl <= now then
+    expire(s, now, ttl, true)
+  end
+  order = order + 1
+  local entry = order .. ' ' .. offset .. ' ' .. now_text .. ' ' .. data
+  local evict = false
   if size > 0 then
-    order = order + 1
-    local cost = #data + #s + ENTRY_OVERHEAD
-    local held = redis.call('RPUSH', hist_key(s), order .. ' ' .. offset .. ' ' .. now .. ' ' .. cost .. ' ' .. data)
-    ledger.bytes = ledger.bytes + cost
+    local held = redis.call('RPUSH', hist_key(s), entry)
+    ledger.bytes = ledger.bytes + cost_of(s, #data)
     ledger.messages = ledger.messages + 1
-    -- Only a stream with no history can carry an idle expiry (idle_if_empty).
-    if held == 1 then redis.call('PERSIST', meta) end
-    local dropped = 0
+    if held == 1 then
+      -- The first entry: the subject enters the indexes, and loses the
+      -- idle expiry a stream without history may carry.
+      index(s, order, now, ttl)
+      redis.call('PERSIST', meta)
+      fields[#fields + 1] = 'h'
+      fields[#fields + 1] = now
+    end
     while held > size do
       pop_oldest(s)
-      dropped = dropped + 1
       held = held - 1
     end
-    -- The head moved only if this is the first entry or some were dropped.
-    if held == 1 or dropped > 0 or ttl_changed then reindex(s, ttl) end
-    enforce_budget(max)
+    evict = true
   end
-  redis.call('PUBLISH', channel(s), epoch .. ' ' .. offset .. ' ' .. now .. ' ' .. data)
+  redis.call('HSET', meta, unpack(fields))
+  if evict then enforce_budget(max) end
+  redis.call('PUBLISH', channel(s), epoch .. ' ' .. entry)
   return epoch, offset
 end
 

@@ -23,7 +23,7 @@ else
     return {ARGV[5], 0, flag, settle()}
   end
 end
-expire(s, now, ttl)
+if ttl > 0 then expire(s, now, ttl, false) end
 offset = tonumber(redis.call('HGET', meta_key(s), 'o'))
 local flag, entries = -1, {}
 if since_epoch ~= '' then
