@@ -3,12 +3,14 @@
 memory-engine node, in the same sitting, on the workloads of
 docs/benchmarks.md.
 
-Starts a fresh `redis-server` on a free loopback port (no persistence), then
-for each of --runs runs, workload by workload, alternates the configurations:
+Starts a fresh `redis-server` on a free loopback port (no persistence; with
+--redis N, N of them), then for each of --runs runs, workload by workload,
+alternates the configurations:
 
   A   one node, `--engine memory` (the default);
-  B   two nodes, `--engine redis` over that Redis; the bench spreads its
-      connections over both (two --url), its publishers too;
+  B   two nodes, `--engine redis` over that Redis (over all N as shards,
+      one --redis-url each); the bench spreads its connections over both
+      (two --url), its publishers too;
   B+  B with `--redis-queue 1048576`, for the saturating one-to-one only:
       deep enough that no publish is refused, so the rate comes from a run
       that refused nothing (B refuses most of what it is offered).
@@ -178,17 +180,19 @@ class Sampler(threading.Thread):
 # ---- one bench command -----------------------------------------------------
 
 
-def run_bench(args, children, config, workload, redis, index):
+def run_bench(args, children, config, workload, redises, index):
     """Starts `config`'s nodes, runs `workload`'s bench command against them
-    while sampling CPU, stops the nodes; returns the figures."""
-    redis_proc, redis_port = redis
+    while sampling CPU, stops the nodes; returns the figures. `redises` is
+    every (process, port) of Redis; B's nodes use them all as shards."""
     spec = WORKLOADS[workload]
     if config == "A":
         flags, count = [], 1
     else:
-        resp(redis_port, "FLUSHALL")
-        resp(redis_port, "CONFIG", "RESETSTAT")
-        flags = ["--engine", "redis", "--redis-url", f"redis://127.0.0.1:{redis_port}"]
+        flags = ["--engine", "redis"]
+        for _, port in redises:
+            resp(port, "FLUSHALL")
+            resp(port, "CONFIG", "RESETSTAT")
+            flags += ["--redis-url", f"redis://127.0.0.1:{port}"]
         if config == "B+":
             flags += DEEP_QUEUE
         count = 2
@@ -203,7 +207,7 @@ def run_bench(args, children, config, workload, redis, index):
         cmd += spec["bench"]
         groups = {"nodes": [p.pid for p, _, _ in nodes]}
         if config != "A":
-            groups["redis"] = [redis_proc.pid]
+            groups["redis"] = [proc.pid for proc, _ in redises]
         bench = children.popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         sampler = Sampler(groups, bench.pid)
         sampler.start()
@@ -270,11 +274,16 @@ def run_bench(args, children, config, workload, redis, index):
         "command": shlex.join(cmd),
     }
     if config != "A":
-        info = redis_info(redis_port, "ALL")
+        infos = [redis_info(port, "ALL") for _, port in redises]
 
         def calls(command):
-            stat = dict(kv.split("=") for kv in info.get(f"cmdstat_{command}", "calls=0,usec=0").split(","))
-            return int(stat["calls"]), int(stat["usec"])
+            """Calls and µs of `command`, summed over the instances."""
+            total = [0, 0]
+            for info in infos:
+                stat = dict(kv.split("=") for kv in info.get(f"cmdstat_{command}", "calls=0,usec=0").split(","))
+                total[0] += int(stat["calls"])
+                total[1] += int(stat["usec"])
+            return tuple(total)
 
         # Every publish script that found listeners ends in one PUBLISH
         # (commands run by scripts count in commandstats too).
@@ -286,7 +295,7 @@ def run_bench(args, children, config, workload, redis, index):
         if spec["per_publish"] == 1:
             # A broadcast's few publishes would charge them the attaches.
             figures["redis_cpu_us_per_publish"] = get(cpu, "redis.cpu_s") * 1e6 / max(ran, 1)
-        figures["redis_rss"] = int(info.get("used_memory_rss", 0))
+        figures["redis_rss"] = sum(int(info.get("used_memory_rss", 0)) for info in infos)
     return figures
 
 
@@ -408,6 +417,8 @@ def main():
     parser.add_argument("--bench-timeout", type=float, default=300.0,
                         help="seconds one bench command may take before it is killed")
     parser.add_argument("--no-deep", action="store_true", help="skip B+ (the deep Redis queue)")
+    parser.add_argument("--redis", type=int, default=1,
+                        help="Redis instances; B's nodes shard subjects over all of them (default 1)")
     args = parser.parse_args()
     names = args.workloads or list(WORKLOADS)
     unknown = [n for n in names if n not in WORKLOADS]
@@ -417,8 +428,9 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     catch_signals()
     children = Children()
-    redis = start_redis(children, args.out)
-    print(f"# redis-server {redis_info(redis[1]).get('redis_version')} on 127.0.0.1:{redis[1]}; "
+    redises = [start_redis(children, args.out, name=f"redis-server-{i}") for i in range(args.redis)]
+    ports = ", ".join(f"127.0.0.1:{port}" for _, port in redises)
+    print(f"# redis-server {redis_info(redises[0][1]).get('redis_version')} on {ports}; "
           f"myriad {args.bin}", file=sys.stderr)
     results = {}
     try:
@@ -431,7 +443,7 @@ def main():
                     configs.reverse()
                 for config in configs:
                     started = time.time()
-                    r = run_bench(args, children, config, workload, redis, i)
+                    r = run_bench(args, children, config, workload, redises, i)
                     results.setdefault((workload, config), []).append(r)
                     print(f"# run {i + 1}/{args.runs} {workload} {config}: {r['deliveries/s'] or 0:,.0f}/s, "
                           f"refused {r['refused']:,}, lost {r['lost']:,}, p99 {fmt(r['p99'], 'ms')} ms, "
