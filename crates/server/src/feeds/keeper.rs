@@ -41,8 +41,9 @@
 //! node waiting for one of them settle with the resync. A resync that fails
 //! (the store unreachable) is tried again every [`RETRY`] until it passes.
 //! So are the feeds of a connection whose attach the engine refused (it
-//! could not reach Redis either): the keeper reads them again and sends
-//! them on, and the worker attaches the ones it lacks.
+//! could not reach Redis either), or whose read at connect failed: the
+//! keeper reads them again and sends them on, and the worker attaches the
+//! ones it lacks.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -167,7 +168,9 @@ pub struct Keeper {
     /// A resync is owed: one failed and is to be tried again.
     owed: bool,
     /// Connections whose feeds the engine refused to attach (it could not
-    /// reach Redis): their feeds are read and sent again.
+    /// reach Redis), or whose connect-time read failed (without a shared
+    /// store; with one a resync is owed): their feeds are read and sent
+    /// again.
     refused: Vec<(UserId, ConnRequest)>,
     /// When the owed resync and the refused connections are tried again.
     retry_at: Option<Instant>,
@@ -283,14 +286,7 @@ impl Keeper {
                 };
                 let _ = reply.send(page.map_err(FeedsError::from));
             }
-            Job::Refused { user, to } => {
-                // One refusal per feed of the connection comes; one read
-                // tells it all of them again.
-                if !self.refused.iter().any(|(_, c)| key(c) == key(&to)) {
-                    self.refused.push((user, to));
-                }
-                self.retry_later();
-            }
+            Job::Refused { user, to } => self.read_again_later(user, to),
             Job::Heard(Heard::Subscribed) => {
                 info!(
                     "subscribed to the graph's changes again: reading every present user's follows"
@@ -308,6 +304,16 @@ impl Keeper {
             }
             Job::Stop => {}
         }
+    }
+
+    /// Reads `to`'s feeds again at the next retry: the engine refused one
+    /// of them, or reading them failed. One refusal per feed of the
+    /// connection comes; one read tells it all of them again.
+    fn read_again_later(&mut self, user: UserId, to: ConnRequest) {
+        if !self.refused.iter().any(|(_, c)| key(c) == key(&to)) {
+            self.refused.push((user, to));
+        }
+        self.retry_later();
     }
 
     /// Tries again, [`RETRY`] from the first thing that needs it.
@@ -345,14 +351,16 @@ impl Keeper {
                 read.users
             }
             Err(e) => {
-                // The next resync puts it right (with a shared store, the
-                // failure that caused this breaks the subscription too).
-                warn!(%user, error = %e, "cannot read whom a connecting user follows");
+                warn!(%user, error = %e, "cannot read whom a connecting user follows; trying again");
                 if self.shared {
+                    // The owed resync reads every present user's list,
+                    // this one's too.
                     self.owed = true;
                     self.retry_later();
+                } else {
+                    self.read_again_later(user, to);
                 }
-                Vec::new()
+                return;
             }
         };
         let change = FeedChange {
@@ -727,18 +735,28 @@ mod tests {
         server: &myriad_testkit::RedisServer,
         prefix: &str,
     ) -> (Keeper, Vec<Receiver<Event>>, Vec<mio::Poll>, RedisStore) {
-        let (hub, mailboxes, polls) = crate::hub::test_hub(1, 65_536);
         let urls = vec![server.url()];
         let open = || RedisStore::open(&urls, prefix, StoreOptions::default()).unwrap();
+        let (keeper, mailboxes, polls) = driven_keeper(Box::new(open()), true);
+        (keeper, mailboxes, polls, open())
+    }
+
+    /// A keeper over `store` that the test drives itself (no thread), and
+    /// the mailbox of its hub's one worker.
+    fn driven_keeper(
+        store: Box<dyn Store>,
+        shared: bool,
+    ) -> (Keeper, Vec<Receiver<Event>>, Vec<mio::Poll>) {
+        let (hub, mailboxes, polls) = crate::hub::test_hub(1, 65_536);
         let keeper = Keeper {
             _dir: None,
-            store: Box::new(open()),
+            store,
             hub,
             presence: Arc::default(),
             known: Arc::default(),
             stream: Arc::default(),
             max_following: 100,
-            shared: true,
+            shared,
             applied: 0,
             waiting: BTreeMap::new(),
             ahead: HashMap::new(),
@@ -746,7 +764,7 @@ mod tests {
             refused: Vec::new(),
             retry_at: None,
         };
-        (keeper, mailboxes, polls, open())
+        (keeper, mailboxes, polls)
     }
 
     fn announced(text: &str) -> Announcement {
@@ -835,6 +853,40 @@ mod tests {
         // What it read is not heard again.
         keeper.heard(announced("4 f 0 1 3"));
         assert!(mailboxes[0].is_empty());
+    }
+
+    #[test]
+    fn a_connect_time_read_that_fails_is_tried_again_without_a_shared_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(myriad_graph::sqlite::FILE_NAME);
+        let mut store = SqliteStore::open(&path, StoreOptions::default()).unwrap();
+        store.follow(&[Edge::new(user(1), user(2))]).unwrap();
+        let (mut keeper, mailboxes, _polls) = driven_keeper(Box::new(store), false);
+        // Another process takes the table away: the keeper's reads fail
+        // as SQLite fails them.
+        let other = rusqlite::Connection::open(&path).unwrap();
+        other
+            .execute_batch("ALTER TABLE follows RENAME TO follows_away")
+            .unwrap();
+        keeper.presence.add(user(1), conn(0, 5));
+        keeper.open(user(1), conn(0, 5));
+        assert!(
+            mailboxes[0].is_empty(),
+            "no list is told from a failed read"
+        );
+        assert!(keeper.retry_at.is_some(), "a retry is due");
+        // Still failing: tried again later, once per connection.
+        keeper.retry();
+        assert!(mailboxes[0].is_empty());
+        assert_eq!(keeper.refused.len(), 1);
+        other
+            .execute_batch("ALTER TABLE follows_away RENAME TO follows")
+            .unwrap();
+        keeper.retry();
+        let again = feed_change(&mailboxes[0]);
+        assert_eq!((again.to.conn, again.how), (5, Apply::Add));
+        assert_eq!(again.feeds, vec![user(2)]);
+        assert!(keeper.retry_at.is_none() && keeper.refused.is_empty());
     }
 
     #[test]
