@@ -159,8 +159,9 @@ fn passed(now: u32, stamp: u32, seconds: u32) -> bool {
     now.saturating_sub(stamp) > seconds
 }
 
-/// Seconds of silence after which connection `id` is pinged: between half
-/// of `interval` and all of it, fixed per connection. Connections set up
+/// Seconds of silence after which connection `id` is pinged (or, on a
+/// one-way stream, sent its next heartbeat): between half of `interval`
+/// and all of it, fixed per connection. Connections set up
 /// in the same second would otherwise be pinged in the same sweep, and
 /// after each answer again together, for as long as they live: a node that
 /// took 100,000 connections in a few seconds wrote 100,000 pings in one
@@ -910,7 +911,12 @@ impl Worker {
                                     )
                             }
                             Heartbeat::OneWay => {
-                                one_way > 0 && passed(now, conn.ping_sent, one_way)
+                                one_way > 0
+                                    && passed(
+                                        now,
+                                        conn.ping_sent,
+                                        ping_after(one_way, id as ConnId),
+                                    )
                             }
                             Heartbeat::None => false,
                         };
