@@ -49,7 +49,7 @@ use thiserror::Error;
 
 use self::router::Router;
 use self::scripts::Scripts;
-use self::shard::{Op, Read, ScriptReply, Shard, ShardQueue};
+use self::shard::{Op, PublishOp, Read, ReadOp, ScriptCall, ScriptReply, Shard, ShardQueue};
 use super::{
     Attach, Engine, EngineError, EngineFailures, EngineStats, HistoryPage, HistoryQuery,
     HistoryStats, Published, Reply,
@@ -198,17 +198,14 @@ impl Context {
 
     /// Adds the script call that serves `ops` (one [`ScriptCall`]) to a
     /// batch's pipeline; `epoch` is the one a stream created by it starts.
-    fn add_script(&self, pipe: &mut redis::Pipeline, ops: &[Op], epoch: &str) {
-        match &ops[0] {
-            Op::Publish { .. } => {
+    fn add_script(&self, pipe: &mut redis::Pipeline, call: &ScriptCall, epoch: &str) {
+        match call {
+            ScriptCall::Publish(run) => {
                 let call = evalsha(pipe, &self.scripts.publish)
                     .arg(&self.settings.prefix)
                     .arg(self.max_bytes)
                     .arg(epoch);
-                for op in ops {
-                    let Op::Publish { subject, data, .. } = op else {
-                        unreachable!("a publish call holds only publishes")
-                    };
+                for PublishOp { subject, data, .. } in run {
                     let policy = self.namespaces.policy_for(subject);
                     call.arg(&**subject)
                         .arg(&**data)
@@ -216,7 +213,7 @@ impl Context {
                         .arg(policy.ttl.as_millis() as u64);
                 }
             }
-            Op::Attach { attach, .. } => {
+            ScriptCall::Read(ReadOp::Attach { attach, .. }) => {
                 let read = ReadScript {
                     mode: ReadMode::Attach,
                     since: attach.since,
@@ -225,7 +222,7 @@ impl Context {
                 };
                 self.add_read(pipe, &attach.subject, read, epoch);
             }
-            Op::History { query, .. } => {
+            ScriptCall::Read(ReadOp::History { query, .. }) => {
                 let read = ReadScript {
                     mode: ReadMode::Read,
                     since: query.since,
@@ -261,28 +258,23 @@ impl Context {
 
     /// Answers the ops of one script call (see [`script_calls`]) with
     /// its reply.
-    fn finish(&self, shard: usize, mut ops: Vec<Op>, value: Value, wakeups: &mut Wakeups) {
-        if !matches!(ops.first(), Some(Op::Publish { .. })) {
-            if let Some(op) = ops.pop() {
-                self.finish_read(shard, op, value, wakeups);
-            }
-            return;
-        }
+    fn finish(&self, shard: usize, call: ScriptCall, value: Value, wakeups: &mut Wakeups) {
+        let run = match call {
+            ScriptCall::Publish(run) => run,
+            ScriptCall::Read(read) => return self.finish_read(shard, read, value, wakeups),
+        };
         // {totals, then epoch and offset of each publish}; a call that
         // failed fails each of its publishes the same way.
         let mut reply = ScriptReply::new(value).and_then(|mut r| {
             self.totals[shard].set(r.totals()?);
             Ok(r)
         });
-        for op in ops {
-            let Op::Publish {
-                subject,
-                reply: answer,
-                ..
-            } = op
-            else {
-                unreachable!("a publish call holds only publishes")
-            };
+        for PublishOp {
+            subject,
+            reply: answer,
+            ..
+        } in run
+        {
             let outcome = match &mut reply {
                 Ok(r) => r.position().map(|(epoch, offset)| {
                     epoch.map(|e| myriad_protocol::position::Position::new(e, offset))
@@ -307,11 +299,10 @@ impl Context {
     }
 
     /// Answers an attach or history read with its script's reply.
-    fn finish_read(&self, shard: usize, op: Op, value: Value, wakeups: &mut Wakeups) {
+    fn finish_read(&self, shard: usize, read: ReadOp, value: Value, wakeups: &mut Wakeups) {
         let hub = self.router.hub();
-        match op {
-            Op::Publish { .. } => unreachable!("publishes are answered by `finish`"),
-            Op::Attach { attach, life } => {
+        match read {
+            ReadOp::Attach { attach, life } => {
                 let outcome = Read::parse(&attach.subject, value).map(|read| {
                     self.totals[shard].set(read.totals);
                     read.into_attachment()
@@ -321,7 +312,7 @@ impl Context {
                 }
                 self.router.answered(attach, life, outcome, wakeups);
             }
-            Op::History { query, reply } => {
+            ReadOp::History { query, reply } => {
                 let outcome = Read::parse(&query.subject, value).map(|read| {
                     self.totals[shard].set(read.totals);
                     HistoryPage {
@@ -340,33 +331,27 @@ impl Context {
     }
 }
 
-/// Splits a batch's ops into script calls, by index: each run of
-/// consecutive publishes is one call of publish.lua (up to
-/// [`PUBLISH_RUN`] publishes and about [`PUBLISH_RUN_BYTES`] of data, so
-/// one call never holds Redis for long), each attach or read one call of
-/// read.lua. Order is kept: Redis runs the calls in the pipeline's order.
-fn script_calls(ops: &[Op]) -> Vec<std::ops::Range<usize>> {
-    let mut calls: Vec<std::ops::Range<usize>> = Vec::new();
+/// Splits a batch's ops into script calls: each run of consecutive
+/// publishes is one call of publish.lua (up to [`PUBLISH_RUN`] publishes
+/// and about [`PUBLISH_RUN_BYTES`] of data, so one call never holds Redis
+/// for long), each attach or read one call of read.lua. Order is kept:
+/// Redis runs the calls in the pipeline's order.
+fn script_calls(ops: Vec<Op>) -> Vec<ScriptCall> {
+    let mut calls: Vec<ScriptCall> = Vec::new();
     let mut run_bytes = 0;
-    for (i, op) in ops.iter().enumerate() {
-        let publish_bytes = match op {
-            Op::Publish { data, .. } => Some(data.len()),
-            _ => None,
-        };
-        let joins = match (publish_bytes, calls.last()) {
-            (Some(bytes), Some(last)) => {
-                matches!(ops[last.start], Op::Publish { .. })
-                    && last.len() < PUBLISH_RUN
-                    && run_bytes + bytes <= PUBLISH_RUN_BYTES
+    for op in ops {
+        match (op, calls.last_mut()) {
+            (Op::Publish(p), Some(ScriptCall::Publish(run)))
+                if run.len() < PUBLISH_RUN && run_bytes + p.data.len() <= PUBLISH_RUN_BYTES =>
+            {
+                run_bytes += p.data.len();
+                run.push(p);
             }
-            _ => false,
-        };
-        if joins {
-            calls.last_mut().expect("joined a call").end = i + 1;
-            run_bytes += publish_bytes.unwrap_or(0);
-        } else {
-            calls.push(i..i + 1);
-            run_bytes = publish_bytes.unwrap_or(0);
+            (Op::Publish(p), _) => {
+                run_bytes = p.data.len();
+                calls.push(ScriptCall::Publish(vec![p]));
+            }
+            (Op::Read(read), _) => calls.push(ScriptCall::Read(read)),
         }
     }
     calls
@@ -518,11 +503,11 @@ impl Engine for RedisEngine {
             return;
         }
         ctx.publishes.fetch_add(1, Ordering::Relaxed);
-        let op = Op::Publish {
+        let op = Op::Publish(PublishOp {
             subject: Arc::from(subject),
             data: Box::from(data),
             reply,
-        };
+        });
         self.queue(subject).send(op, ctx, wakeups);
     }
 
@@ -536,7 +521,7 @@ impl Engine for RedisEngine {
             return;
         }
         let queue = self.queue(&attach.subject);
-        queue.send(Op::Attach { attach, life }, ctx, wakeups);
+        queue.send(Op::Read(ReadOp::Attach { attach, life }), ctx, wakeups);
     }
 
     fn detach(&self, subject: &str, worker: usize, last_local: bool) {
@@ -553,7 +538,7 @@ impl Engine for RedisEngine {
             return;
         }
         let queue = self.queue(&query.subject);
-        queue.send(Op::History { query, reply }, ctx, wakeups);
+        queue.send(Op::Read(ReadOp::History { query, reply }), ctx, wakeups);
     }
 
     fn congested(&self) -> bool {
@@ -611,31 +596,42 @@ mod tests {
     static URL: Mutex<Option<String>> = Mutex::new(None);
 
     fn publish(bytes: usize) -> Op {
-        Op::Publish {
+        Op::Publish(PublishOp {
             subject: Arc::from("s"),
             data: "x".repeat(bytes).into(),
             reply: Reply::Task(tokio::sync::oneshot::channel().0),
-        }
+        })
     }
 
     fn read() -> Op {
-        Op::History {
+        Op::Read(ReadOp::History {
             query: HistoryQuery {
                 subject: Arc::from("s"),
                 since: None,
                 limit: 1,
             },
             reply: Reply::Task(tokio::sync::oneshot::channel().0),
-        }
+        })
+    }
+
+    /// The calls `ops` make: publishes per publish.lua call, 0 for a read.
+    fn calls(ops: Vec<Op>) -> Vec<usize> {
+        script_calls(ops)
+            .iter()
+            .map(|call| match call {
+                ScriptCall::Publish(run) => run.len(),
+                ScriptCall::Read(_) => 0,
+            })
+            .collect()
     }
 
     #[test]
     fn publishes_share_a_call_until_a_read_or_a_bound_comes() {
         let ops = vec![publish(1), publish(1), read(), read(), publish(1)];
-        assert_eq!(script_calls(&ops), [0..2, 2..3, 3..4, 4..5]);
+        assert_eq!(calls(ops), [2, 0, 0, 1]);
         let many: Vec<Op> = (0..PUBLISH_RUN * 2 + 1).map(|_| publish(1)).collect();
         let n = PUBLISH_RUN;
-        assert_eq!(script_calls(&many), [0..n, n..2 * n, 2 * n..2 * n + 1]);
+        assert_eq!(calls(many), [n, n, 1]);
         let half = PUBLISH_RUN_BYTES / 2;
         let big = vec![
             publish(half),
@@ -643,8 +639,8 @@ mod tests {
             publish(1),
             publish(PUBLISH_RUN_BYTES * 2),
         ];
-        assert_eq!(script_calls(&big), [0..2, 2..3, 3..4]);
-        assert!(script_calls(&[]).is_empty());
+        assert_eq!(calls(big), [2, 1, 1]);
+        assert!(script_calls(Vec::new()).is_empty());
     }
 
     fn redis(workers: usize, namespaces: Namespaces, max_bytes: usize) -> Harness {

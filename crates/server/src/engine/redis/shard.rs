@@ -57,21 +57,36 @@ const SWEEP_BATCH: usize = 1_000;
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
-/// A request for one Redis.
+/// A request for one Redis: a publish (runs of them share a call of
+/// publish.lua) or a read (a call of read.lua each).
 pub enum Op {
-    Publish {
-        subject: Arc<str>,
-        data: Box<str>,
-        reply: Reply<Published>,
-    },
-    Attach {
-        attach: Attach,
-        life: u64,
-    },
+    Publish(PublishOp),
+    Read(ReadOp),
+}
+
+pub struct PublishOp {
+    pub subject: Arc<str>,
+    pub data: Box<str>,
+    pub reply: Reply<Published>,
+}
+
+pub enum ReadOp {
+    /// A subscriber attaches (its subject's stream is created if need be).
+    Attach { attach: Attach, life: u64 },
+    /// A history read.
     History {
         query: HistoryQuery,
         reply: Reply<HistoryPage>,
     },
+}
+
+impl ReadOp {
+    fn subject(&self) -> &str {
+        match self {
+            ReadOp::Attach { attach, .. } => &attach.subject,
+            ReadOp::History { query, .. } => &query.subject,
+        }
+    }
 }
 
 impl Op {
@@ -79,19 +94,39 @@ impl Op {
     /// queue's byte bound: its subject, and a publication's data.
     fn weight(&self) -> usize {
         match self {
-            Op::Publish { subject, data, .. } => subject.len() + data.len(),
-            Op::Attach { attach, .. } => attach.subject.len(),
-            Op::History { query, .. } => query.subject.len(),
+            Op::Publish(p) => p.subject.len() + p.data.len(),
+            Op::Read(read) => read.subject().len(),
         }
     }
 
     /// Answers the request with `error`.
     fn fail(self, ctx: &Context, error: EngineError, wakeups: &mut Wakeups) {
         ctx.count_failure(&error);
+        let hub = ctx.router.hub();
         match self {
-            Op::Publish { reply, .. } => reply.send(ctx.router.hub(), Err(error), wakeups),
-            Op::Attach { attach, life } => ctx.router.answered(attach, life, Err(error), wakeups),
-            Op::History { reply, .. } => reply.send(ctx.router.hub(), Err(error), wakeups),
+            Op::Publish(p) => p.reply.send(hub, Err(error), wakeups),
+            Op::Read(ReadOp::Attach { attach, life }) => {
+                ctx.router.answered(attach, life, Err(error), wakeups)
+            }
+            Op::Read(ReadOp::History { reply, .. }) => reply.send(hub, Err(error), wakeups),
+        }
+    }
+}
+
+/// One script call of a batch, with the requests it answers.
+pub enum ScriptCall {
+    /// A run of consecutive publishes: one call of publish.lua.
+    Publish(Vec<PublishOp>),
+    /// One call of read.lua.
+    Read(ReadOp),
+}
+
+impl ScriptCall {
+    /// The requests, to be refused together.
+    fn into_ops(self) -> Vec<Op> {
+        match self {
+            ScriptCall::Publish(run) => run.into_iter().map(Op::Publish).collect(),
+            ScriptCall::Read(read) => vec![Op::Read(read)],
         }
     }
 }
@@ -422,7 +457,7 @@ impl Shard {
         let mut subscribe = Vec::new();
         let mut scripted = Vec::with_capacity(ops.len());
         for op in ops {
-            if let Op::Attach { attach, life } = &op {
+            if let Op::Read(ReadOp::Attach { attach, life }) = &op {
                 if !ctx.router.is_current(&attach.subject, *life) {
                     // Its subscriber left while it waited: nobody wants
                     // the answer, and the subject needs no subscription.
@@ -447,28 +482,26 @@ impl Shard {
         // One fresh epoch serves the batch: only streams that do not exist
         // take it, and a subject is created at most once per batch.
         let epoch = crate::engine::random_epoch().to_string();
-        let calls = super::script_calls(&scripted);
+        let calls = super::script_calls(scripted);
         for call in &calls {
-            ctx.add_script(&mut pipe, &scripted[call.clone()], &epoch);
+            ctx.add_script(&mut pipe, call, &epoch);
         }
-        match pipe.query_async::<Vec<Value>>(&mut conn).await {
+        let failed = match pipe.query_async::<Vec<Value>>(&mut conn).await {
             Ok(values) if values.len() == calls.len() => {
-                let mut ops = scripted.into_iter();
-                for (call, value) in calls.iter().zip(values) {
-                    let ops = ops.by_ref().take(call.len()).collect();
-                    ctx.finish(self.index, ops, value, wakeups);
+                for (call, value) in calls.into_iter().zip(values) {
+                    ctx.finish(self.index, call, value, wakeups);
                 }
+                return;
             }
-            Ok(values) => {
-                let e = protocol_error(format!(
-                    "{} replies to {} scripts",
-                    values.len(),
-                    calls.len()
-                ));
-                self.fail_all(scripted, &e, wakeups);
-            }
-            Err(e) => self.fail_all(scripted, &e, wakeups),
-        }
+            Ok(values) => protocol_error(format!(
+                "{} replies to {} scripts",
+                values.len(),
+                calls.len()
+            )),
+            Err(e) => e,
+        };
+        let ops = calls.into_iter().flat_map(ScriptCall::into_ops).collect();
+        self.fail_all(ops, &failed, wakeups);
     }
 
     /// Stops listening to `subjects`, then lets Redis forget those nobody
