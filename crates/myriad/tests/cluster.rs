@@ -214,23 +214,24 @@ fn a_redis_that_restarts_empty_tells_live_subscribers_their_stream_broke() {
     );
 }
 
+/// A node of one worker over `redis` whose Redis timeout (60 s) outlasts a
+/// test's pause of Redis, so the pause fills its queue (bounded by
+/// `queue_flags`) instead of ending its connection.
+fn outlasting_stalls(redis: &RedisServer, prefix: &str, queue_flags: &[&str]) -> Node {
+    let flags = [
+        &["--workers", "1", "--redis-timeout", "60s"][..],
+        queue_flags,
+    ]
+    .concat();
+    Node::in_cluster_of(&[redis], prefix, &flags)
+}
+
 #[test]
 fn an_unsubscribe_is_not_lost_when_the_queue_towards_redis_is_full() {
     let redis = RedisServer::start();
-    // A queue of one, and a timeout long enough that the stall below ends
-    // before it: the connection stays, so nothing is rebuilt on reconnect.
-    let a = Node::in_cluster_of(
-        &[&redis],
-        "myriad",
-        &[
-            "--workers",
-            "1",
-            "--redis-timeout",
-            "60s",
-            "--redis-queue",
-            "1",
-        ],
-    );
+    // A queue of one; the connection outlasts the stall below, so nothing
+    // is rebuilt on reconnect.
+    let a = outlasting_stalls(&redis, "myriad", &["--redis-queue", "1"]);
     let mut subscriber = a.connect();
     subscribe(&mut subscriber, &["left"]);
     let mut publisher = a.connect();
@@ -369,15 +370,11 @@ fn a_stalled_redis_gets_timeouts_and_a_bounded_queue_never_a_hang() {
 fn the_queue_towards_redis_is_bounded_in_bytes_as_well_as_in_requests() {
     let redis = RedisServer::start();
     // Room for 1,000 requests but for only four of these publications'
-    // bytes; a timeout long enough that the stall below ends before it.
-    let a = Node::in_cluster_of(
-        &[&redis],
+    // bytes; the connection outlasts the stall below.
+    let a = outlasting_stalls(
+        &redis,
         "bytes",
         &[
-            "--workers",
-            "1",
-            "--redis-timeout",
-            "60s",
             "--redis-queue",
             "1000",
             "--max-message-size",

@@ -712,8 +712,8 @@ fn the_sweep_expires_what_nobody_reads(make: Make) {
     // The sweeps run once a second; a generous bound for a busy machine.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
-        // Stats are as of an engine's last pass; a publish elsewhere
-        // keeps them current without touching the fleeting subjects.
+        // Stats are as of an engine's last pass over history: nothing here
+        // touches the subjects, so only the sweep can bring them down.
         std::thread::sleep(Duration::from_millis(100));
         let stats = h.engine.stats().history;
         if (stats.subjects, stats.messages) == (1, 1) {

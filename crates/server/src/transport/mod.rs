@@ -37,7 +37,8 @@ pub enum Heartbeat {
     /// `heartbeat_interval` and all of it of client silence (`ping_after`);
     /// silence after it means the client is gone.
     Answered,
-    /// Bytes the client ignores, every `stream_heartbeat_interval`, so that
+    /// Bytes the client ignores, at least every `stream_heartbeat_interval`
+    /// (each stream at a period of its own from half of it, `ping_after`), so that
     /// proxies and clients see a live stream. Nothing comes back.
     OneWay,
     /// None: each exchange is short (long-poll answers within `poll_timeout`).

@@ -163,15 +163,15 @@ local function expire(s, now, ttl, rescore)
     redis.call('HSET', meta_key(s), 'h', ms)
   else
     unindex(s)
-    if listeners(s) == 0 then redis.call('PEXPIRE', meta_key(s), ttl) end
+    idle_if_empty(s, ttl)
   end
 end
 
--- The subject's age limit changes from `old` to `ttl`: its expiry score
--- follows, from the time `h` of its oldest entry (nil: no history). The
--- caller writes t.
-local function retime(s, old, ttl, h)
-  if old == ttl or not h then return end
+-- The subject's age limit has changed to `ttl`: its expiry score follows,
+-- from the time `h` of its oldest entry (nil: no history). The caller
+-- writes t.
+local function retime(s, ttl, h)
+  if not h then return end
   if ttl > 0 then
     redis.call('ZADD', EXPIRY, h + ttl, s)
   else
@@ -223,7 +223,7 @@ local function stream(s, new_epoch, ttl)
     epoch, offset = new_epoch, 0
     redis.call('HSET', meta, 'e', epoch, 'o', 0, 't', ttl)
   elseif tonumber(known[3]) ~= ttl then
-    retime(s, tonumber(known[3]), ttl, tonumber(known[4]))
+    retime(s, ttl, tonumber(known[4]))
     redis.call('HSET', meta, 't', ttl)
   end
   return epoch, offset

@@ -196,8 +196,8 @@ impl Context {
         self.router.hub().wake(wakeups);
     }
 
-    /// Adds the script call that serves `ops` (one [`ScriptCall`]) to a
-    /// batch's pipeline; `epoch` is the one a stream created by it starts.
+    /// Adds `call` to a batch's pipeline; `epoch` is the one a stream
+    /// created by it starts.
     fn add_script(&self, pipe: &mut redis::Pipeline, call: &ScriptCall, epoch: &str) {
         match call {
             ScriptCall::Publish(run) => {
@@ -256,8 +256,8 @@ impl Context {
             .arg(read.max_bytes);
     }
 
-    /// Answers the ops of one script call (see [`script_calls`]) with
-    /// its reply.
+    /// Answers the requests of `call` (see [`script_calls`]) with its
+    /// reply.
     fn finish(&self, shard: usize, call: ScriptCall, value: Value, wakeups: &mut Wakeups) {
         let run = match call {
             ScriptCall::Publish(run) => run,

@@ -39,7 +39,7 @@ local function publish(s, data, size, ttl)
     fields[#fields + 1] = epoch
   end
   if old_ttl ~= ttl then
-    retime(s, old_ttl, ttl, oldest)
+    retime(s, ttl, oldest)
     fields[#fields + 1] = 't'
     fields[#fields + 1] = ttl
   end
@@ -48,7 +48,6 @@ local function publish(s, data, size, ttl)
   end
   order = order + 1
   local entry = order .. ' ' .. offset .. ' ' .. now_text .. ' ' .. data
-  local evict = false
   if size > 0 then
     local held = redis.call('RPUSH', hist_key(s), entry)
     ledger.bytes = ledger.bytes + cost_of(s, #data)
@@ -65,10 +64,9 @@ local function publish(s, data, size, ttl)
       pop_oldest(s)
       held = held - 1
     end
-    evict = true
   end
   redis.call('HSET', meta, unpack(fields))
-  if evict then enforce_budget(max) end
+  if size > 0 then enforce_budget(max) end
   redis.call('PUBLISH', channel(s), epoch .. ' ' .. entry)
   return epoch, offset
 end

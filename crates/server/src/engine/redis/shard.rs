@@ -64,12 +64,14 @@ pub enum Op {
     Read(ReadOp),
 }
 
+/// A publish waiting for its Redis.
 pub struct PublishOp {
     pub subject: Arc<str>,
     pub data: Box<str>,
     pub reply: Reply<Published>,
 }
 
+/// A read of a subject's stream waiting for its Redis.
 pub enum ReadOp {
     /// A subscriber attaches (its subject's stream is created if need be).
     Attach { attach: Attach, life: u64 },
