@@ -142,7 +142,7 @@ def plan(args):
     per_node = max(soft - NODE_RESERVED_FDS, 1)
     conns = args.connections
     nodes = args.nodes or max(math.ceil(conns / per_node), 1)
-    publishers = 0 if args.scenario == "broadcast" else nodes
+    publishers = 0 if args.scenario == "broadcast" else (args.publishers or nodes)
     total = conns + publishers + (1 if args.scenario == "broadcast" else 0)
     bench_procs = math.ceil(conns / max(soft - BENCH_RESERVED_FDS, 1)) + 1
     subjects = {"c10m": conns, "smoke": conns, "broadcast": 1, "churn": max(conns // 10, 1)}[args.scenario]
@@ -155,6 +155,7 @@ def plan(args):
         "connections": conns,
         "client_connections": total,
         "nodes": nodes,
+        "publishers": publishers,
         "connections_per_node": math.ceil(total / nodes),
         "bench_processes": bench_procs,
         "redis_instances": args.redis,
@@ -396,14 +397,14 @@ def bench_args(args, p):
         period = secs(args.period)
         rate = n / period
         return ["run", "--connections", str(n), "--rate", f"{rate:.6f}", "--duration", args.duration,
-                "--order", "sequential", "--size", "512", "--publisher-conns", str(p["nodes"]),
+                "--order", "sequential", "--size", "512", "--publisher-conns", str(p["publishers"]),
                 "--drain", args.drain]
     if args.scenario == "broadcast":
         return ["broadcast", "--subscribers", str(n), "--count", str(args.count),
                 "--rate", f"{1 / secs(args.interval):.6f}", "--size", "512", "--drain", args.duration]
     return ["churn", "--subscribers", str(n), "--subjects", str(max(n // 10, 1)),
             "--reconnect-rate", str(max(n // 5, 1)), "--rate", str(max(n // 2, 1)),
-            "--duration", args.duration, "--size", "512", "--publisher-conns", str(p["nodes"]),
+            "--duration", args.duration, "--size", "512", "--publisher-conns", str(p["publishers"]),
             "--drain", args.drain]
 
 
@@ -599,6 +600,8 @@ def figures(result, sampler, args):
         result["timeline"] = sampler.timeline()
         if args.scenario == "broadcast":
             f["broadcast"] = broadcast_figures(doc, sampler, result.get("setup_done_unix"))
+        elif f.get("published"):
+            f["publishing"] = publishing_figures(doc, sampler, result.get("setup_done_unix"), f["published"])
     result["figures"] = f
     problems = []
     if result.get("bench") is None:
@@ -660,6 +663,18 @@ def broadcast_figures(doc, sampler, setup_done):
     return out
 
 
+def publishing_figures(doc, sampler, setup_done, published):
+    """Each group's CPU per publish while the publisher ran: the run's own
+    CPU includes the set-up, which dominates a short run's."""
+    started = doc.get("started_unix")
+    pub = [s["t"] for s in doc.get("timeline") or [] if s.get("published_per_s")]
+    if not (started and setup_done and pub):
+        return None
+    cpu = sampler.cpu(setup_done, started + pub[-1])
+    return {"window_s": cpu["wall_s"], "cpu_s": cpu,
+            "us_per_publish": {g: cpu.get(g, 0) / published * 1e6 for g in ("nodes", "redis", "bench")}}
+
+
 # ---- report ------------------------------------------------------------------------
 
 
@@ -704,6 +719,11 @@ def summary_rows(result):
              " / ".join(f"{(b.get('cpu_s') or {}).get(g, 0):.2f}" for g in ("nodes", "redis", "bench"))
              + f", {(b.get('cpu_s') or {}).get('wall_s', 0):.1f}"),
         ]
+    p = f.get("publishing")
+    if p:
+        rows.append(("CPU while publishing: µs per publish (nodes / redis / bench), window s",
+                     " / ".join(f"{p['us_per_publish'][g]:.1f}" for g in ("nodes", "redis", "bench"))
+                     + f", {p['window_s']:.0f}"))
     rss = f.get("rss") or {}
     if rss:
         nodes = [r["peak_rss"] for r in rss["nodes"]]
@@ -774,6 +794,8 @@ def main():
     parser.add_argument("--duration", help="how long to publish (c10m, churn); broadcast: how long to wait "
                                            "for deliveries after the last publish")
     parser.add_argument("--period", default=None, help="c10m: each subject gets one message per period (60s)")
+    parser.add_argument("--publishers", type=int, help="c10m, churn: publishing connections, the first nodes "
+                        "one each (default: one per node)")
     parser.add_argument("--count", type=int, default=1, help="broadcast: publishes")
     parser.add_argument("--interval", default="10s", help="broadcast: time between publishes")
     parser.add_argument("--drain", default="30s", help="c10m, churn: how long to wait for deliveries after the last publish")

@@ -276,6 +276,13 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_REDIS_QUEUE_BYTES", default_value_t = 64 << 20)]
     pub redis_queue_bytes: usize,
 
+    /// How long a request may wait for others to share its round trip to
+    /// Redis (`0s`: it goes as soon as the previous round trip is back).
+    /// Publishes spread thinly over many subjects then share a script call
+    /// instead of waking Redis once each, at up to this much latency.
+    #[arg(long, env = "MYRIAD_REDIS_LINGER", default_value = "0s")]
+    pub redis_linger: Ttl,
+
     /// Where the follow graph lives: `sqlite` (a file in `data_dir`, this
     /// node's alone) or `redis` (one Redis the cluster's nodes share, keys
     /// under `<redis_prefix>:g:`; a follow through any node reaches the
@@ -642,6 +649,13 @@ impl Config {
                 self.redis_queue_bytes
             ));
         }
+        if self.redis_linger.0 >= self.redis_timeout.0 {
+            return invalid(format!(
+                "redis_linger ({}) must be shorter than redis_timeout ({}): a request \
+                 would wait longer to go than Redis is given to answer it",
+                self.redis_linger, self.redis_timeout
+            ));
+        }
         Ok(())
     }
 
@@ -665,6 +679,7 @@ impl Config {
             timeout: self.redis_timeout.into(),
             queue: self.redis_queue,
             queue_bytes: self.redis_queue_bytes,
+            linger: self.redis_linger.into(),
         }
     }
 
@@ -905,6 +920,16 @@ mod tests {
             ..Config::default()
         };
         assert!(no_timeout.validate().is_err());
+    }
+
+    #[test]
+    fn a_linger_is_shorter_than_the_redis_timeout() {
+        let check = |args: &[&str]| Config::assemble(&matches(args), None).map(|_| ());
+        let why = check(&["myriad", "--redis-linger", "5s"])
+            .unwrap_err()
+            .to_string();
+        assert!(why.contains("redis_linger (5s)"), "{why}");
+        assert!(check(&["myriad", "--redis-linger", "1ms"]).is_ok());
     }
 
     #[test]

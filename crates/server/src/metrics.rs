@@ -176,6 +176,7 @@ pub struct Metrics {
     engine_failures: Family<KindLabel, Counter>,
     publishes: Counter<u64, AtomicU64>,
     publishes_unrouted: Counter<u64, AtomicU64>,
+    engine_round_trips: Counter<u64, AtomicU64>,
     tls_reloads: Counter<u64, AtomicU64>,
     sockets_aborted: Counter<u64, AtomicU64>,
     feeds: FeedMetrics,
@@ -308,6 +309,11 @@ impl Metrics {
             "publishes_unrouted",
             "Messages published to a subject with no subscribers",
         );
+        let engine_round_trips = registered(
+            r,
+            "engine_round_trips",
+            "Round trips to Redis carrying publishes, attaches and reads (a pipeline of scripts each; 0 on the memory engine)",
+        );
         let tls_reloads = registered(
             r,
             "tls_reloads",
@@ -378,6 +384,7 @@ impl Metrics {
             engine_failures,
             publishes,
             publishes_unrouted,
+            engine_round_trips,
             tls_reloads,
             sockets_aborted,
             feeds,
@@ -461,6 +468,7 @@ impl Metrics {
         };
         catch_up(&self.publishes, stats.publishes);
         catch_up(&self.publishes_unrouted, stats.publishes_unrouted);
+        catch_up(&self.engine_round_trips, stats.round_trips);
         let history = &stats.history;
         self.history.subjects.set(gauge(history.subjects));
         self.history.messages.set(gauge(history.messages));

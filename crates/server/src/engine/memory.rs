@@ -596,6 +596,7 @@ impl Engine for MemoryEngine {
             subjects: inner.routed_subjects.load(Ordering::Relaxed) as u64,
             publishes: inner.publishes.load(Ordering::Relaxed),
             publishes_unrouted: inner.publishes_unrouted.load(Ordering::Relaxed),
+            round_trips: 0,
             history: HistoryStats {
                 subjects,
                 messages: inner.held_messages.load(Ordering::Relaxed) as u64,

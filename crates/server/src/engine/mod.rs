@@ -287,6 +287,10 @@ pub struct EngineStats {
     pub publishes: u64,
     /// Of those, publishes no subscriber on this node received.
     pub publishes_unrouted: u64,
+    /// Round trips to an outside store that carried publishes, attaches
+    /// and reads (a pipeline of Redis scripts each; none from the memory
+    /// engine): with `publishes`, how well they share them.
+    pub round_trips: u64,
     pub history: HistoryStats,
     pub failures: EngineFailures,
 }

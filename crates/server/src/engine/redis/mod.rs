@@ -78,6 +78,8 @@ pub struct RedisSettings {
     /// Bytes of subjects and data waiting for one instance; past it
     /// requests are refused.
     pub queue_bytes: usize,
+    /// How long a request may wait for others to share its round trip.
+    pub linger: Duration,
 }
 
 /// Why the Redis engine could not start.
@@ -155,6 +157,8 @@ pub struct Context {
     failures: Failures,
     publishes: AtomicU64,
     publishes_unrouted: AtomicU64,
+    /// Script pipelines sent, over every instance.
+    round_trips: AtomicU64,
     /// `<prefix>:c:`: what channel names start with.
     channel_prefix: String,
 }
@@ -424,6 +428,7 @@ impl RedisEngine {
             failures: Failures::default(),
             publishes: AtomicU64::new(0),
             publishes_unrouted: AtomicU64::new(0),
+            round_trips: AtomicU64::new(0),
         });
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -557,6 +562,7 @@ impl Engine for RedisEngine {
             subjects: ctx.router.count() as u64,
             publishes: ctx.publishes.load(Ordering::Relaxed),
             publishes_unrouted: ctx.publishes_unrouted.load(Ordering::Relaxed),
+            round_trips: ctx.round_trips.load(Ordering::Relaxed),
             history: HistoryStats {
                 subjects: sum(|t| &t.subjects),
                 messages: sum(|t| &t.messages),
@@ -644,18 +650,63 @@ mod tests {
     }
 
     fn redis(workers: usize, namespaces: Namespaces, max_bytes: usize) -> Harness {
+        let url = URL.lock().unwrap().clone().expect("the suite's Redis");
+        harness(url, workers, namespaces, max_bytes, Duration::ZERO)
+    }
+
+    fn harness(
+        url: String,
+        workers: usize,
+        namespaces: Namespaces,
+        max_bytes: usize,
+        linger: Duration,
+    ) -> Harness {
         static HARNESSES: AtomicUsize = AtomicUsize::new(0);
         let n = HARNESSES.fetch_add(1, Ordering::Relaxed);
         let settings = RedisSettings {
-            urls: vec![URL.lock().unwrap().clone().expect("the suite's Redis")],
+            urls: vec![url],
             prefix: format!("conformance{n}"),
             timeout: Duration::from_secs(10),
             queue: 100_000,
             queue_bytes: 64 << 20,
+            linger,
         };
         Harness::new(workers, |hub| {
             Box::new(RedisEngine::connect(hub, namespaces, max_bytes, settings).expect("connects"))
         })
+    }
+
+    #[test]
+    fn a_linger_lets_publishes_that_come_apart_share_a_round_trip() {
+        let server = RedisServer::start();
+        let policy = crate::history::HistoryPolicy {
+            size: 10,
+            ttl: Duration::ZERO,
+        };
+        let namespaces = Namespaces::new(policy, &[], crate::namespace::history_policy);
+        let h = harness(server.url(), 1, namespaces, 1 << 20, Duration::from_secs(2));
+        let send = |subject: &str| {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let mut wakeups = Wakeups::default();
+            h.engine
+                .publish(subject, "x", Reply::Task(tx), &mut wakeups);
+            h.hub.wake(wakeups);
+            rx
+        };
+        let before = h.engine.stats().round_trips;
+        let first = send("a");
+        // Without a linger the first publish is long answered by now, in
+        // a round trip of its own.
+        std::thread::sleep(Duration::from_millis(20));
+        let second = send("b");
+        for answer in [first, second] {
+            answer
+                .blocking_recv()
+                .expect("answered")
+                .expect("published");
+        }
+        assert_eq!(h.engine.stats().round_trips - before, 1);
+        assert_eq!(h.engine.stats().publishes, 2);
     }
 
     #[test]

@@ -9,8 +9,8 @@
 //! goes in a set beside the queue (one entry per subject, however often it
 //! comes and goes), so the node never keeps listening to a subject nobody
 //! here wants. The task takes whatever has come (up to [`MAX_BATCH`]
-//! requests) and runs it in at most four round trips, however many there
-//! are:
+//! requests; with a `linger`, what came within it of the first) and runs
+//! it in at most four round trips, however many there are:
 //! 1. one `UNSUBSCRIBE` for every subject still without subscribers;
 //! 2. one pipeline of `forget` scripts for those;
 //! 3. one `SUBSCRIBE` for every subject that gained interest;
@@ -392,6 +392,13 @@ impl Shard {
                     continue;
                 }
             };
+            if first.is_some() && !self.ctx.settings.linger.is_zero() {
+                // Publishes spread thinly over many subjects would each
+                // wake Redis for a script call of their own, the costliest
+                // part of a publish there (docs/benchmarks.md, "A linger
+                // towards Redis"); held back, they share one.
+                tokio::time::sleep(self.ctx.settings.linger).await;
+            }
             let leaving = self.take_leaving();
             let ops = self.collect(first);
             let weight: usize = ops.iter().map(Op::weight).sum();
@@ -488,6 +495,7 @@ impl Shard {
         for call in &calls {
             ctx.add_script(&mut pipe, call, &epoch);
         }
+        ctx.round_trips.fetch_add(1, Ordering::Relaxed);
         let failed = match pipe.query_async::<Vec<Value>>(&mut conn).await {
             Ok(values) if values.len() == calls.len() => {
                 for (call, value) in calls.into_iter().zip(values) {
