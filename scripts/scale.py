@@ -2,7 +2,7 @@
 """The scale proof of issue 11 in one command: Redis and N `myriad` nodes
 on this host, `myriad bench` driving all of them, and a report.
 
-    python3 scripts/scale.py c10m      [--connections 1000000] [--duration 10m] [--period 60s]
+    python3 scripts/scale.py c10m      [--connections 1000000] [--duration 10m] [--period 60s] [--publishers N]
     python3 scripts/scale.py broadcast [--connections 1000000] [--count 1]
     python3 scripts/scale.py churn     [--connections 10000] [--nodes 4] [--duration 60s]
     python3 scripts/scale.py smoke     # c10m's shape at 2,000 over 2 nodes for 10 s (the test suite's)
@@ -31,7 +31,8 @@ It starts --redis instances of `redis-server` (no persistence) on free
 ports of 127.0.0.1 and --nodes nodes (`--engine redis`, one --redis-url per
 instance), node i listening on 127.0.1.(i+1) so every node is a destination
 address of its own; the bench gets every node's --url and --admin-url and
-spreads its connections over them round robin (its publishers too), and
+spreads its connections over them round robin (its --publishers too: one
+per node unless told, else one on each of N nodes), and
 picks its own 127.0.0.x source addresses. Nodes default to
 ceil(connections / (open-file limit - 500)): the rest of each node's files
 are its own, its Redis links and its admin listener's.
@@ -794,8 +795,8 @@ def main():
     parser.add_argument("--duration", help="how long to publish (c10m, churn); broadcast: how long to wait "
                                            "for deliveries after the last publish")
     parser.add_argument("--period", default=None, help="c10m: each subject gets one message per period (60s)")
-    parser.add_argument("--publishers", type=int, help="c10m, churn: publishing connections, the first nodes "
-                        "one each (default: one per node)")
+    parser.add_argument("--publishers", type=int, help="c10m, churn: publishing connections, on as many nodes "
+                        "(default: one per node)")
     parser.add_argument("--count", type=int, default=1, help="broadcast: publishes")
     parser.add_argument("--interval", default="10s", help="broadcast: time between publishes")
     parser.add_argument("--drain", default="30s", help="c10m, churn: how long to wait for deliveries after the last publish")

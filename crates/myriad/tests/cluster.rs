@@ -43,6 +43,10 @@ fn publications_from_either_node_reach_subscribers_on_both_once_and_in_order() {
         let reply = via.publish("room", &json!(n));
         assert_eq!(reply["offset"], n, "{reply}");
     }
+    // Each publish waited for its answer, so none shared a round trip.
+    for node in [&a, &b] {
+        assert!(node.metric("myriad_engine_round_trips_total") >= 100);
+    }
     let want: Vec<(u64, u64)> = (1..=200).map(|n| (n, n)).collect();
     assert_eq!(take(&mut on_a, 200), want);
     assert_eq!(take(&mut on_b, 200), want);

@@ -212,6 +212,16 @@ where
     metric
 }
 
+/// Raises `counter` to `total`, a count kept elsewhere (the engine, the
+/// graph keeper) and copied in when metrics are read.
+fn catch_up(counter: &Counter<u64, AtomicU64>, total: u64) {
+    counter.inc_by(total.saturating_sub(counter.get()));
+}
+
+fn gauge(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
 impl Metrics {
     pub fn new(worker_count: usize) -> Metrics {
         let mut registry = Registry::with_prefix("myriad");
@@ -430,15 +440,11 @@ impl Metrics {
     }
 
     /// Copies the graph's gauges and counts in, before metrics are read.
-    pub fn mirror_feeds(&self, feeds: &crate::feeds::Feeds) {
-        self.feeds.users_known.set(feeds.known.count() as i64);
-        self.feeds.users_present.set(feeds.presence.users() as i64);
-        let catch_up = |counter: &Counter<u64, AtomicU64>, total: &std::sync::atomic::AtomicU64| {
-            let total = total.load(std::sync::atomic::Ordering::Relaxed);
-            counter.inc_by(total.saturating_sub(counter.get()));
-        };
-        catch_up(&self.feeds.listen_failures, &feeds.stream.listen_failures);
-        catch_up(&self.feeds.resyncs, &feeds.stream.resyncs);
+    pub fn mirror_feeds(&self, stats: &crate::feeds::FeedStats) {
+        self.feeds.users_known.set(gauge(stats.users_known));
+        self.feeds.users_present.set(gauge(stats.users_present));
+        catch_up(&self.feeds.listen_failures, stats.listen_failures);
+        catch_up(&self.feeds.resyncs, stats.resyncs);
     }
 
     /// The gauge of open admin connections: each connection holds a
@@ -462,10 +468,6 @@ impl Metrics {
     /// because only it sees every publish's outcome (a publish that nobody
     /// asked to hear about is never answered).
     pub fn mirror_engine(&self, stats: &crate::engine::EngineStats) {
-        let gauge = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        let catch_up = |counter: &Counter<u64, AtomicU64>, total: u64| {
-            counter.inc_by(total.saturating_sub(counter.get()));
-        };
         catch_up(&self.publishes, stats.publishes);
         catch_up(&self.publishes_unrouted, stats.publishes_unrouted);
         catch_up(&self.engine_round_trips, stats.round_trips);

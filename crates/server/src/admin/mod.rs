@@ -167,7 +167,7 @@ async fn whole_reply(req: Request<Incoming>, shared: &Shared, started: Instant) 
         (&Method::GET, "/status") => status::page(),
         (&Method::GET, "/metrics") => {
             shared.metrics.mirror_engine(&shared.engine.stats());
-            shared.metrics.mirror_feeds(&shared.feeds);
+            shared.metrics.mirror_feeds(&shared.feeds.stats());
             let mut reply = Response::new(Full::new(Bytes::from(shared.metrics.render())));
             reply.headers_mut().insert(
                 CONTENT_TYPE,
@@ -385,6 +385,7 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
     let engine = shared.engine.stats();
     shared.metrics.mirror_engine(&engine);
     let history = engine.history;
+    let graph = shared.feeds.stats();
     let s = shared.metrics.snapshot();
     let usage = process::usage();
     json!({
@@ -417,8 +418,8 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
             "idle_closes": s.admin_idle_closes,
         },
         "graph": {
-            "users": shared.feeds.known.count(),
-            "users_present": shared.feeds.presence.users(),
+            "users": graph.users_known,
+            "users_present": graph.users_present,
         },
         "transports": TransportKind::ALL
             .iter()

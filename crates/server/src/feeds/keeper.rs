@@ -46,6 +46,7 @@
 //! ones it lacks.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -77,10 +78,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// Work for the keeper.
 pub(crate) enum Job {
     /// A connection of `user` opened: tell its worker whom the user follows.
-    Open {
-        user: UserId,
-        to: ConnRequest,
-    },
+    Open { user: UserId, to: ConnRequest },
     Change {
         direction: Direction,
         edges: Vec<Edge>,
@@ -98,14 +96,12 @@ pub(crate) enum Job {
         reply: oneshot::Sender<Result<Vec<UserId>, FeedsError>>,
     },
     /// The engine refused a feed of `to`'s: read its feeds again later.
-    Refused {
-        user: UserId,
-        to: ConnRequest,
-    },
+    Refused { user: UserId, to: ConnRequest },
     /// What the listener heard from a shared store.
     Heard(Heard),
     /// The listener could not subscribe, or its subscription broke.
     Broken(StoreError),
+    /// The node is shutting down: the keeper ends.
     Stop,
 }
 
@@ -250,8 +246,12 @@ impl Keeper {
                 Some(at) => queue.recv_deadline(at),
             };
             match job {
-                Ok(Job::Stop) | Err(RecvTimeoutError::Disconnected) => return,
-                Ok(job) => self.handle(job),
+                Ok(job) => {
+                    if self.handle(job).is_break() {
+                        return;
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
                 Err(RecvTimeoutError::Timeout) => {}
             }
             if self.retry_at.is_some_and(|at| Instant::now() >= at) {
@@ -260,7 +260,8 @@ impl Keeper {
         }
     }
 
-    fn handle(&mut self, job: Job) {
+    /// Does `job`; breaks on [`Job::Stop`].
+    fn handle(&mut self, job: Job) -> ControlFlow<()> {
         match job {
             Job::Open { user, to } => self.open(user, to),
             Job::Change {
@@ -302,8 +303,9 @@ impl Keeper {
                 self.stream.listen_failures.fetch_add(1, Ordering::Relaxed);
                 warn!(error = %e, "the subscription to the graph's changes failed");
             }
-            Job::Stop => {}
+            Job::Stop => return ControlFlow::Break(()),
         }
+        ControlFlow::Continue(())
     }
 
     /// Reads `to`'s feeds again at the next retry: the engine refused one
@@ -895,20 +897,11 @@ mod tests {
         let (mut keeper, mailboxes, _polls, mut other) = shared_keeper(&server, "k:");
         other.follow(&[Edge::new(user(1), user(2))]).unwrap();
         keeper.presence.add(user(1), conn(0, 5));
-        keeper.handle(Job::Refused {
-            user: user(1),
-            to: conn(0, 5),
-        });
+        keeper.read_again_later(user(1), conn(0, 5));
         // Each refused feed of a connection says so; it is read once.
-        keeper.handle(Job::Refused {
-            user: user(1),
-            to: conn(0, 5),
-        });
+        keeper.read_again_later(user(1), conn(0, 5));
         // A connection gone since is not told.
-        keeper.handle(Job::Refused {
-            user: user(3),
-            to: conn(0, 6),
-        });
+        keeper.read_again_later(user(3), conn(0, 6));
         assert_eq!(keeper.refused.len(), 2);
         assert!(mailboxes[0].is_empty(), "not before the pause");
         let at = keeper.retry_at.expect("a retry is due");

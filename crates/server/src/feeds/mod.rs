@@ -171,7 +171,7 @@ pub struct Feeds {
     keeper: keeper::Handle,
     pub presence: Arc<Presence>,
     pub known: Arc<KnownUsers>,
-    pub stream: Arc<StreamCounts>,
+    stream: Arc<StreamCounts>,
 }
 
 /// How following a shared store's announcements went (all 0 with SQLite).
@@ -183,7 +183,29 @@ pub struct StreamCounts {
     pub resyncs: AtomicU64,
 }
 
+/// What `/stats` and `/metrics` show of the graph on this node.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FeedStats {
+    /// Users the graph knows.
+    pub users_known: u64,
+    /// Users with a connection on this node.
+    pub users_present: u64,
+    /// See [`StreamCounts::listen_failures`].
+    pub listen_failures: u64,
+    /// See [`StreamCounts::resyncs`].
+    pub resyncs: u64,
+}
+
 impl Feeds {
+    pub fn stats(&self) -> FeedStats {
+        FeedStats {
+            users_known: self.known.count(),
+            users_present: self.presence.users() as u64,
+            listen_failures: self.stream.listen_failures.load(Ordering::Relaxed),
+            resyncs: self.stream.resyncs.load(Ordering::Relaxed),
+        }
+    }
+
     /// A connection of `user` opened: its worker hears which feeds to add.
     pub fn opened(&self, user: UserId, to: ConnRequest) {
         self.keeper.send(keeper::Job::Open { user, to });
