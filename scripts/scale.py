@@ -601,7 +601,7 @@ def figures(result, sampler, args):
         result["timeline"] = sampler.timeline()
         if args.scenario == "broadcast":
             f["broadcast"] = broadcast_figures(doc, sampler, result.get("setup_done_unix"))
-        elif f.get("published"):
+        elif args.scenario in ("c10m", "smoke") and f.get("published"):
             f["publishing"] = publishing_figures(doc, sampler, result.get("setup_done_unix"), f["published"])
     result["figures"] = f
     problems = []
@@ -672,6 +672,8 @@ def publishing_figures(doc, sampler, setup_done, published):
     if not (started and setup_done and pub):
         return None
     cpu = sampler.cpu(setup_done, started + pub[-1])
+    if not cpu["wall_s"]:
+        return None
     return {"window_s": cpu["wall_s"], "cpu_s": cpu,
             "us_per_publish": {g: cpu.get(g, 0) / published * 1e6 for g in ("nodes", "redis", "bench")}}
 
@@ -820,6 +822,8 @@ def main():
     args.period = args.period or defaults.get("period", "60s")
     if args.connections < 1 or args.redis < 1 or (args.nodes is not None and not 1 <= args.nodes <= 254):
         sys.exit("--connections and --redis must be at least 1, --nodes 1 to 254")
+    if args.publishers is not None and args.publishers < 1:
+        sys.exit("--publishers must be at least 1")
     for name in ("duration", "period", "interval", "drain"):
         try:
             if secs(getattr(args, name)) <= 0:

@@ -405,6 +405,7 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
         "tls_reloads": s.tls_reloads,
         "publishes": s.publishes,
         "publishes_unrouted": s.publishes_unrouted,
+        "round_trips": engine.round_trips,
         "history": {
             "subjects": history.subjects,
             "messages": history.messages,

@@ -9,8 +9,8 @@
 //! goes in a set beside the queue (one entry per subject, however often it
 //! comes and goes), so the node never keeps listening to a subject nobody
 //! here wants. The task takes whatever has come (up to [`MAX_BATCH`]
-//! requests; with a `linger`, what came within it of the first) and runs
-//! it in at most four round trips, however many there are:
+//! requests; with a `linger`, a batch short of that waits as long for
+//! more) and runs it in at most four round trips, however many there are:
 //! 1. one `UNSUBSCRIBE` for every subject still without subscribers;
 //! 2. one pipeline of `forget` scripts for those;
 //! 3. one `SUBSCRIBE` for every subject that gained interest;
@@ -392,15 +392,20 @@ impl Shard {
                     continue;
                 }
             };
-            if first.is_some() && !self.ctx.settings.linger.is_zero() {
+            let mut ops: Vec<Op> = first.into_iter().collect();
+            self.collect(&mut ops);
+            let linger = self.ctx.settings.linger;
+            if !linger.is_zero() && !ops.is_empty() && ops.len() < MAX_BATCH && self.conn.is_some()
+            {
                 // Publishes spread thinly over many subjects would each
                 // wake Redis for a script call of their own, the costliest
                 // part of a publish there (docs/benchmarks.md, "A linger
-                // towards Redis"); held back, they share one.
-                tokio::time::sleep(self.ctx.settings.linger).await;
+                // towards Redis"); held back, they share one. A full batch
+                // has nothing to wait for, nor one Redis would refuse.
+                tokio::time::sleep(linger).await;
+                self.collect(&mut ops);
             }
             let leaving = self.take_leaving();
-            let ops = self.collect(first);
             let weight: usize = ops.iter().map(Op::weight).sum();
             if self.conn.is_none() && Instant::now() >= self.next_attempt {
                 self.reconnect().await;
@@ -437,16 +442,14 @@ impl Shard {
         subjects.drain().collect()
     }
 
-    /// `first` and what has queued up behind it, up to [`MAX_BATCH`].
-    fn collect(&mut self, first: Option<Op>) -> Vec<Op> {
-        let mut batch: Vec<Op> = first.into_iter().collect();
+    /// Adds what has queued up to `batch`, up to [`MAX_BATCH`].
+    fn collect(&mut self, batch: &mut Vec<Op>) {
         while batch.len() < MAX_BATCH {
             match self.rx.try_recv() {
                 Ok(op) => batch.push(op),
                 Err(_) => break,
             }
         }
-        batch
     }
 
     /// Runs one batch in the order the module header gives.
