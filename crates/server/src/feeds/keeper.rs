@@ -891,17 +891,22 @@ mod tests {
         assert!(keeper.retry_at.is_none() && keeper.refused.is_empty());
     }
 
+    /// The engine refused a feed of `to`'s, as the keeper hears it.
+    fn refused(keeper: &mut Keeper, user: UserId, to: ConnRequest) {
+        assert!(keeper.handle(Job::Refused { user, to }).is_continue());
+    }
+
     #[test]
     fn a_connection_whose_feed_was_refused_is_told_its_feeds_again_while_open() {
         let server = myriad_testkit::RedisServer::start();
         let (mut keeper, mailboxes, _polls, mut other) = shared_keeper(&server, "k:");
         other.follow(&[Edge::new(user(1), user(2))]).unwrap();
         keeper.presence.add(user(1), conn(0, 5));
-        keeper.read_again_later(user(1), conn(0, 5));
+        refused(&mut keeper, user(1), conn(0, 5));
         // Each refused feed of a connection says so; it is read once.
-        keeper.read_again_later(user(1), conn(0, 5));
+        refused(&mut keeper, user(1), conn(0, 5));
         // A connection gone since is not told.
-        keeper.read_again_later(user(3), conn(0, 6));
+        refused(&mut keeper, user(3), conn(0, 6));
         assert_eq!(keeper.refused.len(), 2);
         assert!(mailboxes[0].is_empty(), "not before the pause");
         let at = keeper.retry_at.expect("a retry is due");

@@ -91,15 +91,21 @@ local function ttl_of(s)
   return tonumber(redis.call('HGET', meta_key(s), 't') or '0')
 end
 
--- Scores the subject in the indexes by its oldest entry's store order and
--- time.
-local function index(s, order, ms, ttl)
-  redis.call('ZADD', OLDEST, order, s)
+-- Scores the subject in the expiry index by the time `ms` of its oldest
+-- entry, or takes it out when it has no age limit.
+local function score_expiry(s, ms, ttl)
   if ttl > 0 then
     redis.call('ZADD', EXPIRY, ms + ttl, s)
   else
     redis.call('ZREM', EXPIRY, s)
   end
+end
+
+-- Scores the subject in the indexes by its oldest entry's store order and
+-- time.
+local function index(s, order, ms, ttl)
+  redis.call('ZADD', OLDEST, order, s)
+  score_expiry(s, ms, ttl)
 end
 
 -- Takes the subject out of the indexes once it holds no history.
@@ -171,12 +177,7 @@ end
 -- from the time `h` of its oldest entry (nil: no history). The caller
 -- writes t.
 local function retime(s, ttl, h)
-  if not h then return end
-  if ttl > 0 then
-    redis.call('ZADD', EXPIRY, h + ttl, s)
-  else
-    redis.call('ZREM', EXPIRY, s)
-  end
+  if h then score_expiry(s, h, ttl) end
 end
 
 -- Evicts this Redis's oldest publications until history fits `max` bytes.
