@@ -1,7 +1,6 @@
 //! The text the Redis engine's scripts write and its nodes read back: a
-//! history entry (`<order> <offset> <ms> <data>`; see lib.lua) and a
-//! publication on a subject's channel, which is its epoch and its entry
-//! (`<epoch> <order> <offset> <ms> <data>`).
+//! publication's history entry (`<epoch> <order> <offset> <ms> <data>`;
+//! see lib.lua), which is also what the subject's channel carries.
 //!
 //! Pure parsing, tested with byte strings: whatever is in Redis is
 //! untrusted input to the node, so a malformed message is an error, never
@@ -45,10 +44,11 @@ fn split<const N: usize>(text: &str) -> Option<([&str; N], &str)> {
     Some((fields, rest))
 }
 
-/// A publication as it arrives on `subject`'s channel.
-pub fn channel_message(subject: &Arc<str>, payload: &[u8]) -> Result<Publication, CodecError> {
-    let bad = || CodecError::new("channel message", payload);
-    let text = std::str::from_utf8(payload).map_err(|_| bad())?;
+/// A publication of `subject` as an entry reads, `what` naming where it
+/// came from for the error.
+fn entry(subject: &Arc<str>, what: &'static str, text: &[u8]) -> Result<Publication, CodecError> {
+    let bad = || CodecError::new(what, text);
+    let text = std::str::from_utf8(text).map_err(|_| bad())?;
     let ([epoch, order, offset, ms], data) = split::<4>(text).ok_or_else(bad)?;
     let epoch: Epoch = epoch.parse().map_err(|_| bad())?;
     order.parse::<u64>().map_err(|_| bad())?;
@@ -62,24 +62,23 @@ pub fn channel_message(subject: &Arc<str>, payload: &[u8]) -> Result<Publication
     ))
 }
 
-/// A history entry of `subject` in `epoch`.
+/// A publication as it arrives on `subject`'s channel.
+pub fn channel_message(subject: &Arc<str>, payload: &[u8]) -> Result<Publication, CodecError> {
+    entry(subject, "channel message", payload)
+}
+
+/// A history entry of `subject`, whose stream is in `epoch`: an entry of
+/// another epoch is malformed, since a stream's history is all of one.
 pub fn history_entry(
     subject: &Arc<str>,
     epoch: Epoch,
-    entry: &[u8],
+    text: &[u8],
 ) -> Result<Arc<Publication>, CodecError> {
-    let bad = || CodecError::new("history entry", entry);
-    let text = std::str::from_utf8(entry).map_err(|_| bad())?;
-    let ([order, offset, ms], data) = split::<3>(text).ok_or_else(bad)?;
-    order.parse::<u64>().map_err(|_| bad())?;
-    let offset: u64 = offset.parse().map_err(|_| bad())?;
-    let ms: u64 = ms.parse().map_err(|_| bad())?;
-    Ok(Arc::new(Publication::new(
-        Arc::clone(subject),
-        Position::new(epoch, offset),
-        data,
-        ms,
-    )))
+    let publication = entry(subject, "history entry", text)?;
+    if publication.position.epoch != epoch {
+        return Err(CodecError::new("history entry", text));
+    }
+    Ok(Arc::new(publication))
 }
 
 #[cfg(test)]
@@ -107,7 +106,12 @@ mod tests {
 
     #[test]
     fn a_history_entry_reads_offset_time_and_data() {
-        let p = history_entry(&subject(), Epoch(1), b"42 9 1700000000000 \"x y\"").unwrap();
+        let p = history_entry(
+            &subject(),
+            Epoch(1),
+            b"0000000000000001 42 9 1700000000000 \"x y\"",
+        )
+        .unwrap();
         assert_eq!(p.position, Position::new(Epoch(1), 9));
         assert_eq!(p.published_ms, 1_700_000_000_000);
         assert_eq!(
@@ -128,9 +132,14 @@ mod tests {
             b"\xff\xfe 1 1 1 {}",
         ] {
             assert!(channel_message(&subject(), bad).is_err(), "{bad:?}");
+            assert!(
+                history_entry(&subject(), Epoch(255), bad).is_err(),
+                "{bad:?}"
+            );
         }
-        assert!(history_entry(&subject(), Epoch(1), b"1 2 {}").is_err());
-        assert!(history_entry(&subject(), Epoch(1), b"1 x 3 {}").is_err());
-        assert!(history_entry(&subject(), Epoch(1), b"x 2 3 {}").is_err());
+        // Well formed, but of another epoch than its stream's.
+        let other = b"0000000000000002 1 2 3 {}";
+        assert!(history_entry(&subject(), Epoch(2), other).is_ok());
+        assert!(history_entry(&subject(), Epoch(1), other).is_err());
     }
 }

@@ -7,7 +7,8 @@
 --                  subject holds history: the time of its oldest entry,
 --                  or an earlier one)
 --   P:h:<subject>  list: the subject's history, oldest first; each entry
---                  "<order> <offset> <ms> <data>"
+--                  "<epoch> <order> <offset> <ms> <data>" (the epoch is
+--                  the subject's, the same in every entry of the list)
 --   P:oldest       zset: subjects holding history, each scored by the
 --                  store order of its oldest entry or an earlier one (the
 --                  budget evicts from its front)
@@ -15,8 +16,15 @@
 --                  its oldest entry expires or earlier (the sweep reads
 --                  its front)
 --   P:totals       hash: bytes, messages, evictions, order
--- and the channel P:c:<subject> carries "<epoch> <entry>": the epoch and
--- the publication's history entry, built once for both.
+-- and the channel P:c:<subject> carries the publication's history entry
+-- itself, so a publish builds one string for both. Building it is a
+-- cost of its own: Redis's Lua hashes every byte of every string it
+-- makes, about 0.65 µs for an entry of 512 bytes of data
+-- (docs/benchmarks.md, "Through Redis"), so a script makes each entry
+-- once and reads one back only where it must.
+--
+-- Numbers are written into entries with `int`, never with `..`: Lua's own
+-- number format (%.14g) writes 10^14 as "1e+14".
 --
 -- The scores and h may lag behind the history (a publish that drops the
 -- oldest entry of a full history leaves them): each is only ever early,
@@ -64,9 +72,14 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- An integer as decimal digits.
+local function int(n)
+  return string.format('%d', n)
+end
+
 -- order, offset, ms of an entry, and where its data starts.
 local function parse(entry)
-  local order, offset, ms, data = string.match(entry, '^(%d+) (%d+) (%d+) ()')
+  local order, offset, ms, data = string.match(entry, '^%x+ (%d+) (%d+) (%d+) ()')
   return tonumber(order), tonumber(offset), tonumber(ms), data
 end
 
@@ -139,13 +152,22 @@ local function idle_if_empty(s, ttl)
   end
 end
 
--- Drops the subject's oldest entry; true if there was one.
-local function pop_oldest(s)
-  local entry = redis.call('LPOP', hist_key(s))
-  if not entry then return false end
+-- Takes a dropped entry of subject s off the totals.
+local function dropped(s, entry)
   ledger.bytes = ledger.bytes - entry_cost(s, entry)
   ledger.messages = ledger.messages - 1
-  return true
+end
+
+-- Drops the subject's oldest entry (there is one).
+local function pop_oldest(s)
+  dropped(s, redis.call('LPOP', hist_key(s)))
+end
+
+-- Drops the subject's oldest entry, already read as `head`: trimmed, not
+-- popped, so Redis does not make the entry into a Lua string again.
+local function drop_head(s, head)
+  redis.call('LTRIM', hist_key(s), 1, -1)
+  dropped(s, head)
 end
 
 -- Drops the subject's publications older than its age limit `ttl` (ms,
@@ -160,7 +182,7 @@ local function expire(s, now, ttl, rescore)
     if not head then ms = nil break end
     ms = select(3, parse(head))
     if ms + ttl > now then break end
-    pop_oldest(s)
+    drop_head(s, head)
     popped = true
   end
   if not (popped or rescore) then return end
@@ -191,7 +213,7 @@ local function enforce_budget(max)
     local ttl = ttl_of(s)
     local head = redis.call('LINDEX', hist_key(s), 0)
     if head and parse(head) <= score then
-      pop_oldest(s)
+      drop_head(s, head)
       ledger.evictions = ledger.evictions + 1
       if not reindex(s, ttl) then idle_if_empty(s, ttl) end
     else

@@ -676,15 +676,19 @@ mod tests {
         })
     }
 
-    #[test]
-    fn a_linger_lets_publishes_that_come_apart_share_a_round_trip() {
-        let server = RedisServer::start();
+    /// Every subject keeps its last ten publications, however old.
+    fn ten_kept() -> Namespaces {
         let policy = crate::history::HistoryPolicy {
             size: 10,
             ttl: Duration::ZERO,
         };
-        let namespaces = Namespaces::new(policy, &[], crate::namespace::history_policy);
-        let h = harness(server.url(), 1, namespaces, 1 << 20, Duration::from_secs(2));
+        Namespaces::new(policy, &[], crate::namespace::history_policy)
+    }
+
+    #[test]
+    fn a_linger_lets_publishes_that_come_apart_share_a_round_trip() {
+        let server = RedisServer::start();
+        let h = harness(server.url(), 1, ten_kept(), 1 << 20, Duration::from_secs(2));
         let send = |subject: &str| {
             let (tx, rx) = tokio::sync::oneshot::channel();
             let mut wakeups = Wakeups::default();
@@ -707,6 +711,42 @@ mod tests {
         }
         assert_eq!(h.engine.stats().round_trips - before, 1);
         assert_eq!(h.engine.stats().publishes, 2);
+    }
+
+    #[test]
+    fn offsets_of_fifteen_digits_keep_every_digit() {
+        // Lua writes numbers joined with `..` as %.14g: 10^14 as "1e+14",
+        // which no node could read back. The scripts write integers as
+        // digits.
+        let server = RedisServer::start();
+        let h = harness(server.url(), 1, ten_kept(), 1 << 20, Duration::ZERO);
+        h.publish("big", "1");
+        let mut redis = redis::Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*:s:big").query(&mut redis).unwrap();
+        let [meta] = &keys[..] else {
+            panic!("one stream for the subject: {keys:?}")
+        };
+        let last = 99_999_999_999_999u64;
+        let _: () = redis::cmd("HSET")
+            .arg(meta)
+            .arg("o")
+            .arg(last)
+            .query(&mut redis)
+            .unwrap();
+        for (data, offset) in [("2", last + 1), ("3", last + 2)] {
+            let position = h.publish("big", data).position.expect("kept");
+            assert_eq!(position.offset, offset);
+        }
+        let page = h.history("big", None, 10);
+        let offsets: Vec<u64> = page
+            .publications
+            .iter()
+            .map(|p| p.position.offset)
+            .collect();
+        assert_eq!(offsets, [1, last + 1, last + 2]);
     }
 
     #[test]
