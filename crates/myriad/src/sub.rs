@@ -38,6 +38,30 @@ fn gives_up(code: u16) -> bool {
     code >= 4500 || advice == Some(Reconnect::NotUnchanged)
 }
 
+/// What a `subscribed` message means to whoever reads `sub`'s stderr:
+/// the answer to a subscribe (ours carry an `id`), or, without one, the
+/// node telling a live subscription that its stream broke
+/// (docs/protocol.md, "A stream that broke").
+fn answer_notice(
+    subject: &str,
+    position: Position,
+    id: Option<u64>,
+    recovered: Option<bool>,
+) -> String {
+    let offset = position.offset;
+    match (id, recovered) {
+        (None, _) => format!(
+            "the stream of {subject} broke (its Redis lost it, or the node was cut off from Redis for longer than history covers): what was published meanwhile is lost; going on live from offset {offset} of epoch {}",
+            position.epoch
+        ),
+        (Some(_), Some(true)) => format!("resumed {subject}: nothing lost"),
+        (Some(_), Some(false)) => format!(
+            "resumed {subject}: could NOT recover what was missed (history too short or a new epoch); going on live from offset {offset}"
+        ),
+        (Some(_), None) => format!("subscribed to {subject} at offset {offset}"),
+    }
+}
+
 /// The pause before try `tries` of an outage (1 is its first try).
 fn backoff(tries: u32) -> Duration {
     match tries {
@@ -154,28 +178,21 @@ impl Subscriber {
                     }
                 }
                 Ok(ServerMessage::Subscribed {
+                    id,
                     subject,
                     position,
                     recovered,
-                    ..
                 }) => {
                     // A node is serving us: the outage, if any, is over.
                     self.tries = 0;
-                    match recovered {
-                        // The replay follows and moves the position on; the
-                        // answer's is where the replay ends, so taking it
-                        // now would lose the replay to a cut in its middle.
-                        Some(true) => {
-                            eprintln!("resumed {subject}: nothing lost");
-                            continue;
-                        }
-                        Some(false) => eprintln!(
-                            "resumed {subject}: could NOT recover what was missed (history too short or a new epoch); going on live from offset {}",
-                            position.offset
-                        ),
-                        None => eprintln!("subscribed to {subject} at offset {}", position.offset),
+                    eprintln!("{}", answer_notice(&subject, position, id, recovered));
+                    // After a recovery the replay follows and moves the
+                    // position on; the answer's is where the replay ends,
+                    // so taking it now would lose the replay to a cut in
+                    // its middle.
+                    if recovered != Some(true) {
+                        self.positions.insert(subject.into_owned(), position);
                     }
-                    self.positions.insert(subject.into_owned(), position);
                 }
                 Ok(ServerMessage::Error { code, message, .. }) => {
                     eprintln!("error {code}: {message}");
@@ -207,6 +224,30 @@ impl Subscriber {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unasked_answer_says_the_stream_broke_not_that_a_resume_failed() {
+        let at = Position::new(myriad_protocol::position::Epoch(255), 7);
+        let unasked = answer_notice("s", at, None, Some(false));
+        assert!(unasked.starts_with("the stream of s broke"), "{unasked}");
+        assert!(
+            unasked.ends_with("offset 7 of epoch 00000000000000ff"),
+            "{unasked}"
+        );
+        let failed = answer_notice("s", at, Some(1), Some(false));
+        assert!(
+            failed.starts_with("resumed s: could NOT recover"),
+            "{failed}"
+        );
+        assert_eq!(
+            answer_notice("s", at, Some(1), Some(true)),
+            "resumed s: nothing lost"
+        );
+        assert_eq!(
+            answer_notice("s", at, Some(1), None),
+            "subscribed to s at offset 7"
+        );
+    }
 
     #[test]
     fn closes_that_say_do_not_retry_end_it() {
