@@ -176,6 +176,10 @@ fn slow_steady_readers_against_a_fast_publisher(
         "8",
         "--worker-queue-high-water",
         worker_queue_high_water,
+        // Readers starved of CPU on a busy machine for longer than the
+        // default 100 ms would otherwise be cut as stalled.
+        "--worker-intake-stall",
+        "10s",
     ]);
     let readers: Vec<_> = (0..8)
         .map(|_| {

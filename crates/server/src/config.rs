@@ -179,6 +179,14 @@ pub struct Config {
     )]
     pub worker_queue_high_water: usize,
 
+    /// How long a worker past worker_queue_high_water waits for any of its
+    /// sockets to take bytes before it takes from its mailbox anyway (and
+    /// cuts the readers that stalled past max_outbound_bytes): longer
+    /// spares readers that are starved of CPU for a moment, shorter frees
+    /// the worker from stalled readers sooner.
+    #[arg(long, env = "MYRIAD_WORKER_INTAKE_STALL", default_value = "100ms")]
+    pub worker_intake_stall: Ttl,
+
     /// Listen backlog per worker listener (the kernel caps it at net.core.somaxconn).
     #[arg(long, env = "MYRIAD_BACKLOG", default_value_t = 4_096)]
     pub backlog: u32,
@@ -649,6 +657,12 @@ impl Config {
                 self.redis_queue_bytes
             ));
         }
+        if self.worker_intake_stall.0 < Duration::from_millis(1) {
+            return invalid(format!(
+                "worker_intake_stall ({}) must be at least 1ms",
+                self.worker_intake_stall
+            ));
+        }
         if self.redis_linger.0 >= self.redis_timeout.0 {
             return invalid(format!(
                 "redis_linger ({}) must be shorter than redis_timeout ({}): a request \
@@ -920,6 +934,25 @@ mod tests {
             ..Config::default()
         };
         assert!(no_timeout.validate().is_err());
+    }
+
+    #[test]
+    fn the_intake_stall_is_a_duration_of_at_least_a_millisecond() {
+        let check = |args: &[&str]| Config::assemble(&matches(args), None);
+        let why = check(&["myriad", "--worker-intake-stall", "0s"])
+            .unwrap_err()
+            .to_string();
+        assert!(why.contains("worker_intake_stall (0s)"), "{why}");
+        let config = check(&["myriad", "--worker-intake-stall", "5s"]).unwrap();
+        assert_eq!(
+            Duration::from(config.worker_intake_stall),
+            Duration::from_secs(5)
+        );
+        let default = check(&["myriad"]).unwrap();
+        assert_eq!(
+            Duration::from(default.worker_intake_stall),
+            Duration::from_millis(100)
+        );
     }
 
     #[test]

@@ -87,9 +87,6 @@ const MAILBOX_BATCH: usize = 1024;
 /// `outbound.rs`) and leave the backlog in the mailbox, where it costs one
 /// entry per publish and pauses publishers past `mailbox_high_water`.
 const QUEUE_BUDGET: u64 = 256 * 1024;
-/// How long a worker over `worker_queue_high_water` waits for its queues to
-/// drain before it takes from its mailbox anyway.
-const INTAKE_STALL: Duration = Duration::from_millis(100);
 /// Pause after `accept` fails for lack of resources (EMFILE and friends).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Events taken from one `epoll_wait`.
@@ -244,7 +241,7 @@ pub struct Worker {
     drained: bool,
     /// When a socket last took bytes. While the queues drain, a worker over
     /// `worker_queue_high_water` leaves its mailbox alone; once nothing has
-    /// drained for [`INTAKE_STALL`], it reads on (and cuts the readers that
+    /// drained for `worker_intake_stall`, it reads on (and cuts the readers that
     /// stalled), so stalled readers cannot hold up a worker.
     last_drained: Instant,
     /// The mailbox is being left alone this turn.
@@ -316,7 +313,8 @@ impl Worker {
             let timeout = if self.intake_paused {
                 // Waiting in the mailbox is the point: sleep for sockets, and
                 // look again once the queues could have stalled.
-                timeout.map_or(Some(INTAKE_STALL), |t| Some(t.min(INTAKE_STALL)))
+                let stall = self.shared.config.worker_intake_stall.0;
+                timeout.map_or(Some(stall), |t| Some(t.min(stall)))
             } else if may_block && !mailbox.prepare_to_sleep(&self.mailbox) {
                 Some(Duration::ZERO)
             } else {
@@ -600,14 +598,15 @@ impl Worker {
     }
 
     /// Whether to leave the mailbox alone this turn: the queues are past the
-    /// high water and a socket took bytes within [`INTAKE_STALL`].
+    /// high water and a socket took bytes within `worker_intake_stall`.
     fn pause_intake(&mut self) -> bool {
         let now = Instant::now();
         if std::mem::take(&mut self.drained) {
             self.last_drained = now;
         }
-        self.intake_paused = self.queued_frames > self.shared.config.worker_queue_high_water
-            && now.duration_since(self.last_drained) < INTAKE_STALL;
+        let config = &self.shared.config;
+        self.intake_paused = self.queued_frames > config.worker_queue_high_water
+            && now.duration_since(self.last_drained) < config.worker_intake_stall.0;
         self.intake_paused
     }
 
