@@ -457,9 +457,13 @@ impl Keeper {
         self.applied = change;
         let (how, edges) = match what {
             Announced::Follow { users, edges } => {
-                self.known.extend(users);
-                self.known
-                    .extend(edges.iter().flat_map(|e| [e.follower, e.followee]));
+                // A write of this node's own (it has a maker) made its
+                // users known when it was made.
+                if maker.is_none() {
+                    self.known.extend(users);
+                    self.known
+                        .extend(edges.iter().flat_map(|e| [e.follower, e.followee]));
+                }
                 (Apply::Add, edges)
             }
             Announced::Unfollow { edges } => (Apply::Drop, edges),

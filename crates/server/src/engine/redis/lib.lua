@@ -223,15 +223,14 @@ local function enforce_budget(max)
 end
 
 -- Writes the ledger, then answers bytes, messages, evictions and subjects
--- with history: what stats report. Every script ends with it.
+-- with history: what stats report. Every script ends with it, once (each
+-- call runs this file afresh, so nothing here outlives the call).
 local function settle()
   for field, change in pairs(ledger) do
     if change ~= 0 then
       redis.call('HINCRBY', TOTALS, field, change)
-      ledger[field] = 0
     end
   end
-  stored_bytes = nil
   local t = redis.call('HMGET', TOTALS, 'bytes', 'messages', 'evictions')
   return tonumber(t[1] or 0), tonumber(t[2] or 0), tonumber(t[3] or 0), redis.call('ZCARD', OLDEST)
 end
