@@ -89,11 +89,12 @@ impl Listener {
             .map_err(no_answer)?;
         let mut subscription = con.as_pubsub();
         subscription.subscribe(&self.channel).map_err(no_answer)?;
+        // Set once, and again only after a ping: not once per message.
+        subscription
+            .set_read_timeout(Some(IDLE))
+            .map_err(no_answer)?;
         heard(Heard::Subscribed);
         while !stop.load(Ordering::Acquire) {
-            subscription
-                .set_read_timeout(Some(IDLE))
-                .map_err(no_answer)?;
             match subscription.get_message() {
                 Ok(message) => {
                     let text = String::from_utf8_lossy(message.get_payload_bytes());
@@ -111,6 +112,9 @@ impl Listener {
                         .set_read_timeout(Some(self.timeouts.response))
                         .map_err(no_answer)?;
                     subscription.ping::<redis::Value>().map_err(no_answer)?;
+                    subscription
+                        .set_read_timeout(Some(IDLE))
+                        .map_err(no_answer)?;
                 }
                 Err(e) => return Err(no_answer(e)),
             }
