@@ -289,6 +289,52 @@ fn an_unsubscribe_is_not_lost_when_the_queue_towards_redis_is_full() {
 }
 
 #[test]
+fn past_the_queue_high_water_a_publisher_waits_for_redis_instead_of_being_refused() {
+    let redis = RedisServer::start();
+    // Room for eight requests, pausing past two; the connection outlasts
+    // the stall below.
+    let a = outlasting_stalls(
+        &redis,
+        "paced",
+        &["--redis-queue", "8", "--redis-queue-high-water", "2"],
+    );
+    let mut subscriber = a.connect();
+    subscribe(&mut subscriber, &["paced"]);
+    let mut publisher = a.connect();
+    redis.pause();
+    const PUBLISHES: u64 = 100;
+    for id in 1..=PUBLISHES {
+        send(
+            &mut publisher,
+            json!({"op": "publish", "subject": "paced", "data": id, "id": id}),
+        );
+    }
+    // Time for the node to take what it would: without the high water it
+    // refuses all but the first few at once.
+    std::thread::sleep(Duration::from_millis(500));
+    let busy = "myriad_engine_failures_total{kind=\"redis_busy\"}";
+    assert_eq!(a.metric(busy), 0, "nothing refused while Redis sleeps");
+    redis.resume();
+    for id in 1..=PUBLISHES {
+        let reply = recv(&mut publisher);
+        assert_eq!(
+            (&reply["op"], &reply["id"]),
+            (&json!("ok"), &json!(id)),
+            "{reply}"
+        );
+    }
+    for offset in 1..=PUBLISHES {
+        let msg = recv(&mut subscriber);
+        assert_eq!(
+            (&msg["offset"], &msg["data"]),
+            (&json!(offset), &json!(offset)),
+            "{msg}"
+        );
+    }
+    assert_eq!(a.metric(busy), 0);
+}
+
+#[test]
 fn a_stalled_redis_gets_timeouts_and_a_bounded_queue_never_a_hang() {
     let redis = RedisServer::start();
     let a = Node::in_cluster_of(

@@ -277,6 +277,14 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_REDIS_QUEUE", default_value_t = 65_536)]
     pub redis_queue: usize,
 
+    /// Requests waiting for one Redis instance past which publishing
+    /// pauses, as at mailbox_high_water (workers stop reading, the HTTP
+    /// API waits), so that publishers outrunning Redis wait instead of
+    /// being refused at redis_queue; 0 = never (refusals only). Below
+    /// redis_queue, which still bounds what arrives before the pause.
+    #[arg(long, env = "MYRIAD_REDIS_QUEUE_HIGH_WATER", default_value_t = 0)]
+    pub redis_queue_high_water: usize,
+
     /// Bytes of publications (data and subject) that may wait for one Redis
     /// instance; past it requests are refused at once (`redis_busy`), so a
     /// stalled Redis holds at most this much of the node's memory however
@@ -663,6 +671,13 @@ impl Config {
                 self.worker_intake_stall
             ));
         }
+        if self.redis_queue_high_water >= self.redis_queue {
+            return invalid(format!(
+                "redis_queue_high_water ({}) must be below redis_queue ({}): past the queue's \
+                 bound requests are refused before publishing could pause",
+                self.redis_queue_high_water, self.redis_queue
+            ));
+        }
         if self.redis_linger.0 >= self.redis_timeout.0 {
             return invalid(format!(
                 "redis_linger ({}) must be shorter than redis_timeout ({}): a request \
@@ -693,6 +708,7 @@ impl Config {
             timeout: self.redis_timeout.into(),
             queue: self.redis_queue,
             queue_bytes: self.redis_queue_bytes,
+            queue_high_water: self.redis_queue_high_water,
             linger: self.redis_linger.into(),
         }
     }
@@ -953,6 +969,29 @@ mod tests {
             Duration::from(default.worker_intake_stall),
             Duration::from_millis(100)
         );
+    }
+
+    #[test]
+    fn the_redis_queue_high_water_is_below_the_queue() {
+        let check = |args: &[&str]| Config::assemble(&matches(args), None).map(|_| ());
+        let why = check(&[
+            "myriad",
+            "--redis-queue",
+            "8",
+            "--redis-queue-high-water",
+            "8",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(why.contains("redis_queue_high_water (8)"), "{why}");
+        assert!(check(&[
+            "myriad",
+            "--redis-queue",
+            "8",
+            "--redis-queue-high-water",
+            "4"
+        ])
+        .is_ok());
     }
 
     #[test]

@@ -355,8 +355,10 @@ pub trait Engine: Send + Sync + 'static {
     /// Reads history.
     fn history(&self, query: HistoryQuery, reply: Reply<HistoryPage>, wakeups: &mut Wakeups);
 
-    /// True while the node cannot keep up with deliveries: callers that can
-    /// wait (the HTTP API, connections sending publishes) should.
+    /// True while the node cannot keep up with deliveries (or, for an
+    /// engine with a store behind it, while requests pile up towards that
+    /// store): callers that can wait (the HTTP API, connections sending
+    /// publishes) should.
     fn congested(&self) -> bool;
 
     /// Counts of publishes, and what history holds now.

@@ -78,6 +78,10 @@ pub struct RedisSettings {
     /// Bytes of subjects and data waiting for one instance; past it
     /// requests are refused.
     pub queue_bytes: usize,
+    /// Requests waiting for one instance past which publishing pauses, as
+    /// it does when a worker's mailbox is full ([`Engine::congested`]),
+    /// instead of running into `queue`'s refusals; 0 = never.
+    pub queue_high_water: usize,
     /// How long a request may wait for others to share its round trip.
     pub linger: Duration,
 }
@@ -547,7 +551,7 @@ impl Engine for RedisEngine {
     }
 
     fn congested(&self) -> bool {
-        self.ctx.router.hub().congested()
+        self.ctx.router.hub().congested() || self.queues.iter().any(ShardQueue::congested)
     }
 
     fn stats(&self) -> EngineStats {
@@ -669,6 +673,7 @@ mod tests {
             timeout: Duration::from_secs(10),
             queue: 100_000,
             queue_bytes: 64 << 20,
+            queue_high_water: 0,
             linger,
         };
         Harness::new(workers, |hub| {

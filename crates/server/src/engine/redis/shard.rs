@@ -153,9 +153,16 @@ pub struct ShardQueue {
     /// (`redis_queue`, the channel's capacity): 65,536 requests of 64 KiB
     /// messages would otherwise let a stalled Redis hold 4 GiB of the node.
     max_bytes: usize,
+    /// Waiting requests past which publishing pauses (0: never).
+    high_water: usize,
 }
 
 impl ShardQueue {
+    /// More requests wait than `redis_queue_high_water`.
+    pub fn congested(&self) -> bool {
+        self.high_water > 0 && self.tx.max_capacity() - self.tx.capacity() > self.high_water
+    }
+
     /// The node's last subscriber of `subject` left: never refused.
     pub fn leave(&self, subject: &str) {
         let mut subjects = self
@@ -245,6 +252,7 @@ impl Shard {
     pub fn new(index: usize, client: redis::Client, ctx: Arc<Context>) -> (Shard, ShardQueue) {
         let (tx, rx) = mpsc::channel(ctx.settings.queue.max(1));
         let max_bytes = ctx.settings.queue_bytes;
+        let high_water = ctx.settings.queue_high_water;
         let leaving = Arc::new(Leaving::default());
         let queued_bytes = Arc::new(AtomicUsize::new(0));
         let shard = Shard {
@@ -266,6 +274,7 @@ impl Shard {
             leaving,
             queued_bytes,
             max_bytes,
+            high_water,
         };
         (shard, queue)
     }
