@@ -952,64 +952,45 @@ mod tests {
         assert!(no_timeout.validate().is_err());
     }
 
+    /// The configuration the command line `args` makes.
+    fn assembled(args: &[&str]) -> Result<Config, ConfigError> {
+        Config::assemble(&matches(args), None)
+    }
+
+    /// Why the command line `args` makes no configuration.
+    fn refusal(args: &[&str]) -> String {
+        assembled(args).unwrap_err().to_string()
+    }
+
     #[test]
     fn the_intake_stall_is_a_duration_of_at_least_a_millisecond() {
-        let check = |args: &[&str]| Config::assemble(&matches(args), None);
-        let why = check(&["myriad", "--worker-intake-stall", "0s"])
-            .unwrap_err()
-            .to_string();
+        let why = refusal(&["myriad", "--worker-intake-stall", "0s"]);
         assert!(why.contains("worker_intake_stall (0s)"), "{why}");
-        let config = check(&["myriad", "--worker-intake-stall", "5s"]).unwrap();
-        assert_eq!(
-            Duration::from(config.worker_intake_stall),
-            Duration::from_secs(5)
-        );
-        let default = check(&["myriad"]).unwrap();
-        assert_eq!(
-            Duration::from(default.worker_intake_stall),
-            Duration::from_millis(100)
-        );
+        let stall = |args: &[&str]| Duration::from(assembled(args).unwrap().worker_intake_stall);
+        let five = stall(&["myriad", "--worker-intake-stall", "5s"]);
+        assert_eq!(five, Duration::from_secs(5));
+        assert_eq!(stall(&["myriad"]), Duration::from_millis(100));
     }
 
     #[test]
     fn the_redis_queue_high_water_is_below_the_queue() {
-        let check = |args: &[&str]| Config::assemble(&matches(args), None).map(|_| ());
-        let why = check(&[
-            "myriad",
-            "--redis-queue",
-            "8",
-            "--redis-queue-high-water",
-            "8",
-        ])
-        .unwrap_err()
-        .to_string();
+        let queue = ["myriad", "--redis-queue", "8", "--redis-queue-high-water"];
+        let why = refusal(&[&queue[..], &["8"]].concat());
         assert!(why.contains("redis_queue_high_water (8)"), "{why}");
-        assert!(check(&[
-            "myriad",
-            "--redis-queue",
-            "8",
-            "--redis-queue-high-water",
-            "4"
-        ])
-        .is_ok());
+        assert!(assembled(&[&queue[..], &["4"]].concat()).is_ok());
     }
 
     #[test]
     fn a_linger_is_shorter_than_the_redis_timeout() {
-        let check = |args: &[&str]| Config::assemble(&matches(args), None).map(|_| ());
-        let why = check(&["myriad", "--redis-linger", "5s"])
-            .unwrap_err()
-            .to_string();
+        let why = refusal(&["myriad", "--redis-linger", "5s"]);
         assert!(why.contains("redis_linger (5s)"), "{why}");
-        assert!(check(&["myriad", "--redis-linger", "1ms"]).is_ok());
+        assert!(assembled(&["myriad", "--redis-linger", "1ms"]).is_ok());
     }
 
     #[test]
     fn the_redis_queue_holds_at_least_the_largest_publication() {
-        let check = |args: &[&str]| Config::assemble(&matches(args), None).map(|_| ());
-        let why = check(&["myriad", "--redis-queue-bytes", "65535"])
-            .unwrap_err()
-            .to_string();
+        let check = |args: &[&str]| assembled(args).map(|_| ());
+        let why = refusal(&["myriad", "--redis-queue-bytes", "65535"]);
         assert!(why.contains("redis_queue_bytes (65535)"), "{why}");
         assert!(
             why.contains("(1048576)"),
@@ -1025,16 +1006,11 @@ mod tests {
 
     #[test]
     fn the_graph_in_redis_needs_a_redis_and_defaults_to_the_first_redis_url() {
-        let refused = |args: &[&str]| {
-            Config::assemble(&matches(args), None)
-                .unwrap_err()
-                .to_string()
-        };
-        let why = refused(&["myriad", "--graph-store", "redis"]);
+        let why = refusal(&["myriad", "--graph-store", "redis"]);
         assert!(why.contains("graph_redis_url or a redis_url"), "{why}");
-        let why = refused(&["myriad", "--graph-redis-url", "redis://127.0.0.1:1"]);
+        let why = refusal(&["myriad", "--graph-redis-url", "redis://127.0.0.1:1"]);
         assert!(why.contains("--graph-store redis"), "{why}");
-        let why = refused(&[
+        let why = refusal(&[
             "myriad",
             "--graph-store",
             "redis",
