@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 
 use proptest::prelude::*;
 
+use crate::announce::Snapshot;
 use crate::store::{Counts, Store, StoreError, StoreOptions, Totals};
 use crate::user::{Edge, UserId};
 
@@ -59,6 +60,10 @@ macro_rules! conformance_suite {
             #[test]
             fn a_load_is_one_atomic_batch() {
                 c::a_load_is_one_atomic_batch(&mut $make);
+            }
+            #[test]
+            fn whole_lists_read_alone_or_together_agree() {
+                c::whole_lists_read_alone_or_together_agree(&mut $make);
             }
             #[test]
             fn follows_and_unfollows_agree_with_a_model() {
@@ -200,6 +205,37 @@ pub fn reads_page_in_ascending_id_order(store: &mut dyn Store) {
         vec![],
         "a zero limit reads nothing"
     );
+}
+
+pub fn whole_lists_read_alone_or_together_agree(store: &mut dyn Store) {
+    store
+        .follow(&[edge(1, 4), edge(1, 2), edge(1, 3), edge(5, 6)])
+        .unwrap();
+    store.add_users(&[user(7)]).unwrap();
+    let ids = |s: &Snapshot| s.users.iter().map(|u| u.get()).collect::<Vec<_>>();
+    let alone = store.following_all(user(1), 100).unwrap();
+    assert_eq!(ids(&alone), vec![2, 3, 4]);
+    assert_eq!(ids(&store.following_all(user(1), 2).unwrap()), vec![2, 3]);
+    // A user twice, one without edges, one unknown: each in its place.
+    let asked = [user(1), user(7), user(5), user(1), user(8)];
+    let together = store.following_each(&asked, 100).unwrap();
+    let lists: Vec<Vec<u64>> = together.iter().map(ids).collect();
+    assert_eq!(
+        lists,
+        vec![vec![2, 3, 4], vec![], vec![6], vec![2, 3, 4], vec![]]
+    );
+    let last = store.last_change().unwrap();
+    assert_eq!(alone.change, last);
+    assert!(
+        together.iter().all(|s| s.change == last),
+        "clause 6: {together:?}"
+    );
+    let limited = store.following_each(&[user(1), user(5)], 1).unwrap();
+    assert_eq!(
+        limited.iter().map(ids).collect::<Vec<_>>(),
+        vec![vec![2], vec![6]]
+    );
+    assert_eq!(store.following_each(&[], 100).unwrap(), vec![]);
 }
 
 pub fn added_users_are_known_without_edges(store: &mut dyn Store) {

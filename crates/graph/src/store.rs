@@ -28,7 +28,9 @@
 //!    ([`crate::announce`]), so the announcements' order is the store's
 //!    order; [`Store::written`] answers the number of this client's last
 //!    write. [`Store::following_all`] reads a user's whole following list
-//!    together with the number of the last change it includes. A store
+//!    together with the number of the last change it includes, and
+//!    [`Store::following_each`] several users' lists, each with the number
+//!    of the last change it includes. A store
 //!    with one process as its only writer (SQLite) announces nothing: that
 //!    process's own calls are the whole order, and both numbers are 0.
 //!
@@ -182,6 +184,22 @@ pub trait Store: Send {
             self.following(user, after, n)
         })?;
         Ok(Snapshot { change: 0, users })
+    }
+
+    /// [`Store::following_all`] for each of `users`, answered in their
+    /// order. A store with round trips reads them all in one, so a node
+    /// that a thousand users reach at once, or that reads every present
+    /// user again, does not wait a thousand times; the caller bounds how
+    /// many users a call carries.
+    fn following_each(
+        &mut self,
+        users: &[UserId],
+        limit: u64,
+    ) -> Result<Vec<Snapshot>, StoreError> {
+        users
+            .iter()
+            .map(|&user| self.following_all(user, limit))
+            .collect()
     }
 }
 

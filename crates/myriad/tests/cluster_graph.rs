@@ -235,3 +235,68 @@ fn a_graph_loaded_into_redis_is_the_one_every_node_serves() {
         nothing_pending(ws);
     }
 }
+
+#[test]
+fn every_feed_the_engine_refused_in_a_burst_of_connects_is_made_in_the_end() {
+    let redis = RedisServer::start();
+    // One request may wait for Redis: while Redis is stopped, a burst of
+    // connects has its own feeds' attaches refused with `redis_busy`.
+    let flags = [
+        "--workers",
+        "1",
+        "--redis-timeout",
+        "5s",
+        "--graph-store",
+        "redis",
+        "--redis-queue",
+        "1",
+    ];
+    let node = Node::in_cluster_of(&[&redis], "cb", &flags);
+    assert_eq!(follow(&node, &[(1, 2), (3, 2), (3, 4)]), 3);
+    let (status, reply) = post(&node, "/api/users", json!({ "users": [5, 6, 7, 8] }));
+    assert_eq!(status, 200, "{reply}");
+    redis.pause();
+    let mut conns: Vec<(u64, Ws)> = (1..=8)
+        .map(|user| (user, node.connect_path(&format!("/ws?user={user}"))))
+        .collect();
+    let busy = "myriad_engine_failures_total{kind=\"redis_busy\"}";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while node.metric(busy) < 4 {
+        assert!(Instant::now() < deadline, "no burst of refusals");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    redis.resume();
+    for (user, ws) in &mut conns {
+        let mut owed: Vec<u64> = match user {
+            1 => vec![1, 2],
+            3 => vec![3, 2, 4],
+            _ => vec![*user],
+        };
+        while !owed.is_empty() {
+            let reply = recv(ws);
+            if reply["op"] == "error" && reply["code"] == "unavailable" {
+                continue; // refused: the node makes it again
+            }
+            assert_eq!(reply["op"], "subscribed", "user {user}: {reply}");
+            let feed: u64 = reply["subject"].as_str().unwrap()[1..].parse().unwrap();
+            let at = owed.iter().position(|&f| f == feed);
+            assert!(at.is_some(), "user {user}: {feed} twice or unowed");
+            owed.swap_remove(at.unwrap());
+        }
+    }
+    // Each connection gets its user's sends and its followees', in order.
+    for user in 1..=8 {
+        publish_as(&node, user, json!(user));
+    }
+    for (user, ws) in &mut conns {
+        let from: Vec<u64> = match user {
+            1 => vec![1, 2],
+            3 => vec![2, 3, 4],
+            _ => vec![*user],
+        };
+        for sender in from {
+            assert_eq!(next_delivery(ws), (format!("@{sender}"), json!(sender)));
+        }
+        nothing_pending(ws);
+    }
+}

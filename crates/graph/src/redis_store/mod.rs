@@ -92,7 +92,7 @@ pub use listen::{Heard, Listener};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redis::{Connection, ErrorKind, RedisError, RedisResult, Script, ScriptInvocation};
+use redis::{Connection, ErrorKind, RedisError, RedisResult, Script, ScriptInvocation, Value};
 
 use self::scripts::{count, Reply};
 use crate::announce::Snapshot;
@@ -554,22 +554,49 @@ impl Store for RedisStore {
     }
 
     fn following_all(&mut self, user: UserId, limit: u64) -> Result<Snapshot, StoreError> {
-        let (last, following) = (self.key(LAST_CHANGE), self.list("following", user));
+        let mut read = self.following_each(&[user], limit)?;
+        Ok(read.pop().expect("one snapshot per user"))
+    }
+
+    fn following_each(
+        &mut self,
+        users: &[UserId],
+        limit: u64,
+    ) -> Result<Vec<Snapshot>, StoreError> {
+        let last = self.key(LAST_CHANGE);
+        let lists: Vec<String> = users.iter().map(|&u| self.list("following", u)).collect();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        // One MULTI: nothing runs between the two reads, so the list is
+        // One MULTI: nothing runs between the reads, so every list is
         // exactly the store's after change `change`.
-        let (change, ids): (Option<u64>, Vec<u64>) = self.link.read(|con| {
-            redis::pipe()
-                .atomic()
-                .cmd("GET")
-                .arg(&last)
-                .add_command(page_of(&following, "-inf", limit))
-                .query(con)
+        let mut answers: Vec<Value> = self.link.read(|con| {
+            let mut pipe = redis::pipe();
+            pipe.atomic().cmd("GET").arg(&last);
+            for list in &lists {
+                pipe.add_command(page_of(list, "-inf", limit));
+            }
+            pipe.query(con)
         })?;
-        Ok(Snapshot {
-            change: change.unwrap_or(0),
-            users: ids.into_iter().map(stored).collect::<Result<_, _>>()?,
-        })
+        if answers.len() != users.len() + 1 {
+            return Err(StoreError::Backend(format!(
+                "a read of {} following lists answered {} replies",
+                users.len(),
+                answers.len()
+            )));
+        }
+        let garbled =
+            |e: redis::ParsingError| StoreError::Backend(format!("a following list read: {e}"));
+        let ids = answers.split_off(1);
+        let change: Option<u64> = redis::from_redis_value_ref(&answers[0]).map_err(garbled)?;
+        let change = change.unwrap_or(0);
+        ids.into_iter()
+            .map(|list| {
+                let ids: Vec<u64> = redis::from_redis_value(list).map_err(garbled)?;
+                Ok(Snapshot {
+                    change,
+                    users: ids.into_iter().map(stored).collect::<Result<_, _>>()?,
+                })
+            })
+            .collect()
     }
 }
 

@@ -28,7 +28,10 @@
 //! and is not applied to that connection again (`ahead`), so a read is
 //! never undone by an older change still on its way, nor repeated. With
 //! SQLite every change is applied before the next job, so a read includes
-//! exactly the changes applied so far.
+//! exactly the changes applied so far. Connects come in bursts, so the
+//! connects queued right behind one are read with it, in one store call
+//! ([`Store::following_each`]; one `MULTI` with Redis), and each
+//! connection is told its whole list ([`Apply::Replace`]).
 //!
 //! # Catching up
 //! A subscription hears nothing while it is broken (a Redis restart, a cut
@@ -68,6 +71,10 @@ use crate::hub::{Event, Hub, Wakeups};
 
 /// Users read per page when loading the known users.
 const KNOWN_PAGE: usize = 100_000;
+
+/// Users whose following lists one store call reads at most: a burst of
+/// connects, or a resync, shares a round trip per this many.
+const READ_BATCH: usize = 256;
 
 /// How soon a failed resync is tried again.
 const RETRY: Duration = Duration::from_millis(500);
@@ -170,6 +177,9 @@ pub struct Keeper {
     refused: Vec<(UserId, ConnRequest)>,
     /// When the owed resync and the refused connections are tried again.
     retry_at: Option<Instant>,
+    queue: Receiver<Job>,
+    /// A job taken from `queue` while gathering connects: handled next.
+    next: Option<Job>,
 }
 
 impl Keeper {
@@ -222,10 +232,12 @@ impl Keeper {
             owed: false,
             refused: Vec::new(),
             retry_at: None,
+            queue,
+            next: None,
         };
         let thread = std::thread::Builder::new()
             .name("myriad-graph".into())
-            .spawn(move || keeper.run(queue))
+            .spawn(move || keeper.run())
             .map_err(|e| StoreError::Backend(format!("cannot start the graph keeper: {e}")))?;
         Ok(Feeds {
             keeper: Handle {
@@ -239,11 +251,15 @@ impl Keeper {
         })
     }
 
-    fn run(mut self, queue: Receiver<Job>) {
+    fn run(mut self) {
         loop {
-            let job = match self.retry_at {
-                None => queue.recv().map_err(|_| RecvTimeoutError::Disconnected),
-                Some(at) => queue.recv_deadline(at),
+            let job = match (self.next.take(), self.retry_at) {
+                (Some(job), _) => Ok(job),
+                (None, None) => self
+                    .queue
+                    .recv()
+                    .map_err(|_| RecvTimeoutError::Disconnected),
+                (None, Some(at)) => self.queue.recv_deadline(at),
             };
             match job {
                 Ok(job) => {
@@ -263,7 +279,10 @@ impl Keeper {
     /// Does `job`; breaks on [`Job::Stop`].
     fn handle(&mut self, job: Job) -> ControlFlow<()> {
         match job {
-            Job::Open { user, to } => self.open(user, to),
+            Job::Open { user, to } => {
+                let opened = self.gather_opens((user, to));
+                self.open(opened);
+            }
             Job::Change {
                 direction,
                 edges,
@@ -308,6 +327,25 @@ impl Keeper {
         ControlFlow::Continue(())
     }
 
+    /// `first` and the connects queued right behind it, up to
+    /// [`READ_BATCH`]: connections come in bursts, and their lists are
+    /// read in one store call. The first other job is kept for next, so
+    /// jobs keep their order.
+    fn gather_opens(&mut self, first: (UserId, ConnRequest)) -> Vec<(UserId, ConnRequest)> {
+        let mut opened = vec![first];
+        while opened.len() < READ_BATCH {
+            match self.queue.try_recv() {
+                Ok(Job::Open { user, to }) => opened.push((user, to)),
+                Ok(other) => {
+                    self.next = Some(other);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        opened
+    }
+
     /// Reads `to`'s feeds again at the next retry: the engine refused one
     /// of them, or reading them failed. One refusal per feed of the
     /// connection comes; one read tells it all of them again.
@@ -332,49 +370,55 @@ impl Keeper {
             self.resync(Vec::new());
             return;
         }
-        for (user, to) in refused {
-            if self
-                .presence
-                .connections(user)
-                .iter()
-                .any(|c| key(c) == key(&to))
-            {
-                self.open(user, to);
-            }
+        let open: Vec<(UserId, ConnRequest)> = refused
+            .into_iter()
+            .filter(|(user, to)| {
+                self.presence
+                    .connections(*user)
+                    .iter()
+                    .any(|c| key(c) == key(to))
+            })
+            .collect();
+        for chunk in open.chunks(READ_BATCH) {
+            self.open(chunk.to_vec());
         }
     }
 
-    fn open(&mut self, user: UserId, to: ConnRequest) {
-        let feeds = match self.store.following_all(user, self.max_following) {
-            Ok(read) => {
-                if read.change > self.applied {
-                    self.ahead.insert(key(&to), read.change);
-                }
-                read.users
-            }
+    /// Tells each of `opened` its user's whole following list, read in one
+    /// store call.
+    fn open(&mut self, opened: Vec<(UserId, ConnRequest)>) {
+        let users: Vec<UserId> = opened.iter().map(|&(user, _)| user).collect();
+        let reads = match self.store.following_each(&users, self.max_following) {
+            Ok(reads) => reads,
             Err(e) => {
-                warn!(%user, error = %e, "cannot read whom a connecting user follows; trying again");
+                warn!(connections = opened.len(), error = %e,
+                    "cannot read whom connecting users follow; trying again");
                 if self.shared {
                     // The owed resync reads every present user's list,
-                    // this one's too.
+                    // these too.
                     self.owed = true;
                     self.retry_later();
                 } else {
-                    self.read_again_later(user, to);
+                    for (user, to) in opened {
+                        self.read_again_later(user, to);
+                    }
                 }
                 return;
             }
         };
-        let change = FeedChange {
-            to,
-            how: Apply::Add,
-            feeds,
-            acks: Vec::new(),
-        };
-        let mut wakeups = Wakeups::default();
-        self.hub
-            .send(to.worker, Event::Feeds(Box::new(change)), &mut wakeups);
-        self.hub.wake(wakeups);
+        let mut changes = Vec::with_capacity(opened.len());
+        for ((_, to), read) in opened.into_iter().zip(reads) {
+            if read.change > self.applied {
+                self.ahead.insert(key(&to), read.change);
+            }
+            changes.push(FeedChange {
+                to,
+                how: Apply::Replace,
+                feeds: read.users,
+                acks: Vec::new(),
+            });
+        }
+        self.send(changes.into_iter());
     }
 
     fn change(&mut self, direction: Direction, edges: Vec<Edge>) -> Result<Applied, FeedsError> {
@@ -523,21 +567,23 @@ impl Keeper {
         self.known.extend(users);
         let mut changes = Vec::new();
         let mut ahead = HashMap::new();
-        for user in self.presence.users_present() {
-            let read = match self.store.following_all(user, self.max_following) {
-                Ok(read) => read,
+        for users in self.presence.users_present().chunks(READ_BATCH) {
+            let reads = match self.store.following_each(users, self.max_following) {
+                Ok(reads) => reads,
                 Err(e) => return self.resync_failed(&e),
             };
-            for to in self.presence.connections(user) {
-                if read.change > last {
-                    ahead.insert(key(&to), read.change);
+            for (&user, read) in users.iter().zip(reads) {
+                for to in self.presence.connections(user) {
+                    if read.change > last {
+                        ahead.insert(key(&to), read.change);
+                    }
+                    changes.push(FeedChange {
+                        to,
+                        how: Apply::Replace,
+                        feeds: read.users.clone(),
+                        acks: Vec::new(),
+                    });
                 }
-                changes.push(FeedChange {
-                    to,
-                    how: Apply::Replace,
-                    feeds: read.users.clone(),
-                    acks: Vec::new(),
-                });
             }
         }
         // Every write this covers settles once every connection has its
@@ -723,7 +769,7 @@ mod tests {
         let unfollowed = change(vec![Edge::new(user(1), user(2))], Direction::Unfollow);
         assert_eq!(unfollowed.changed, 1);
         let opened = feed_change(&mailboxes[0]);
-        assert_eq!((opened.feeds, opened.how), (vec![user(2)], Apply::Add));
+        assert_eq!((opened.feeds, opened.how), (vec![user(2)], Apply::Replace));
         assert!(opened.acks.is_empty());
         let unfollowed = feed_change(&mailboxes[0]);
         assert_eq!(
@@ -769,6 +815,8 @@ mod tests {
             owed: false,
             refused: Vec::new(),
             retry_at: None,
+            queue: crossbeam_channel::never(),
+            next: None,
         };
         (keeper, mailboxes, polls)
     }
@@ -786,9 +834,9 @@ mod tests {
         other.follow(&[Edge::new(user(1), user(2))]).unwrap();
         other.unfollow(&[Edge::new(user(1), user(2))]).unwrap();
         keeper.presence.add(user(1), conn(0, 5));
-        keeper.open(user(1), conn(0, 5));
+        keeper.open(vec![(user(1), conn(0, 5))]);
         let opened = feed_change(&mailboxes[0]);
-        assert_eq!((opened.how, opened.feeds), (Apply::Add, vec![]));
+        assert_eq!((opened.how, opened.feeds), (Apply::Replace, vec![]));
         // The read includes both: hearing them changes nothing for it
         // (applying change 1 would subscribe it to @2 until change 2).
         keeper.heard(announced("1 f 0 1 2"));
@@ -800,6 +848,73 @@ mod tests {
         let later = feed_change(&mailboxes[0]);
         assert_eq!((later.how, later.feeds), (Apply::Add, vec![user(3)]));
         assert!(keeper.ahead.is_empty(), "forgotten once passed");
+    }
+
+    /// How many `EXEC`s (one per read of following lists) `server` ran.
+    fn execs(server: &myriad_testkit::RedisServer) -> u64 {
+        let mut con = redis::Client::open(server.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut con)
+            .unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("cmdstat_exec:calls="))
+            .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
+    }
+
+    #[test]
+    fn connects_queued_together_are_read_in_one_round_trip_in_order() {
+        let server = myriad_testkit::RedisServer::start();
+        let (mut keeper, mailboxes, _polls, mut other) = shared_keeper(&server, "k:");
+        other.follow(&[Edge::new(user(1), user(2))]).unwrap();
+        let (jobs, queue) = crossbeam_channel::unbounded();
+        keeper.queue = queue;
+        let open = |id: u32| Job::Open {
+            user: user(u64::from(id)),
+            to: conn(0, id),
+        };
+        // 100 connects, a job of another kind, then 300 connects.
+        for id in 1..=100 {
+            jobs.send(open(id)).unwrap();
+        }
+        jobs.send(Job::Refused {
+            user: user(1),
+            to: conn(0, 1),
+        })
+        .unwrap();
+        for id in 101..=400 {
+            jobs.send(open(id)).unwrap();
+        }
+        let before = execs(&server);
+        let first = keeper.queue.recv().unwrap();
+        assert!(keeper.handle(first).is_continue());
+        assert_eq!(execs(&server) - before, 1, "100 connects, one read");
+        let told: Vec<FeedChange> = mailboxes[0]
+            .try_iter()
+            .map(|e| match e {
+                Event::Feeds(change) => *change,
+                other => panic!("expected a feed change, got {other:?}"),
+            })
+            .collect();
+        let conns: Vec<u32> = told.iter().map(|c| c.to.conn).collect();
+        assert_eq!(conns, (1..=100).collect::<Vec<_>>());
+        assert_eq!(told[0].feeds, vec![user(2)]);
+        assert!(told[1..].iter().all(|c| c.feeds.is_empty()));
+        // The other job is next, before any later connect.
+        assert!(matches!(keeper.next, Some(Job::Refused { .. })));
+        let refusal = keeper.next.take().unwrap();
+        assert!(keeper.handle(refusal).is_continue());
+        assert!(mailboxes[0].is_empty(), "a refusal is read again later");
+        // Then at most READ_BATCH connects a read.
+        let first = keeper.queue.recv().unwrap();
+        assert!(keeper.handle(first).is_continue());
+        assert_eq!(execs(&server) - before, 2);
+        assert_eq!(mailboxes[0].try_iter().count(), READ_BATCH);
+        assert!(keeper.next.is_none());
+        assert_eq!(keeper.queue.len(), 300 - READ_BATCH);
     }
 
     #[test]
@@ -875,7 +990,7 @@ mod tests {
             .execute_batch("ALTER TABLE follows RENAME TO follows_away")
             .unwrap();
         keeper.presence.add(user(1), conn(0, 5));
-        keeper.open(user(1), conn(0, 5));
+        keeper.open(vec![(user(1), conn(0, 5))]);
         assert!(
             mailboxes[0].is_empty(),
             "no list is told from a failed read"
@@ -890,7 +1005,7 @@ mod tests {
             .unwrap();
         keeper.retry();
         let again = feed_change(&mailboxes[0]);
-        assert_eq!((again.to.conn, again.how), (5, Apply::Add));
+        assert_eq!((again.to.conn, again.how), (5, Apply::Replace));
         assert_eq!(again.feeds, vec![user(2)]);
         assert!(keeper.retry_at.is_none() && keeper.refused.is_empty());
     }
@@ -917,7 +1032,7 @@ mod tests {
         assert!(at > Instant::now() + RETRY / 2);
         keeper.retry();
         let again = feed_change(&mailboxes[0]);
-        assert_eq!((again.to.conn, again.how), (5, Apply::Add));
+        assert_eq!((again.to.conn, again.how), (5, Apply::Replace));
         assert_eq!(again.feeds, vec![user(2)]);
         assert!(mailboxes[0].is_empty());
         assert!(keeper.retry_at.is_none() && keeper.refused.is_empty());

@@ -85,9 +85,12 @@ pub enum Apply {
     Add,
     /// Drop these feeds.
     Drop,
-    /// Hold exactly these feeds besides the user's own, dropping the
-    /// others: the keeper read them again because it may have missed
-    /// changes (see the keeper's module docs).
+    /// Hold exactly these feeds and the user's own, dropping the other
+    /// graph feeds: the keeper read the user's whole list, at connect, on
+    /// a retry after the engine refused a feed, or because it may have
+    /// missed changes (see the keeper's module docs). The own feed is made
+    /// at open, not by the keeper; a retry is what makes it again when the
+    /// engine refused it.
     Replace,
 }
 

@@ -47,26 +47,37 @@ impl Worker {
         let id = change.to.conn;
         if change.how == Apply::Replace {
             self.drop_feeds_but(id, &change.feeds);
+            let own = self.conns[id as usize]
+                .session
+                .identity
+                .as_ref()
+                .map(|i| i.user);
+            if let Some(own) = own {
+                self.hold_graph_feed(id, own);
+            }
         }
         for &user in &change.feeds {
-            let subject = feed_subject(user);
             match change.how {
-                Apply::Add | Apply::Replace => {
-                    let session = &mut self.conns[id as usize].session;
-                    if !session.holds(&subject) {
-                        if let Some(identity) = session.identity.as_mut() {
-                            identity.graph_feeds += 1;
-                        }
-                        self.add_subscription(id, &subject, None, None);
-                    }
-                }
-                Apply::Drop => self.drop_feed(id, &subject),
+                Apply::Add | Apply::Replace => self.hold_graph_feed(id, user),
+                Apply::Drop => self.drop_feed(id, &feed_subject(user)),
             }
         }
         // `change.acks` are dropped here, after the attaches: an engine
         // places a subject's later publications behind an attach (its
         // contract, clause 3), so a send acknowledged after this reaches
         // the feed.
+    }
+
+    /// Subscribes `id` to `user`'s feed for its graph, unless it holds it.
+    fn hold_graph_feed(&mut self, id: ConnId, user: UserId) {
+        let subject = feed_subject(user);
+        let session = &mut self.conns[id as usize].session;
+        if !session.holds(&subject) {
+            if let Some(identity) = session.identity.as_mut() {
+                identity.graph_feeds += 1;
+            }
+            self.add_subscription(id, &subject, None, None);
+        }
     }
 
     /// Drops the graph feeds of `id` that are not in `keep` (nor its
