@@ -20,33 +20,22 @@
 //! ```
 //! `USER:SENDS` pairs: whom to send as, and how many sends a run.
 
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
+use myriad_server::engine::redis::{publish_call, PUBLISH_SCRIPT};
 use redis::{Connection, Script};
-
-/// The engine's publish script, as the engine assembles it.
-const PUBLISH: &str = concat!(
-    include_str!("../src/engine/redis/lib.lua"),
-    include_str!("../src/engine/redis/publish.lua")
-);
 
 /// Keys of this measurement's subjects, apart from any node's.
 const PREFIX: &str = "expansion";
 /// A send's data, the social workload's size.
-const DATA: [u8; 512] = [b'x'; 512];
+static DATA: LazyLock<String> = LazyLock::new(|| "x".repeat(512));
 
-/// One publish of the engine's script, for `subject`, by its hash (loaded
-/// at the start).
+/// One publish of the engine's own script call for `subject`: history
+/// size 1, no age limit, a 256 MiB budget, a fixed fresh epoch.
 fn publish(script: &Script, subject: &str) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash())
-        .arg(0)
-        .arg(PREFIX)
-        .arg(subject)
-        .arg(&DATA[..]);
-    // history_size 1, no age limit, a 256 MiB budget, a fixed fresh epoch.
-    cmd.arg(1).arg(0).arg(256u64 << 20).arg("00000000000000e1");
-    cmd
+    let publication = (subject, DATA.as_str(), 1, 0);
+    publish_call(script, PREFIX, 256 << 20, "00000000000000e1", [publication])
 }
 
 /// Redis's own CPU time so far (user + system).
@@ -143,10 +132,10 @@ fn main() {
         .unwrap()
         .get_connection()
         .unwrap();
-    let script = Script::new(PUBLISH);
+    let script = Script::new(PUBLISH_SCRIPT);
     let _: redis::Value = redis::cmd("SCRIPT")
         .arg("LOAD")
-        .arg(PUBLISH)
+        .arg(PUBLISH_SCRIPT)
         .query(&mut con)
         .unwrap();
     for (user, sends) in users {

@@ -49,6 +49,7 @@ use thiserror::Error;
 
 use self::router::Router;
 use self::scripts::Scripts;
+pub use self::scripts::{publish_call, PUBLISH_SCRIPT};
 use self::shard::{Op, PublishOp, Read, ReadOp, ScriptCall, ScriptReply, Shard, ShardQueue};
 use super::{
     Attach, Engine, EngineError, EngineFailures, EngineStats, HistoryPage, HistoryQuery,
@@ -209,17 +210,18 @@ impl Context {
     fn add_script(&self, pipe: &mut redis::Pipeline, call: &ScriptCall, epoch: &str) {
         match call {
             ScriptCall::Publish(run) => {
-                let call = evalsha(pipe, &self.scripts.publish)
-                    .arg(&self.settings.prefix)
-                    .arg(self.max_bytes)
-                    .arg(epoch);
-                for PublishOp { subject, data, .. } in run {
+                let publications = run.iter().map(|PublishOp { subject, data, .. }| {
                     let policy = self.namespaces.policy_for(subject);
-                    call.arg(&**subject)
-                        .arg(&**data)
-                        .arg(policy.size)
-                        .arg(policy.ttl.as_millis() as u64);
-                }
+                    let ttl_ms = policy.ttl.as_millis() as u64;
+                    (&**subject, &**data, policy.size, ttl_ms)
+                });
+                pipe.add_command(publish_call(
+                    &self.scripts.publish,
+                    &self.settings.prefix,
+                    self.max_bytes,
+                    epoch,
+                    publications,
+                ));
             }
             ScriptCall::Read(ReadOp::Attach { attach, .. }) => {
                 let read = ReadScript {

@@ -4,6 +4,33 @@
 
 use redis::Script;
 
+/// The publish script as the engine runs it (lib.lua in front of
+/// publish.lua); `publish_call` builds a call of it.
+pub const PUBLISH_SCRIPT: &str = concat!(include_str!("lib.lua"), include_str!("publish.lua"));
+
+/// One call of the publish script, run by `script`'s hash: under key
+/// prefix `prefix`, within a history budget of `max_bytes`, a stream it
+/// creates starting epoch `epoch`; each publication is its subject, data,
+/// history size and age limit in milliseconds (publish.lua's header).
+pub fn publish_call<'a>(
+    script: &Script,
+    prefix: &str,
+    max_bytes: usize,
+    epoch: &str,
+    publications: impl IntoIterator<Item = (&'a str, &'a str, usize, u64)>,
+) -> redis::Cmd {
+    let mut call = redis::cmd("EVALSHA");
+    call.arg(script.get_hash())
+        .arg(0)
+        .arg(prefix)
+        .arg(max_bytes)
+        .arg(epoch);
+    for (subject, data, size, ttl_ms) in publications {
+        call.arg(subject).arg(data).arg(size).arg(ttl_ms);
+    }
+    call
+}
+
 pub struct Scripts {
     pub publish: Script,
     pub read: Script,
@@ -14,10 +41,7 @@ pub struct Scripts {
 impl Scripts {
     pub fn new() -> Scripts {
         Scripts {
-            publish: Script::new(concat!(
-                include_str!("lib.lua"),
-                include_str!("publish.lua")
-            )),
+            publish: Script::new(PUBLISH_SCRIPT),
             read: Script::new(concat!(include_str!("lib.lua"), include_str!("read.lua"))),
             forget: Script::new(concat!(include_str!("lib.lua"), include_str!("forget.lua"))),
             sweep: Script::new(concat!(include_str!("lib.lua"), include_str!("sweep.lua"))),
