@@ -177,6 +177,7 @@ pub struct Keeper {
     refused: Vec<(UserId, ConnRequest)>,
     /// When the owed resync and the refused connections are tried again.
     retry_at: Option<Instant>,
+    /// The jobs workers, the admin API and the listener send.
     queue: Receiver<Job>,
     /// A job taken from `queue` while gathering connects: handled next.
     next: Option<Job>,
@@ -281,7 +282,7 @@ impl Keeper {
         match job {
             Job::Open { user, to } => {
                 let opened = self.gather_opens((user, to));
-                self.open(opened);
+                self.open(&opened);
             }
             Job::Change {
                 direction,
@@ -380,13 +381,13 @@ impl Keeper {
             })
             .collect();
         for chunk in open.chunks(READ_BATCH) {
-            self.open(chunk.to_vec());
+            self.open(chunk);
         }
     }
 
     /// Tells each of `opened` its user's whole following list, read in one
     /// store call.
-    fn open(&mut self, opened: Vec<(UserId, ConnRequest)>) {
+    fn open(&mut self, opened: &[(UserId, ConnRequest)]) {
         let users: Vec<UserId> = opened.iter().map(|&(user, _)| user).collect();
         let reads = match self.store.following_each(&users, self.max_following) {
             Ok(reads) => reads,
@@ -399,7 +400,7 @@ impl Keeper {
                     self.owed = true;
                     self.retry_later();
                 } else {
-                    for (user, to) in opened {
+                    for &(user, to) in opened {
                         self.read_again_later(user, to);
                     }
                 }
@@ -407,7 +408,7 @@ impl Keeper {
             }
         };
         let mut changes = Vec::with_capacity(opened.len());
-        for ((_, to), read) in opened.into_iter().zip(reads) {
+        for (&(_, to), read) in opened.iter().zip(reads) {
             if read.change > self.applied {
                 self.ahead.insert(key(&to), read.change);
             }
@@ -834,7 +835,7 @@ mod tests {
         other.follow(&[Edge::new(user(1), user(2))]).unwrap();
         other.unfollow(&[Edge::new(user(1), user(2))]).unwrap();
         keeper.presence.add(user(1), conn(0, 5));
-        keeper.open(vec![(user(1), conn(0, 5))]);
+        keeper.open(&[(user(1), conn(0, 5))]);
         let opened = feed_change(&mailboxes[0]);
         assert_eq!((opened.how, opened.feeds), (Apply::Replace, vec![]));
         // The read includes both: hearing them changes nothing for it
@@ -990,7 +991,7 @@ mod tests {
             .execute_batch("ALTER TABLE follows RENAME TO follows_away")
             .unwrap();
         keeper.presence.add(user(1), conn(0, 5));
-        keeper.open(vec![(user(1), conn(0, 5))]);
+        keeper.open(&[(user(1), conn(0, 5))]);
         assert!(
             mailboxes[0].is_empty(),
             "no list is told from a failed read"
