@@ -1,9 +1,15 @@
-//! Graceful shutdown: on SIGTERM every client gets close 1001 and the
-//! process exits cleanly within the shutdown timeout.
+//! Graceful shutdown: on SIGTERM every client gets close 1001, every API
+//! request in flight gets its answer, and the process exits cleanly within
+//! the shutdown timeout.
 
 mod common;
 
-use common::{recv_close, subscribe, Node};
+use std::io::Read;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{http, recv_close, subscribe, KeepAlive, Node};
+use myriad_testkit::RedisServer;
 
 #[test]
 fn sigterm_sends_going_away_to_everyone_and_exits() {
@@ -27,5 +33,62 @@ fn sigterm_sends_going_away_to_everyone_and_exits() {
     assert_eq!(node.http("GET", "/healthz", &[], "").0, 503);
     // Clients answer the close (tungstenite does on read); the node then exits.
     drop(clients);
+    node.wait_for_exit();
+}
+
+/// A publish the engine has taken when the node is told to stop may
+/// already be in Redis: it gets its answer, not a cut connection, even
+/// once every client is gone; an idle API connection does not hold the
+/// shutdown up.
+#[test]
+fn an_api_publish_in_flight_at_shutdown_gets_its_answer() {
+    let redis = RedisServer::start();
+    let extra = ["--workers", "1", "--redis-timeout", "60s"];
+    let mut node = Node::in_cluster_of(&[&redis], "drain", &extra);
+    let mut ws = node.connect();
+    subscribe(&mut ws, &["elsewhere"]);
+    let mut idle = KeepAlive::open(node.admin);
+    assert_eq!(idle.get("/healthz", &[]).0, 200);
+
+    redis.pause();
+    let admin = node.admin;
+    let publish = std::thread::spawn(move || {
+        http(
+            admin,
+            "POST",
+            "/api/publish",
+            &[],
+            r#"{"subject":"late","data":1}"#,
+        )
+    });
+    // Taken by the engine, and waiting on the stalled Redis.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while node.metric("myriad_publishes_total") < 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the publish never reached the engine"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    node.terminate();
+    assert_eq!(recv_close(&mut ws), 1001);
+    drop(ws);
+    // The workers are done once the admin listener closes; the publish is
+    // still unanswered, its Redis stalled.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(admin).is_ok() {
+        assert!(Instant::now() < deadline, "the admin listener stayed open");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!publish.is_finished(), "answered before Redis could run it");
+    // The idle connection was closed without waiting for its idle timeout.
+    let mut rest = Vec::new();
+    assert_eq!(idle.stream().read_to_end(&mut rest).unwrap(), 0);
+
+    redis.resume();
+    let (status, reply) = publish.join().unwrap();
+    assert_eq!(status, 200, "{reply}");
+    let reply: serde_json::Value = serde_json::from_str(&reply).unwrap();
+    assert_eq!(reply["offset"], 1, "{reply}");
     node.wait_for_exit();
 }

@@ -219,7 +219,8 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
             Err(_) => outcome = outcome.and(Err(ServeError::WorkerPanicked(index))),
         }
     }
-    // Workers are done (shutdown, or a failure): stop the admin API too.
+    // Workers are done (shutdown, or a failure): the admin API answers
+    // what it has in flight, then stops (see `admin::serve`).
     shared.shutting_down.store(true, Ordering::Release);
     // The receiver is gone only if the admin thread already ended.
     let _ = stop_admin.send(true);

@@ -161,10 +161,9 @@ async fn feed(
             // The client left: hyper dropped the body.
             () = frames.closed() => return,
         }
-        // The flag `/healthz` reads, not the admin listener's stop signal:
-        // that one fires only as the listener's runtime is about to be
-        // dropped with every task in it, too late to end a reply cleanly,
-        // while this one is set as draining starts.
+        // The flag `/healthz` reads, set as the workers start draining:
+        // the admin listener drains only once they are done, and waits for
+        // this stream to end.
         if shared.shutting_down.load(Ordering::Acquire) {
             // A client that is behind misses the event and sees the end only.
             let _ = frames.try_send(Bytes::from_static(SHUTDOWN_EVENT));

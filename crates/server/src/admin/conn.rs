@@ -20,6 +20,10 @@
 //! the connection, closing it, if it is still in that stage. With
 //! `admin_tls` the TLS handshake runs first, inside the *head* stage's
 //! deadline; a failed one is counted (`errors{kind="tls_handshake_failed"}`).
+//!
+//! At shutdown every connection is told to end gracefully (hyper's own
+//! graceful shutdown): an idle one closes at once, a busy one once its
+//! reply is written.
 //! It must not route or answer requests: that is `mod.rs`.
 
 use std::convert::Infallible;
@@ -36,6 +40,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
+use hyper_util::server::graceful::Watcher;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -321,7 +326,8 @@ enum Ended {
 
 /// Serves one admitted connection with `handler`, over TLS when `tls` is
 /// given, until it ends or overstays a stage; `slot` is given back when it
-/// is gone.
+/// is gone. When `shutdown` fires, hyper finishes the request in flight,
+/// if any, and closes the connection.
 pub(super) async fn serve<H, F, S>(
     stream: TcpStream,
     tls: Option<TlsAcceptor>,
@@ -329,6 +335,7 @@ pub(super) async fn serve<H, F, S>(
     timeouts: Timeouts,
     metrics: Arc<Metrics>,
     handler: H,
+    shutdown: Watcher,
 ) where
     H: Fn(Request<Incoming>) -> F + Send + 'static,
     F: Future<Output = Response<Either<Full<Bytes>, S>>> + Send + 'static,
@@ -352,12 +359,14 @@ pub(super) async fn serve<H, F, S>(
     let http = hyper::server::conn::http1::Builder::new();
     let mut connection = Box::pin(async move {
         match tls {
-            None => Ok(http
-                .serve_connection(TokioIo::new(watched), service)
-                .await?),
+            None => {
+                let connection = http.serve_connection(TokioIo::new(watched), service);
+                Ok(shutdown.watch(connection).await?)
+            }
             Some(acceptor) => {
                 let stream = acceptor.accept(watched).await.map_err(Ended::Tls)?;
-                Ok(http.serve_connection(TokioIo::new(stream), service).await?)
+                let connection = http.serve_connection(TokioIo::new(stream), service);
+                Ok(shutdown.watch(connection).await?)
             }
         }
     });

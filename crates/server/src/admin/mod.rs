@@ -25,6 +25,7 @@ use hyper::body::Body;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE, WWW_AUTHENTICATE};
 use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::server::graceful::GracefulShutdown;
 use myriad_protocol::close::CloseReason;
 use myriad_protocol::message::encode_history;
 use serde_json::json;
@@ -59,7 +60,11 @@ type AdminBody = Either<Full<Bytes>, status::EventStream>;
 /// contract forbids: a bug, reported rather than hung on.
 const NO_ANSWER: &str = "the engine did not answer";
 
-/// Serves the admin API until `shutdown` turns true.
+/// Serves the admin API until `shutdown` turns true, then drains it: the
+/// listener closes, idle connections close at once, and every request in
+/// flight gets its answer, within `shutdown_timeout` (a request the engine
+/// has taken may already have taken effect: cutting it unanswered would
+/// leave its client to guess, and perhaps publish twice).
 pub async fn serve(
     listener: std::net::TcpListener,
     shared: Arc<Shared>,
@@ -70,6 +75,7 @@ pub async fn serve(
     let status_streams = Arc::new(status::Streams::new(shared.config.max_status_streams));
     let admission = conn::Admission::new(&shared.config, &shared.metrics);
     let timeouts = conn::Timeouts::new(&shared.config);
+    let connections = GracefulShutdown::new();
     loop {
         let (stream, _) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -81,7 +87,7 @@ pub async fn serve(
                     continue;
                 }
             },
-            _ = shutdown.changed() => return Ok(()),
+            _ = shutdown.changed() => break,
         };
         let Some(slot) = admission.admit(&stream, &shared.metrics) else {
             continue;
@@ -103,8 +109,25 @@ pub async fn serve(
             .as_ref()
             .filter(|_| shared.config.admin_tls)
             .map(|certs| TlsAcceptor::from(certs.current()));
-        tokio::spawn(conn::serve(stream, tls, slot, timeouts, metrics, handler));
+        let watcher = connections.watcher();
+        tokio::spawn(conn::serve(
+            stream, tls, slot, timeouts, metrics, handler, watcher,
+        ));
     }
+    drop(listener);
+    let open = connections.count();
+    let limit = Duration::from_secs(shared.config.shutdown_timeout.into());
+    if tokio::time::timeout(limit, connections.shutdown())
+        .await
+        .is_err()
+    {
+        warn!(
+            open,
+            shutdown_timeout = shared.config.shutdown_timeout,
+            "admin requests still unanswered at the shutdown timeout are cut"
+        );
+    }
+    Ok(())
 }
 
 /// Checks the caller's key, then answers.
