@@ -5,11 +5,12 @@
 mod common;
 
 use std::io::Read;
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::{http, recv_close, subscribe, KeepAlive, Node};
+use common::{http, recv, recv_close, send, subscribe, KeepAlive, Node};
 use myriad_testkit::RedisServer;
+use serde_json::json;
 
 #[test]
 fn sigterm_sends_going_away_to_everyone_and_exits() {
@@ -43,8 +44,7 @@ fn sigterm_sends_going_away_to_everyone_and_exits() {
 #[test]
 fn an_api_publish_in_flight_at_shutdown_gets_its_answer() {
     let redis = RedisServer::start();
-    let extra = ["--workers", "1", "--redis-timeout", "60s"];
-    let mut node = Node::in_cluster_of(&[&redis], "drain", &extra);
+    let mut node = patient_node(&redis);
     let mut ws = node.connect();
     subscribe(&mut ws, &["elsewhere"]);
     let mut idle = KeepAlive::open(node.admin);
@@ -62,24 +62,15 @@ fn an_api_publish_in_flight_at_shutdown_gets_its_answer() {
         )
     });
     // Taken by the engine, and waiting on the stalled Redis.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while node.metric("myriad_publishes_total") < 1 {
-        assert!(
-            Instant::now() < deadline,
-            "the publish never reached the engine"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("the publish reaches the engine", || {
+        node.metric("myriad_publishes_total") == 1
+    });
     node.terminate();
     assert_eq!(recv_close(&mut ws), 1001);
     drop(ws);
     // The workers are done once the admin listener closes; the publish is
     // still unanswered, its Redis stalled.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while TcpStream::connect(admin).is_ok() {
-        assert!(Instant::now() < deadline, "the admin listener stayed open");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("the admin listener closes", || !listening(admin));
     assert!(!publish.is_finished(), "answered before Redis could run it");
     // The idle connection was closed without waiting for its idle timeout.
     let mut rest = Vec::new();
@@ -91,4 +82,54 @@ fn an_api_publish_in_flight_at_shutdown_gets_its_answer() {
     let reply: serde_json::Value = serde_json::from_str(&reply).unwrap();
     assert_eq!(reply["offset"], 1, "{reply}");
     node.wait_for_exit();
+}
+
+/// A WebSocket publish the engine has taken when the node is told to stop
+/// is answered before the client is told 1001.
+#[test]
+fn a_publish_in_flight_at_shutdown_is_answered_before_going_away() {
+    let redis = RedisServer::start();
+    let mut node = patient_node(&redis);
+    let mut ws = node.connect();
+
+    redis.pause();
+    let publish = json!({"op": "publish", "id": 7, "subject": "late", "data": 1});
+    send(&mut ws, publish);
+    wait_until("the publish reaches the engine", || {
+        node.metric("myriad_publishes_total") == 1
+    });
+    node.terminate();
+    // The worker has begun draining once its listener is closed.
+    wait_until("the client listener closes", || !listening(node.ws));
+
+    redis.resume();
+    let ack = recv(&mut ws);
+    assert_eq!(
+        (&ack["op"], &ack["id"], &ack["offset"]),
+        (&json!("ok"), &json!(7), &json!(1)),
+        "{ack}"
+    );
+    assert_eq!(recv_close(&mut ws), 1001);
+    drop(ws);
+    node.wait_for_exit();
+}
+
+/// One worker over `redis`, waiting for as long as a test stalls it.
+fn patient_node(redis: &RedisServer) -> Node {
+    let extra = ["--workers", "1", "--redis-timeout", "60s"];
+    Node::in_cluster_of(&[redis], "drain", &extra)
+}
+
+/// Waits (up to 10 s) for `done`.
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether something accepts connections at `addr`.
+fn listening(addr: SocketAddr) -> bool {
+    TcpStream::connect(addr).is_ok()
 }

@@ -122,7 +122,7 @@ impl Worker {
                     since,
                     limit: limit.map_or(usize::MAX, |l| l as usize),
                 };
-                let reply = Reply::Conn(self.request_of(id, request));
+                let reply = self.owed_reply(id, request);
                 self.shared.engine.history(query, reply, &mut self.wakeups);
             }
             Command::Send { data, .. } => {
@@ -156,7 +156,7 @@ impl Worker {
         subject: &str,
         data: &str,
     ) -> Flow {
-        let reply = Reply::Conn(self.request_of(id, request));
+        let reply = self.owed_reply(id, request);
         self.shared
             .engine
             .publish(subject, data, reply, &mut self.wakeups);
@@ -174,6 +174,15 @@ impl Worker {
                 .conns
                 .get(to.conn as usize)
                 .is_some_and(|c| c.phase.is_open())
+    }
+
+    /// Where the engine answers a request of `id`; one with an id is owed
+    /// its answer (counted until [`Worker::on_answer`] has it).
+    fn owed_reply<T>(&mut self, id: ConnId, request: Option<u64>) -> Reply<T> {
+        if request.is_some() {
+            self.answers_owed += 1;
+        }
+        Reply::Conn(self.request_of(id, request))
     }
 
     pub(super) fn request_of(&self, conn: ConnId, request: Option<u64>) -> ConnRequest {
@@ -375,6 +384,11 @@ impl Worker {
     /// The engine's answer to a publish or history request.
     pub(super) fn on_answer(&mut self, answer: ConnAnswer) {
         let ConnAnswer { to, answer } = answer;
+        if to.request.is_some() {
+            // Every request with an id is answered once (the engine's contract).
+            debug_assert!(self.answers_owed > 0, "an answer nobody was owed");
+            self.answers_owed = self.answers_owed.saturating_sub(1);
+        }
         if !self.is_open_same_life(&to) {
             return;
         }

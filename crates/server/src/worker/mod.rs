@@ -249,8 +249,22 @@ pub struct Worker {
     accept_more: bool,
     accept_paused_until: Option<Instant>,
     last_sweep: u32,
-    /// When graceful shutdown began, on this worker's clock.
-    draining_since: Option<u32>,
+    /// Requests with an id handed to the engine (publishes, history
+    /// reads) whose answers have not come back. Shutdown waits for them
+    /// before it says goodbye: a publish the engine has taken may already
+    /// be in Redis, and its client must not be left to guess.
+    answers_owed: usize,
+    /// Graceful shutdown, once begun.
+    draining: Option<Draining>,
+}
+
+/// How far this worker's graceful shutdown has gone.
+#[derive(Clone, Copy)]
+struct Draining {
+    /// When it began, on this worker's clock.
+    since: u32,
+    /// Every open connection has been sent its 1001.
+    told: bool,
 }
 
 impl Worker {
@@ -299,7 +313,8 @@ impl Worker {
             accept_more: false,
             accept_paused_until: None,
             last_sweep: 1,
-            draining_since: None,
+            answers_owed: 0,
+            draining: None,
         })
     }
 
@@ -988,15 +1003,15 @@ impl Worker {
         }
     }
 
-    /// Graceful shutdown: stop accepting, send every client 1001, and exit
-    /// once all are gone or the shutdown timeout passes. Returns true when
-    /// the worker may exit.
+    /// Graceful shutdown: stop accepting, send every client 1001 once the
+    /// answers owed to them have come (the engine refuses new requests by
+    /// now, at once), and exit once all are gone or the shutdown timeout
+    /// passes. Returns true when the worker may exit.
     fn drain_for_shutdown(&mut self, now: u32) -> bool {
-        let since = match self.draining_since {
-            Some(since) => since,
+        let draining = match self.draining {
+            Some(draining) => draining,
             None => {
                 let now = self.clock.tick();
-                self.draining_since = Some(now);
                 if let Some(mut listener) = self.listener.take() {
                     // Dropping the listener closes it; deregistering first keeps
                     // epoll tidy, and failure to do so changes nothing.
@@ -1004,23 +1019,33 @@ impl Worker {
                 }
                 let ids: Vec<ConnId> = self.conns.iter().map(|(id, _)| id as ConnId).collect();
                 for id in ids {
-                    match self.conns[id as usize].phase {
-                        Phase::Request => {
-                            self.decide_close(id, CloseReason::GoingAway);
-                            self.drop_conn(id);
-                        }
-                        Phase::PubSub | Phase::Echo => self.close(id, CloseReason::GoingAway),
-                        Phase::Closing | Phase::Draining => {}
+                    if self.conns[id as usize].phase == Phase::Request {
+                        self.decide_close(id, CloseReason::GoingAway);
+                        self.drop_conn(id);
                     }
                 }
-                self.flush_dirty();
-                now
+                Draining {
+                    since: now,
+                    told: false,
+                }
             }
         };
+        let timed_out = passed(now, draining.since, self.shared.config.shutdown_timeout);
+        let told = draining.told || self.answers_owed == 0 || timed_out;
+        if told && !draining.told {
+            let ids: Vec<ConnId> = self.conns.iter().map(|(id, _)| id as ConnId).collect();
+            for id in ids {
+                if matches!(self.conns[id as usize].phase, Phase::PubSub | Phase::Echo) {
+                    self.close(id, CloseReason::GoingAway);
+                }
+            }
+            self.flush_dirty();
+        }
+        self.draining = Some(Draining { told, ..draining });
         if self.conns.is_empty() {
             return true;
         }
-        if passed(now, since, self.shared.config.shutdown_timeout) {
+        if timed_out {
             let ids: Vec<ConnId> = self.conns.iter().map(|(id, _)| id as ConnId).collect();
             for id in ids {
                 self.drop_at_deadline(id);
