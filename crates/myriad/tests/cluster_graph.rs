@@ -239,8 +239,38 @@ fn a_graph_loaded_into_redis_is_the_one_every_node_serves() {
 #[test]
 fn every_feed_the_engine_refused_in_a_burst_of_connects_is_made_in_the_end() {
     let redis = RedisServer::start();
-    // One request may wait for Redis: while Redis is stopped, a burst of
+    // No feed attach may wait for room: while Redis is stalled, a burst of
     // connects has its own feeds' attaches refused with `redis_busy`.
+    let node = burst_node(&redis, "0");
+    redis.pause();
+    let mut conns = connect_users(&node);
+    let busy = "myriad_engine_failures_total{kind=\"redis_busy\"}";
+    wait_for_metric(&node, busy, 4);
+    redis.resume();
+    expect_feeds(&mut conns, Refusals::Expected);
+    expect_sends(&node, &mut conns);
+}
+
+#[test]
+fn a_burst_of_connects_past_a_full_queue_waits_for_room_without_an_error() {
+    let redis = RedisServer::start();
+    let node = burst_node(&redis, "1000");
+    redis.pause();
+    let mut conns = connect_users(&node);
+    // One attach in the round trip and one in the queue; the rest wait.
+    wait_for_metric(&node, "myriad_engine_waiting_attaches", 4);
+    redis.resume();
+    expect_feeds(&mut conns, Refusals::None);
+    let busy = "myriad_engine_failures_total{kind=\"redis_busy\"}";
+    assert_eq!(node.metric(busy), 0);
+    assert_eq!(node.metric("myriad_engine_waiting_attaches"), 0);
+    expect_sends(&node, &mut conns);
+}
+
+/// A node over `redis` where one request may wait for Redis, and
+/// `feed_backlog` feed attaches may wait for room; users 1 to 8, of whom
+/// 1 follows 2, and 3 follows 2 and 4.
+fn burst_node(redis: &RedisServer, feed_backlog: &str) -> Node {
     let flags = [
         "--workers",
         "1",
@@ -250,31 +280,57 @@ fn every_feed_the_engine_refused_in_a_burst_of_connects_is_made_in_the_end() {
         "redis",
         "--redis-queue",
         "1",
+        "--redis-feed-backlog",
+        feed_backlog,
     ];
-    let node = Node::in_cluster_of(&[&redis], "cb", &flags);
+    let node = Node::in_cluster_of(&[redis], "cb", &flags);
     assert_eq!(follow(&node, &[(1, 2), (3, 2), (3, 4)]), 3);
     let (status, reply) = post(&node, "/api/users", json!({ "users": [5, 6, 7, 8] }));
     assert_eq!(status, 200, "{reply}");
-    redis.pause();
-    let mut conns: Vec<(u64, Ws)> = (1..=8)
+    node
+}
+
+fn connect_users(node: &Node) -> Vec<(u64, Ws)> {
+    (1..=8)
         .map(|user| (user, node.connect_path(&format!("/ws?user={user}"))))
-        .collect();
-    let busy = "myriad_engine_failures_total{kind=\"redis_busy\"}";
+        .collect()
+}
+
+/// Waits (up to 10 s) for the metric `name` to reach `at_least`.
+fn wait_for_metric(node: &Node, name: &str, at_least: u64) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while node.metric(busy) < 4 {
-        assert!(Instant::now() < deadline, "no burst of refusals");
+    while node.metric(name) < at_least {
+        assert!(Instant::now() < deadline, "{name} stayed below {at_least}");
         std::thread::sleep(Duration::from_millis(20));
     }
-    redis.resume();
-    for (user, ws) in &mut conns {
-        let mut owed: Vec<u64> = match user {
-            1 => vec![1, 2],
-            3 => vec![3, 2, 4],
-            _ => vec![*user],
-        };
+}
+
+/// Whether a feed's attach may be refused (`unavailable`) before it is made.
+#[derive(Clone, Copy, PartialEq)]
+enum Refusals {
+    Expected,
+    None,
+}
+
+/// Each user's own feed, then its followees', in `burst_node`'s graph.
+fn feeds_of(user: u64) -> Vec<u64> {
+    match user {
+        1 => vec![1, 2],
+        3 => vec![3, 2, 4],
+        _ => vec![user],
+    }
+}
+
+/// Every connection is told each of its feeds is made, once.
+fn expect_feeds(conns: &mut [(u64, Ws)], refusals: Refusals) {
+    for (user, ws) in conns {
+        let mut owed = feeds_of(*user);
         while !owed.is_empty() {
             let reply = recv(ws);
-            if reply["op"] == "error" && reply["code"] == "unavailable" {
+            if refusals == Refusals::Expected
+                && reply["op"] == "error"
+                && reply["code"] == "unavailable"
+            {
                 continue; // refused: the node makes it again
             }
             assert_eq!(reply["op"], "subscribed", "user {user}: {reply}");
@@ -284,16 +340,16 @@ fn every_feed_the_engine_refused_in_a_burst_of_connects_is_made_in_the_end() {
             owed.swap_remove(at.unwrap());
         }
     }
-    // Each connection gets its user's sends and its followees', in order.
+}
+
+/// Each connection gets its user's sends and its followees', in order.
+fn expect_sends(node: &Node, conns: &mut [(u64, Ws)]) {
     for user in 1..=8 {
-        publish_as(&node, user, json!(user));
+        publish_as(node, user, json!(user));
     }
-    for (user, ws) in &mut conns {
-        let from: Vec<u64> = match user {
-            1 => vec![1, 2],
-            3 => vec![2, 3, 4],
-            _ => vec![*user],
-        };
+    for (user, ws) in conns {
+        let mut from = feeds_of(*user);
+        from.sort_unstable();
         for sender in from {
             assert_eq!(next_delivery(ws), (format!("@{sender}"), json!(sender)));
         }

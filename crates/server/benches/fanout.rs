@@ -75,6 +75,7 @@ fn publish_to_10k(c: &mut Criterion) {
                 max_replay_bytes: 0,
                 to,
                 token: u64::from(id),
+                can_wait: false,
             };
             engine.attach(attach, &mut wakeups);
             registry.subscribe(&subject, id);

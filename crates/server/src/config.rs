@@ -299,6 +299,13 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_REDIS_LINGER", default_value = "0s")]
     pub redis_linger: Ttl,
 
+    /// Attaches the node makes for users' graph feeds that may wait per
+    /// Redis instance for room once redis_queue is full, instead of being
+    /// refused (an error to the client, and the keeper asking again every
+    /// 500 ms); past it they are refused too (`redis_busy`).
+    #[arg(long, env = "MYRIAD_REDIS_FEED_BACKLOG", default_value_t = 262_144)]
+    pub redis_feed_backlog: usize,
+
     /// Where the follow graph lives: `sqlite` (a file in `data_dir`, this
     /// node's alone) or `redis` (one Redis the cluster's nodes share, keys
     /// under `<redis_prefix>:g:`; a follow through any node reaches the
@@ -710,6 +717,7 @@ impl Config {
             queue_bytes: self.redis_queue_bytes,
             queue_high_water: self.redis_queue_high_water,
             linger: self.redis_linger.into(),
+            feed_backlog: self.redis_feed_backlog,
         }
     }
 

@@ -177,6 +177,7 @@ pub struct Metrics {
     publishes: Counter<u64, AtomicU64>,
     publishes_unrouted: Counter<u64, AtomicU64>,
     engine_round_trips: Counter<u64, AtomicU64>,
+    engine_waiting_attaches: Gauge,
     tls_reloads: Counter<u64, AtomicU64>,
     sockets_aborted: Counter<u64, AtomicU64>,
     feeds: FeedMetrics,
@@ -324,6 +325,11 @@ impl Metrics {
             "engine_round_trips",
             "Round trips to Redis carrying publishes, attaches and reads (a pipeline of scripts each; 0 on the memory engine)",
         );
+        let engine_waiting_attaches = registered(
+            r,
+            "engine_waiting_attaches",
+            "Attaches for users' graph feeds waiting for room in a full queue towards Redis (redis_feed_backlog)",
+        );
         let tls_reloads = registered(
             r,
             "tls_reloads",
@@ -395,6 +401,7 @@ impl Metrics {
             publishes,
             publishes_unrouted,
             engine_round_trips,
+            engine_waiting_attaches,
             tls_reloads,
             sockets_aborted,
             feeds,
@@ -471,6 +478,8 @@ impl Metrics {
         catch_up(&self.publishes, stats.publishes);
         catch_up(&self.publishes_unrouted, stats.publishes_unrouted);
         catch_up(&self.engine_round_trips, stats.round_trips);
+        self.engine_waiting_attaches
+            .set(gauge(stats.waiting_attaches));
         let history = &stats.history;
         self.history.subjects.set(gauge(history.subjects));
         self.history.messages.set(gauge(history.messages));

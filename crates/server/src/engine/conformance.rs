@@ -23,7 +23,7 @@ use myriad_protocol::position::Position;
 use tokio::sync::oneshot;
 
 use super::{
-    Attach, ConnRequest, Engine, EngineError, HistoryPage, HistoryQuery, Published, Reply,
+    Attach, Attached, ConnRequest, Engine, EngineError, HistoryPage, HistoryQuery, Published, Reply,
 };
 use crate::history::HistoryPolicy;
 use crate::hub::{Event, Hub, Wakeups};
@@ -102,6 +102,42 @@ impl Harness {
         self.hub.wake(wakeups);
         rx.blocking_recv().expect("answered").expect("read")
     }
+
+    /// Attaches connection `conn` of worker 0 to `subject`, live from now;
+    /// the answer is [`Harness::attached`]'s.
+    pub fn attach(&self, subject: &str, conn: ConnId, can_wait: bool) {
+        let attach = Attach {
+            subject: Arc::from(subject),
+            since: None,
+            max_replay_bytes: usize::MAX,
+            to: ConnRequest {
+                worker: 0,
+                conn,
+                life: 0,
+                request: None,
+            },
+            token: 1,
+            can_wait,
+        };
+        let mut wakeups = Wakeups::default();
+        self.engine.attach(attach, &mut wakeups);
+        self.hub.wake(wakeups);
+    }
+
+    /// The next attach answer of worker 0 (publications are passed over),
+    /// within [`SETTLE_WITHIN`].
+    pub fn attached(&self) -> Attached {
+        let deadline = std::time::Instant::now() + SETTLE_WITHIN;
+        loop {
+            let event = self.mailboxes[0]
+                .recv_deadline(deadline)
+                .expect("an attach answer in time");
+            self.hub.mailbox(0).taken(1);
+            if let Event::Attached(attached) = event {
+                return *attached;
+            }
+        }
+    }
 }
 
 /// What one simulated connection saw of one subject.
@@ -174,6 +210,7 @@ impl Sim {
                     request: None,
                 },
                 token,
+                can_wait: false,
             },
             &mut wakeups,
         );
@@ -747,27 +784,8 @@ fn shutdown_refuses_everything(make: Make) {
         rx.blocking_recv().unwrap(),
         Err(EngineError::ShuttingDown)
     ));
-    h.engine.attach(
-        Attach {
-            subject: Arc::from("before"),
-            since: None,
-            max_replay_bytes: usize::MAX,
-            to: ConnRequest {
-                worker: 0,
-                conn: 1,
-                life: 0,
-                request: None,
-            },
-            token: 1,
-        },
-        &mut wakeups,
-    );
-    h.hub.wake(wakeups);
-    match h.mailboxes[0].try_recv() {
-        Ok(Event::Attached(a)) => {
-            assert!(matches!(a.outcome, Err(EngineError::ShuttingDown)));
-        }
-        other => panic!("{other:?}"),
-    }
+    h.attach("before", 1, false);
+    let attached = h.attached();
+    assert!(matches!(attached.outcome, Err(EngineError::ShuttingDown)));
     h.engine.detach("before", 0, true);
 }

@@ -597,6 +597,7 @@ impl Engine for MemoryEngine {
             publishes: inner.publishes.load(Ordering::Relaxed),
             publishes_unrouted: inner.publishes_unrouted.load(Ordering::Relaxed),
             round_trips: 0,
+            waiting_attaches: 0,
             history: HistoryStats {
                 subjects,
                 messages: inner.held_messages.load(Ordering::Relaxed) as u64,

@@ -180,6 +180,11 @@ pub struct Attach {
     /// Names this attach among others of the same connection and subject,
     /// so the worker can tell a stale answer from the current one.
     pub token: u64,
+    /// Nobody waits on this attach: the node made it for a user's follow
+    /// graph. An engine with a bounded queue towards a store lets it wait
+    /// for room there instead of refusing it at once: a refusal is an error
+    /// to a client that asked for nothing, and a retry from the keeper.
+    pub can_wait: bool,
 }
 
 /// The answer to an [`Attach`], in line with the subject's publications.
@@ -291,6 +296,9 @@ pub struct EngineStats {
     /// and reads (a pipeline of Redis scripts each; none from the memory
     /// engine): with `publishes`, how well they share them.
     pub round_trips: u64,
+    /// Attaches that can wait ([`Attach::can_wait`]) waiting for room in a
+    /// full queue towards the store (none on the memory engine).
+    pub waiting_attaches: u64,
     pub history: HistoryStats,
     pub failures: EngineFailures,
 }

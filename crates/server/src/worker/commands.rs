@@ -242,12 +242,15 @@ impl Worker {
             .subscriptions
             .push(Arc::clone(&name));
         self.metrics.subscriptions.inc();
+        let session = &self.conns[id as usize].session;
+        let can_wait = request.is_none() && session.is_graph_feed(&name);
         let attach = Attach {
             subject: name,
             since,
             max_replay_bytes: self.reply_room(id),
             to: self.request_of(id, request),
             token,
+            can_wait,
         };
         self.shared.engine.attach(attach, &mut self.wakeups);
     }

@@ -31,9 +31,11 @@
 //!   of the node's last round trip to each.
 //!
 //! Submodules: [`shard`] (one instance: its queue, batching and
-//! connection), [`router`] (local interest and the attach switch),
-//! [`codec`] (what the scripts write), [`ring`], [`scripts`].
+//! connection), [`backlog`] (feed attaches waiting for room in a full
+//! queue), [`router`] (local interest and the attach switch), [`codec`]
+//! (what the scripts write), [`ring`], [`scripts`].
 
+mod backlog;
 mod codec;
 mod ring;
 mod router;
@@ -85,6 +87,9 @@ pub struct RedisSettings {
     pub queue_high_water: usize,
     /// How long a request may wait for others to share its round trip.
     pub linger: Duration,
+    /// Attaches that can wait ([`Attach::can_wait`]) held per instance for
+    /// room past a full `queue`; past it they are refused too.
+    pub feed_backlog: usize,
 }
 
 /// Why the Redis engine could not start.
@@ -569,6 +574,7 @@ impl Engine for RedisEngine {
             publishes: ctx.publishes.load(Ordering::Relaxed),
             publishes_unrouted: ctx.publishes_unrouted.load(Ordering::Relaxed),
             round_trips: ctx.round_trips.load(Ordering::Relaxed),
+            waiting_attaches: self.queues.iter().map(|q| q.waiting() as u64).sum(),
             history: HistoryStats {
                 subjects: sum(|t| &t.subjects),
                 messages: sum(|t| &t.messages),
@@ -657,27 +663,32 @@ mod tests {
 
     fn redis(workers: usize, namespaces: Namespaces, max_bytes: usize) -> Harness {
         let url = URL.lock().unwrap().clone().expect("the suite's Redis");
-        harness(url, workers, namespaces, max_bytes, Duration::ZERO)
+        harness(settings(url), workers, namespaces, max_bytes)
     }
 
-    fn harness(
-        url: String,
-        workers: usize,
-        namespaces: Namespaces,
-        max_bytes: usize,
-        linger: Duration,
-    ) -> Harness {
+    /// The settings of an engine over `url`, under a prefix no other
+    /// harness has.
+    fn settings(url: String) -> RedisSettings {
         static HARNESSES: AtomicUsize = AtomicUsize::new(0);
         let n = HARNESSES.fetch_add(1, Ordering::Relaxed);
-        let settings = RedisSettings {
+        RedisSettings {
             urls: vec![url],
             prefix: format!("conformance{n}"),
             timeout: Duration::from_secs(10),
             queue: 100_000,
             queue_bytes: 64 << 20,
             queue_high_water: 0,
-            linger,
-        };
+            linger: Duration::ZERO,
+            feed_backlog: 1_000,
+        }
+    }
+
+    fn harness(
+        settings: RedisSettings,
+        workers: usize,
+        namespaces: Namespaces,
+        max_bytes: usize,
+    ) -> Harness {
         Harness::new(workers, |hub| {
             Box::new(RedisEngine::connect(hub, namespaces, max_bytes, settings).expect("connects"))
         })
@@ -695,7 +706,11 @@ mod tests {
     #[test]
     fn a_linger_lets_publishes_that_come_apart_share_a_round_trip() {
         let server = RedisServer::start();
-        let h = harness(server.url(), 1, ten_kept(), 1 << 20, Duration::from_secs(2));
+        let settings = RedisSettings {
+            linger: Duration::from_secs(2),
+            ..settings(server.url())
+        };
+        let h = harness(settings, 1, ten_kept(), 1 << 20);
         let send = |subject: &str| {
             let (tx, rx) = tokio::sync::oneshot::channel();
             let mut wakeups = Wakeups::default();
@@ -726,7 +741,7 @@ mod tests {
         // which no node could read back. The scripts write integers as
         // digits.
         let server = RedisServer::start();
-        let h = harness(server.url(), 1, ten_kept(), 1 << 20, Duration::ZERO);
+        let h = harness(settings(server.url()), 1, ten_kept(), 1 << 20);
         h.publish("big", "1");
         let mut redis = redis::Client::open(server.url())
             .unwrap()
@@ -754,6 +769,40 @@ mod tests {
             .map(|p| p.position.offset)
             .collect();
         assert_eq!(offsets, [1, last + 1, last + 2]);
+    }
+
+    #[test]
+    fn feed_attaches_wait_for_room_in_a_full_queue_where_others_are_refused() {
+        let server = RedisServer::start();
+        // A queue with no room at all: every request finds it full.
+        let full = |feed_backlog| RedisSettings {
+            queue_bytes: 0,
+            feed_backlog,
+            ..settings(server.url())
+        };
+        let h = harness(full(1_000), 1, ten_kept(), 1 << 20);
+        for conn in 0..3 {
+            h.attach(&format!("asked{conn}"), conn, false);
+        }
+        for conn in 3..6 {
+            h.attach(&format!("feed{conn}"), conn, true);
+        }
+        let mut made = std::collections::BTreeMap::new();
+        for _ in 0..6 {
+            let attached = h.attached();
+            made.insert(attached.subject.to_string(), attached.outcome.is_ok());
+        }
+        let made: Vec<bool> = made.into_values().collect();
+        // asked0..asked2 refused at once; feed3..feed5 held, then made.
+        assert_eq!(made, [false, false, false, true, true, true]);
+        let stats = h.engine.stats();
+        assert_eq!((stats.failures.busy, stats.waiting_attaches), (3, 0));
+
+        // Past the backlog's bound a feed attach is refused like the others.
+        let h = harness(full(0), 1, ten_kept(), 1 << 20);
+        h.attach("feed", 0, true);
+        let attached = h.attached();
+        assert!(matches!(attached.outcome, Err(EngineError::RedisBusy)));
     }
 
     #[test]

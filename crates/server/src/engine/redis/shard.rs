@@ -3,14 +3,16 @@
 //! connection, and what happens when it goes away.
 //!
 //! Workers never wait on Redis: they put a request in the shard's queue
-//! (`try_send`; a full queue refuses at once with `redis_busy`) and the
-//! answer comes back through the worker's mailbox. A subject losing its
+//! (`try_send`; a full queue refuses at once with `redis_busy`, except an
+//! attach that can wait, which the [`Backlog`] holds) and the answer comes
+//! back through the worker's mailbox. A subject losing its
 //! last subscriber on the node is not a request that may be refused: it
 //! goes in a set beside the queue (one entry per subject, however often it
 //! comes and goes), so the node never keeps listening to a subject nobody
 //! here wants. The task takes whatever has come (up to [`MAX_BATCH`]
-//! requests; with a `linger`, a batch short of that waits as long for
-//! more) and runs it in at most four round trips, however many there are:
+//! requests, of which up to [`BACKLOG_SHARE`] are kept for the backlog's
+//! oldest, so a queue kept full cannot starve it; with a `linger`, a batch
+//! short of that waits as long for more) and runs it in at most four round trips, however many there are:
 //! 1. one `UNSUBSCRIBE` for every subject still without subscribers;
 //! 2. one pipeline of `forget` scripts for those;
 //! 3. one `SUBSCRIBE` for every subject that gained interest;
@@ -39,6 +41,7 @@ use redis::{AsyncConnectionConfig, PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
+use super::backlog::Backlog;
 use super::codec;
 use super::{Context, Totals};
 use crate::engine::{Attach, Attachment, EngineError, HistoryPage, HistoryQuery, Published, Reply};
@@ -46,6 +49,9 @@ use crate::hub::Wakeups;
 
 /// Requests one round trip carries at most.
 const MAX_BATCH: usize = 1_024;
+
+/// Of a batch, the requests kept for the backlog while it holds any.
+const BACKLOG_SHARE: usize = MAX_BATCH / 4;
 
 /// Subjects per resubscribe command after a reconnect.
 const RESUBSCRIBE_CHUNK: usize = 1_000;
@@ -99,6 +105,11 @@ impl Op {
             Op::Publish(p) => p.subject.len() + p.data.len(),
             Op::Read(read) => read.subject().len(),
         }
+    }
+
+    /// Whether it may wait in the backlog when the queue is full.
+    fn can_wait(&self) -> bool {
+        matches!(self, Op::Read(ReadOp::Attach { attach, .. }) if attach.can_wait)
     }
 
     /// Answers the request with `error`.
@@ -155,6 +166,7 @@ pub struct ShardQueue {
     max_bytes: usize,
     /// Waiting requests past which publishing pauses (0: never).
     high_water: usize,
+    backlog: Arc<Backlog<Op>>,
 }
 
 impl ShardQueue {
@@ -176,8 +188,10 @@ impl ShardQueue {
         }
     }
 
-    /// Queues `op`, or answers it at once when the queue is full (in
-    /// requests or in bytes) or gone.
+    /// Queues `op`; when the queue is full (in requests or in bytes), an
+    /// op that can wait goes to the backlog, and the rest, or all once the
+    /// backlog is full too, are answered at once, as are ops for a queue
+    /// that is gone.
     pub fn send(&self, op: Op, ctx: &Context, wakeups: &mut Wakeups) {
         let weight = op.weight();
         // Reserved only if it fits, so a sender that does not fit never
@@ -188,16 +202,34 @@ impl ShardQueue {
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, fits)
             .is_err()
         {
-            return op.fail(ctx, EngineError::RedisBusy, wakeups);
+            return self.full(op, ctx, wakeups);
         }
         if let Err(e) = self.tx.try_send(op) {
             self.queued_bytes.fetch_sub(weight, Ordering::AcqRel);
-            let (op, error) = match e {
-                mpsc::error::TrySendError::Full(op) => (op, EngineError::RedisBusy),
-                mpsc::error::TrySendError::Closed(op) => (op, EngineError::ShuttingDown),
-            };
-            op.fail(ctx, error, wakeups);
+            match e {
+                mpsc::error::TrySendError::Full(op) => self.full(op, ctx, wakeups),
+                mpsc::error::TrySendError::Closed(op) => {
+                    op.fail(ctx, EngineError::ShuttingDown, wakeups)
+                }
+            }
         }
+    }
+
+    /// `op` found the queue full.
+    fn full(&self, op: Op, ctx: &Context, wakeups: &mut Wakeups) {
+        let op = match op.can_wait() {
+            true => match self.backlog.hold(op) {
+                Ok(()) => return,
+                Err(op) => op,
+            },
+            false => op,
+        };
+        op.fail(ctx, EngineError::RedisBusy, wakeups);
+    }
+
+    /// Attaches waiting in the backlog.
+    pub fn waiting(&self) -> usize {
+        self.backlog.len()
     }
 }
 
@@ -242,6 +274,7 @@ pub struct Shard {
     leaving: Arc<Leaving>,
     /// See [`ShardQueue::queued_bytes`].
     queued_bytes: Arc<AtomicUsize>,
+    backlog: Arc<Backlog<Op>>,
     backoff: Duration,
     next_attempt: Instant,
 }
@@ -255,6 +288,7 @@ impl Shard {
         let high_water = ctx.settings.queue_high_water;
         let leaving = Arc::new(Leaving::default());
         let queued_bytes = Arc::new(AtomicUsize::new(0));
+        let backlog = Arc::new(Backlog::new(ctx.settings.feed_backlog));
         let shard = Shard {
             index,
             client,
@@ -266,6 +300,7 @@ impl Shard {
             subscribed: HashSet::new(),
             leaving: Arc::clone(&leaving),
             queued_bytes: Arc::clone(&queued_bytes),
+            backlog: Arc::clone(&backlog),
             backoff: MIN_BACKOFF,
             next_attempt: Instant::now(),
         };
@@ -275,6 +310,7 @@ impl Shard {
             queued_bytes,
             max_bytes,
             high_water,
+            backlog,
         };
         (shard, queue)
     }
@@ -386,6 +422,7 @@ impl Shard {
                     None => return,
                 },
                 _ = self.leaving.added.notified() => None,
+                _ = self.backlog.added.notified() => None,
                 _ = self.lost.notified(), if self.conn.is_some() => {
                     if self.closed.load(Ordering::Acquire) {
                         self.disconnect(&connection_dropped());
@@ -414,8 +451,11 @@ impl Shard {
                 tokio::time::sleep(linger).await;
                 self.collect(&mut ops);
             }
-            let leaving = self.take_leaving();
+            // What came through the queue is weighed off its byte bound
+            // once answered; what the backlog held never weighed on it.
             let weight: usize = ops.iter().map(Op::weight).sum();
+            self.backlog.take(&mut ops, MAX_BATCH);
+            let leaving = self.take_leaving();
             if self.conn.is_none() && Instant::now() >= self.next_attempt {
                 self.reconnect().await;
             }
@@ -451,9 +491,11 @@ impl Shard {
         subjects.drain().collect()
     }
 
-    /// Adds what has queued up to `batch`, up to [`MAX_BATCH`].
+    /// Adds what has queued up to `batch`, up to [`MAX_BATCH`] less the
+    /// backlog's share.
     fn collect(&mut self, batch: &mut Vec<Op>) {
-        while batch.len() < MAX_BATCH {
+        let limit = MAX_BATCH - self.backlog.len().min(BACKLOG_SHARE);
+        while batch.len() < limit {
             match self.rx.try_recv() {
                 Ok(op) => batch.push(op),
                 Err(_) => break,
