@@ -12,7 +12,8 @@
 //! here wants. The task takes whatever has come (up to [`MAX_BATCH`]
 //! requests, of which up to [`BACKLOG_SHARE`] are kept for the backlog's
 //! oldest, so a queue kept full cannot starve it; with a `linger`, a batch
-//! short of that waits as long for more) and runs it in at most four round trips, however many there are:
+//! short of that waits as long for more) and runs it in at most four round
+//! trips, however many there are:
 //! 1. one `UNSUBSCRIBE` for every subject still without subscribers;
 //! 2. one pipeline of `forget` scripts for those;
 //! 3. one `SUBSCRIBE` for every subject that gained interest;
@@ -48,7 +49,7 @@ use crate::engine::{Attach, Attachment, EngineError, HistoryPage, HistoryQuery, 
 use crate::hub::Wakeups;
 
 /// Requests one round trip carries at most.
-const MAX_BATCH: usize = 1_024;
+pub(super) const MAX_BATCH: usize = 1_024;
 
 /// Of a batch, the requests kept for the backlog while it holds any.
 const BACKLOG_SHARE: usize = MAX_BATCH / 4;
@@ -217,14 +218,12 @@ impl ShardQueue {
 
     /// `op` found the queue full.
     fn full(&self, op: Op, ctx: &Context, wakeups: &mut Wakeups) {
-        let op = match op.can_wait() {
-            true => match self.backlog.hold(op) {
-                Ok(()) => return,
-                Err(op) => op,
-            },
-            false => op,
-        };
-        op.fail(ctx, EngineError::RedisBusy, wakeups);
+        if !op.can_wait() {
+            return op.fail(ctx, EngineError::RedisBusy, wakeups);
+        }
+        if let Err(op) = self.backlog.hold(op) {
+            op.fail(ctx, EngineError::RedisBusy, wakeups);
+        }
     }
 
     /// Attaches waiting in the backlog.
@@ -416,6 +415,9 @@ impl Shard {
     pub async fn run(mut self) {
         let mut sweep = tokio::time::interval(Duration::from_secs(1));
         loop {
+            // The backlog's wake-up is one stored permit however many were
+            // held meanwhile: while it holds any, the next batch is due now.
+            let backlogged = self.backlog.len() > 0;
             let first = tokio::select! {
                 op = self.rx.recv() => match op {
                     Some(op) => Some(op),
@@ -423,6 +425,7 @@ impl Shard {
                 },
                 _ = self.leaving.added.notified() => None,
                 _ = self.backlog.added.notified() => None,
+                () = std::future::ready(()), if backlogged => None,
                 _ = self.lost.notified(), if self.conn.is_some() => {
                     if self.closed.load(Ordering::Acquire) {
                         self.disconnect(&connection_dropped());
