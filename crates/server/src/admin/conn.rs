@@ -24,6 +24,7 @@
 //! At shutdown every connection is told to end gracefully (hyper's own
 //! graceful shutdown): an idle one closes at once, a busy one once its
 //! reply is written.
+//!
 //! It must not route or answer requests: that is `mod.rs`.
 
 use std::convert::Infallible;
@@ -79,6 +80,11 @@ impl Admission {
             max: config.admin_max_connections,
             open: metrics.admin_connections(),
         }
+    }
+
+    /// Connections open now.
+    pub(super) fn open(&self) -> usize {
+        self.max - self.slots.available_permits()
     }
 
     /// A place for `stream`, or `None` at the cap, once the peer has been

@@ -115,16 +115,15 @@ pub async fn serve(
         ));
     }
     drop(listener);
-    let open = connections.count();
     let limit = Duration::from_secs(shared.config.shutdown_timeout.into());
     if tokio::time::timeout(limit, connections.shutdown())
         .await
         .is_err()
     {
         warn!(
-            open,
+            open = admission.open(),
             shutdown_timeout = shared.config.shutdown_timeout,
-            "admin requests still unanswered at the shutdown timeout are cut"
+            "admin connections still busy at the shutdown timeout are cut"
         );
     }
     Ok(())

@@ -250,9 +250,11 @@ pub struct Worker {
     accept_paused_until: Option<Instant>,
     last_sweep: u32,
     /// Requests with an id handed to the engine (publishes, history
-    /// reads) whose answers have not come back. Shutdown waits for them
-    /// before it says goodbye: a publish the engine has taken may already
-    /// be in Redis, and its client must not be left to guess.
+    /// reads) whose answers have not come back. Shutdown waits for all of
+    /// them (a count, not a list per connection: it is on the hot path)
+    /// before it says goodbye, for up to half of `shutdown_timeout`: a
+    /// publish the engine has taken may already be in Redis, and its client
+    /// must not be left to guess.
     answers_owed: usize,
     /// Graceful shutdown, once begun.
     draining: Option<Draining>,
@@ -1003,10 +1005,12 @@ impl Worker {
         }
     }
 
-    /// Graceful shutdown: stop accepting, send every client 1001 once the
-    /// answers owed to them have come (the engine refuses new requests by
-    /// now, at once), and exit once all are gone or the shutdown timeout
-    /// passes. Returns true when the worker may exit.
+    /// Graceful shutdown: stop accepting; send every client 1001 once the
+    /// engine has answered every request with an id this worker handed it
+    /// (the engine refuses new ones by now, at once), or once half of the
+    /// shutdown timeout has passed waiting for them; exit once all clients
+    /// are gone or the shutdown timeout passes. Returns true when the
+    /// worker may exit.
     fn drain_for_shutdown(&mut self, now: u32) -> bool {
         let draining = match self.draining {
             Some(draining) => draining,
@@ -1017,29 +1021,19 @@ impl Worker {
                     // epoll tidy, and failure to do so changes nothing.
                     let _ = self.poll.registry().deregister(&mut listener);
                 }
-                let ids: Vec<ConnId> = self.conns.iter().map(|(id, _)| id as ConnId).collect();
-                for id in ids {
-                    if self.conns[id as usize].phase == Phase::Request {
-                        self.decide_close(id, CloseReason::GoingAway);
-                        self.drop_conn(id);
-                    }
-                }
+                self.say_goodbye(false);
                 Draining {
                     since: now,
                     told: false,
                 }
             }
         };
-        let timed_out = passed(now, draining.since, self.shared.config.shutdown_timeout);
-        let told = draining.told || self.answers_owed == 0 || timed_out;
+        let timeout = self.shared.config.shutdown_timeout;
+        let timed_out = passed(now, draining.since, timeout);
+        let waited_out = passed(now, draining.since, timeout / 2);
+        let told = draining.told || self.answers_owed == 0 || waited_out;
         if told && !draining.told {
-            let ids: Vec<ConnId> = self.conns.iter().map(|(id, _)| id as ConnId).collect();
-            for id in ids {
-                if matches!(self.conns[id as usize].phase, Phase::PubSub | Phase::Echo) {
-                    self.close(id, CloseReason::GoingAway);
-                }
-            }
-            self.flush_dirty();
+            self.say_goodbye(true);
         }
         self.draining = Some(Draining { told, ..draining });
         if self.conns.is_empty() {
@@ -1053,6 +1047,24 @@ impl Worker {
             return true;
         }
         false
+    }
+
+    /// Drops the connections in their request (a handshake, or a kept-alive
+    /// connection's next request: nothing new is served any more) and, with
+    /// `open_too`, sends 1001 to the open ones.
+    fn say_goodbye(&mut self, open_too: bool) {
+        let ids: Vec<ConnId> = self.conns.iter().map(|(id, _)| id as ConnId).collect();
+        for id in ids {
+            match self.conns[id as usize].phase {
+                Phase::Request => {
+                    self.decide_close(id, CloseReason::GoingAway);
+                    self.drop_conn(id);
+                }
+                Phase::PubSub | Phase::Echo if open_too => self.close(id, CloseReason::GoingAway),
+                _ => {}
+            }
+        }
+        self.flush_dirty();
     }
 }
 

@@ -19,9 +19,12 @@ use tokio::sync::Notify;
 
 /// The held requests of one instance.
 pub struct Backlog<T> {
+    /// A plain mutex: locked by workers and the shard's task only to push
+    /// or drain, never across an `.await`.
     held: Mutex<VecDeque<T>>,
     /// How many are held, read without the lock (stats, batch shares).
     len: AtomicUsize,
+    /// `redis_feed_backlog`.
     max: usize,
     /// Wakes the shard's task when one is held.
     pub added: Notify,
@@ -60,6 +63,10 @@ impl<T> Backlog<T> {
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         let n = room.min(held.len());
         batch.extend(held.drain(..n));
+        if held.is_empty() {
+            // A burst's backlog may have grown to megabytes; it is over.
+            held.shrink_to_fit();
+        }
         self.len.store(held.len(), Ordering::Relaxed);
     }
 

@@ -592,6 +592,13 @@ impl Engine for RedisEngine {
 
     fn shut_down(&self) {
         self.closed.store(true, Ordering::Release);
+        // Feed attaches still waiting for room are for connections about to
+        // close: answered now, they take no more of Redis's time.
+        let mut wakeups = Wakeups::default();
+        for queue in &self.queues {
+            queue.refuse_waiting(&self.ctx, EngineError::ShuttingDown, &mut wakeups);
+        }
+        self.ctx.router.hub().wake(wakeups);
     }
 }
 
@@ -809,6 +816,31 @@ mod tests {
         h.attach("feed", 0, true);
         let attached = h.attached();
         assert!(matches!(attached.outcome, Err(EngineError::RedisBusy)));
+    }
+
+    #[test]
+    fn feed_attaches_still_waiting_at_shutdown_are_refused_at_once() {
+        let server = RedisServer::start();
+        let settings = RedisSettings {
+            queue_bytes: 0,
+            timeout: Duration::from_secs(60),
+            feed_backlog: 2 * shard::MAX_BATCH,
+            ..settings(server.url())
+        };
+        let h = harness(settings, 1, ten_kept(), 1 << 20);
+        server.pause();
+        // The task takes one batch at most, and is stuck with it.
+        let feeds = 2 * shard::MAX_BATCH;
+        for conn in 0..feeds as u32 {
+            h.attach(&format!("feed{conn}"), conn, true);
+        }
+        h.engine.shut_down();
+        assert_eq!(h.engine.stats().waiting_attaches, 0);
+        for _ in 0..feeds - shard::MAX_BATCH {
+            let attached = h.attached();
+            assert!(matches!(attached.outcome, Err(EngineError::ShuttingDown)));
+        }
+        server.resume();
     }
 
     #[test]

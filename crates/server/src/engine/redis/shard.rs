@@ -23,8 +23,8 @@
 //! Leaving before the scripts means a publish after the last detach finds
 //! nobody listening here; subscribing before them is what makes an
 //! attach's position come after its subscription (see router.rs). An
-//! attach whose subscriber left while it waited is answered at once (its
-//! worker drops the stale answer) and subscribes nothing.
+//! attach whose subscriber left while it waited is dropped unanswered (its
+//! worker detached it and expects no answer) and subscribes nothing.
 //!
 //! One RESP3 connection carries commands and channel messages alike. When
 //! it fails the task refuses everything (`redis_unavailable`) until it has
@@ -157,9 +157,10 @@ struct Leaving {
 pub struct ShardQueue {
     tx: mpsc::Sender<Op>,
     leaving: Arc<Leaving>,
-    /// Bytes (subjects and data) of the requests queued or in the task's
-    /// batch, shared with the task, which takes a batch's weight off once
-    /// the batch is answered.
+    /// Bytes (subjects and data) of the requests queued, or taken from the
+    /// queue into the task's batch, shared with the task, which takes their
+    /// weight off once the batch is answered. What the backlog holds is not
+    /// weighed: its own count bounds it.
     queued_bytes: Arc<AtomicUsize>,
     /// The byte bound (`redis_queue_bytes`) beside the count bound
     /// (`redis_queue`, the channel's capacity): 65,536 requests of 64 KiB
@@ -167,6 +168,7 @@ pub struct ShardQueue {
     max_bytes: usize,
     /// Waiting requests past which publishing pauses (0: never).
     high_water: usize,
+    /// Where attaches that can wait go when the queue is full.
     backlog: Arc<Backlog<Op>>,
 }
 
@@ -230,6 +232,15 @@ impl ShardQueue {
     pub fn waiting(&self) -> usize {
         self.backlog.len()
     }
+
+    /// Answers every attach waiting in the backlog with `error`.
+    pub fn refuse_waiting(&self, ctx: &Context, error: EngineError, wakeups: &mut Wakeups) {
+        let mut waiting = Vec::new();
+        self.backlog.take(&mut waiting, usize::MAX);
+        for op in waiting {
+            op.fail(ctx, error.clone(), wakeups);
+        }
+    }
 }
 
 /// Hands the channel messages of one connection to the router, in the
@@ -273,6 +284,7 @@ pub struct Shard {
     leaving: Arc<Leaving>,
     /// See [`ShardQueue::queued_bytes`].
     queued_bytes: Arc<AtomicUsize>,
+    /// See [`ShardQueue::backlog`]; the task takes from it with each batch.
     backlog: Arc<Backlog<Op>>,
     backoff: Duration,
     next_attempt: Instant,
@@ -444,8 +456,8 @@ impl Shard {
             let mut ops: Vec<Op> = first.into_iter().collect();
             self.collect(&mut ops);
             let linger = self.ctx.settings.linger;
-            if !linger.is_zero() && !ops.is_empty() && ops.len() < MAX_BATCH && self.conn.is_some()
-            {
+            let short = ops.len() + self.backlog.len() < MAX_BATCH;
+            if !linger.is_zero() && !ops.is_empty() && short && self.conn.is_some() {
                 // Publishes spread thinly over many subjects would each
                 // wake Redis for a script call of their own, the costliest
                 // part of a publish there (docs/benchmarks.md, "A linger
