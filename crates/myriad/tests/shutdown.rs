@@ -61,10 +61,7 @@ fn an_api_publish_in_flight_at_shutdown_gets_its_answer() {
             r#"{"subject":"late","data":1}"#,
         )
     });
-    // Taken by the engine, and waiting on the stalled Redis.
-    wait_until("the publish reaches the engine", || {
-        node.metric("myriad_publishes_total") == 1
-    });
+    wait_for_the_engine_to_take_a_publish(&node);
     node.terminate();
     assert_eq!(recv_close(&mut ws), 1001);
     drop(ws);
@@ -95,9 +92,7 @@ fn a_publish_in_flight_at_shutdown_is_answered_before_going_away() {
     redis.pause();
     let publish = json!({"op": "publish", "id": 7, "subject": "late", "data": 1});
     send(&mut ws, publish);
-    wait_until("the publish reaches the engine", || {
-        node.metric("myriad_publishes_total") == 1
-    });
+    wait_for_the_engine_to_take_a_publish(&node);
     node.terminate();
     // The worker has begun draining once its listener is closed.
     wait_until("the client listener closes", || !listening(node.ws));
@@ -118,6 +113,14 @@ fn a_publish_in_flight_at_shutdown_is_answered_before_going_away() {
 fn patient_node(redis: &RedisServer) -> Node {
     let extra = ["--workers", "1", "--redis-timeout", "60s"];
     Node::in_cluster_of(&[redis], "drain", &extra)
+}
+
+/// Waits for the node's engine to have taken one publish: held there by
+/// the stalled Redis.
+fn wait_for_the_engine_to_take_a_publish(node: &Node) {
+    wait_until("the publish reaches the engine", || {
+        node.metric("myriad_publishes_total") == 1
+    });
 }
 
 /// Waits (up to 10 s) for `done`.

@@ -1012,8 +1012,8 @@ impl Worker {
     /// are gone or the shutdown timeout passes. Returns true when the
     /// worker may exit.
     fn drain_for_shutdown(&mut self, now: u32) -> bool {
-        let draining = match self.draining {
-            Some(draining) => draining,
+        let (draining, begun) = match self.draining {
+            Some(draining) => (draining, false),
             None => {
                 let now = self.clock.tick();
                 if let Some(mut listener) = self.listener.take() {
@@ -1021,11 +1021,11 @@ impl Worker {
                     // epoll tidy, and failure to do so changes nothing.
                     let _ = self.poll.registry().deregister(&mut listener);
                 }
-                self.say_goodbye(false);
-                Draining {
+                let draining = Draining {
                     since: now,
                     told: false,
-                }
+                };
+                (draining, true)
             }
         };
         let timeout = self.shared.config.shutdown_timeout;
@@ -1034,6 +1034,9 @@ impl Worker {
         let told = draining.told || self.answers_owed == 0 || waited_out;
         if told && !draining.told {
             self.say_goodbye(true);
+        } else if begun {
+            // Handshakes end now; open connections wait for their answers.
+            self.say_goodbye(false);
         }
         self.draining = Some(Draining { told, ..draining });
         if self.conns.is_empty() {

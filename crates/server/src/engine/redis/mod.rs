@@ -259,7 +259,7 @@ impl Context {
             ReadMode::Attach => "attach",
             ReadMode::Read => "read",
         };
-        evalsha(pipe, &self.scripts.read)
+        pipe.add_command(scripts::evalsha(&self.scripts.read))
             .arg(&self.settings.prefix)
             .arg(subject)
             .arg(mode)
@@ -391,12 +391,6 @@ struct ReadScript {
     limit: usize,
     /// Past this much, a recovery is reported incomplete.
     max_bytes: usize,
-}
-
-/// Starts an `EVALSHA` of `script` (loaded on every connect) in `pipe`;
-/// the caller adds its arguments.
-fn evalsha<'a>(pipe: &'a mut redis::Pipeline, script: &redis::Script) -> &'a mut redis::Pipeline {
-    pipe.cmd("EVALSHA").arg(script.get_hash()).arg(0)
 }
 
 /// The engine of a node in a cluster joined over Redis.

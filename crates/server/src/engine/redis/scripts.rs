@@ -19,15 +19,19 @@ pub fn publish_call<'a>(
     epoch: &str,
     publications: impl IntoIterator<Item = (&'a str, &'a str, usize, u64)>,
 ) -> redis::Cmd {
-    let mut call = redis::cmd("EVALSHA");
-    call.arg(script.get_hash())
-        .arg(0)
-        .arg(prefix)
-        .arg(max_bytes)
-        .arg(epoch);
+    let mut call = evalsha(script);
+    call.arg(prefix).arg(max_bytes).arg(epoch);
     for (subject, data, size, ttl_ms) in publications {
         call.arg(subject).arg(data).arg(size).arg(ttl_ms);
     }
+    call
+}
+
+/// An `EVALSHA` of `script` (loaded on every connect) with no keys; the
+/// caller adds its arguments.
+pub fn evalsha(script: &Script) -> redis::Cmd {
+    let mut call = redis::cmd("EVALSHA");
+    call.arg(script.get_hash()).arg(0);
     call
 }
 

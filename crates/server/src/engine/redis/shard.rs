@@ -597,7 +597,7 @@ impl Shard {
         pipe.ignore_errors();
         for subject in subjects {
             let policy = ctx.namespaces.policy_for(subject);
-            super::evalsha(&mut pipe, &ctx.scripts.forget)
+            pipe.add_command(super::scripts::evalsha(&ctx.scripts.forget))
                 .arg(&ctx.settings.prefix)
                 .arg(&**subject)
                 .arg(policy.size);
