@@ -314,6 +314,15 @@ fn past_the_queue_high_water_a_publisher_waits_for_redis_instead_of_being_refuse
     std::thread::sleep(Duration::from_millis(500));
     let busy = "myriad_engine_failures_total{kind=\"redis_busy\"}";
     assert_eq!(a.metric(busy), 0, "nothing refused while Redis sleeps");
+    // Once, or again if the shard task took a batch off the queue between.
+    let paused = a.metric("myriad_reads_paused_total{worker=\"0\"}");
+    assert!(paused >= 1, "the publisher's reading paused: {paused}");
+    // The API waits too, then gives up with a named answer, counted.
+    let body = json!({"subject": "paced", "data": "api"}).to_string();
+    let (status, reply) = a.http("POST", "/api/publish", &[], &body);
+    assert_eq!(status, 503, "{reply}");
+    assert!(reply.contains("\"congested\""), "{reply}");
+    assert_eq!(a.metric("myriad_errors_total{kind=\"api_congested\"}"), 1);
     redis.resume();
     for id in 1..=PUBLISHES {
         let reply = recv(&mut publisher);

@@ -160,6 +160,8 @@ fn publishers_outrunning_the_workers_are_paused_and_nothing_is_lost() {
     publisher.flush().unwrap();
     let seqs = reader.join().unwrap();
     assert_eq!(seqs, (1..=MESSAGES).collect::<Vec<u64>>());
+    let paused = node.metric("myriad_reads_paused_total{worker=\"0\"}");
+    assert!(paused >= 1, "the publisher's reading paused: {paused}");
 }
 
 /// Readers that keep up, slowly, with a publisher that offers far more.

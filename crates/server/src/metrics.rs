@@ -70,6 +70,9 @@ pub enum ErrorKind {
     ApiBadRequest,
     /// An admin API request body passed `max_http_body` (HTTP 413).
     ApiBodyTooLarge,
+    /// An API publish waited `CONGESTION_WAIT` for the node to catch up
+    /// and was answered 503 `congested`.
+    ApiCongested,
     /// A `/status/events` stream was refused: `max_status_streams` are open.
     TooManyStatusStreams,
     /// An admin connection arrived while `admin_max_connections` were open:
@@ -125,6 +128,7 @@ impl ErrorKind {
             ErrorKind::ApiForbidden => "api_forbidden",
             ErrorKind::ApiBadRequest => "api_bad_request",
             ErrorKind::ApiBodyTooLarge => "api_body_too_large",
+            ErrorKind::ApiCongested => "api_congested",
             ErrorKind::TooManyStatusStreams => "too_many_status_streams",
             ErrorKind::Tls(failure) => failure.label(),
             ErrorKind::AdminOverCapacity => "admin_over_capacity",
@@ -156,6 +160,7 @@ pub struct WorkerMetrics {
     pub bytes_out: Counter,
     pub writes: Counter,
     pub tls_handshakes: Counter,
+    pub reads_paused: Counter,
 }
 
 /// What history holds, mirrored from the engine when metrics are read.
@@ -254,6 +259,12 @@ impl Metrics {
             "tls_handshakes",
             "TLS handshakes completed on the client listener",
         );
+        let reads_paused: Family<WorkerLabel, Counter> = registered(
+            r,
+            "reads_paused",
+            "Times a connection's reading was paused because the node was congested \
+             (mailboxes past mailbox_high_water, or a queue towards Redis past redis_queue_high_water)",
+        );
         let transport_connections: Family<TransportLabel, Gauge> = registered(
             r,
             "transport_connections",
@@ -290,6 +301,7 @@ impl Metrics {
                     bytes_out: bytes_out.get_or_create(&label).clone(),
                     writes: writes.get_or_create(&label).clone(),
                     tls_handshakes: tls_handshakes.get_or_create(&label).clone(),
+                    reads_paused: reads_paused.get_or_create(&label).clone(),
                 }
             })
             .collect();

@@ -350,6 +350,7 @@ async fn publish_items(
             // waiting for the queues to drain.
             shared.hub.wake(std::mem::take(wakeups));
             if Instant::now() >= deadline {
+                shared.metrics.error(ErrorKind::ApiCongested);
                 return Err(error_reply(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "congested",

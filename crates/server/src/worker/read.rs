@@ -29,7 +29,7 @@ impl Worker {
         let mut budget = super::READ_BUDGET_BYTES;
         loop {
             if self.shared.engine.congested() && self.conns.contains(id as usize) {
-                self.defer_read(id);
+                self.pause_read(id);
                 return;
             }
             let Some(conn) = self.conns.get_mut(id as usize) else {
@@ -75,7 +75,7 @@ impl Worker {
             match flow {
                 Flow::Stop => return,
                 Flow::Pause => {
-                    self.defer_read(id);
+                    self.pause_read(id);
                     return;
                 }
                 Flow::Continue if budget == 0 => {
@@ -87,9 +87,21 @@ impl Worker {
         }
     }
 
-    fn defer_read(&mut self, id: ConnId) {
-        if self.conns[id as usize].set_flag(flags::READ_DEFERRED) {
+    /// Holds `id`'s reading until [`Worker::resume_deferred_reads`];
+    /// returns whether it was not held already.
+    fn defer_read(&mut self, id: ConnId) -> bool {
+        let fresh = self.conns[id as usize].set_flag(flags::READ_DEFERRED);
+        if fresh {
             self.deferred_reads.push(id);
+        }
+        fresh
+    }
+
+    /// Holds `id`'s reading because the node is congested, and counts it:
+    /// a publisher held here is what an operator sees as backpressure.
+    fn pause_read(&mut self, id: ConnId) {
+        if self.defer_read(id) {
+            self.metrics.reads_paused.inc();
         }
     }
 
@@ -109,7 +121,7 @@ impl Worker {
             // nothing else would ever come back to it.
             match self.ingest(id, &mut []) {
                 Flow::Continue => self.on_readable(id, true),
-                Flow::Pause => self.defer_read(id),
+                Flow::Pause => self.pause_read(id),
                 Flow::Stop => {}
             }
         }
