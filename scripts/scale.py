@@ -4,7 +4,7 @@ on this host, `myriad bench` driving all of them, and a report.
 
     python3 scripts/scale.py c10m      [--connections 1000000] [--duration 10m] [--period 60s] [--publishers N]
     python3 scripts/scale.py broadcast [--connections 1000000] [--count 1]
-    python3 scripts/scale.py churn     [--connections 10000] [--nodes 4] [--duration 60s]
+    python3 scripts/scale.py churn     [--connections 10000] [--nodes 4] [--duration 60s] [--kill-after 20s]
     python3 scripts/scale.py smoke     # c10m's shape at 2,000 over 2 nodes for 10 s (the test suite's)
     python3 scripts/scale.py c10m --check   # the box check only
 
@@ -23,7 +23,11 @@ Scenarios (the targets of issue 11):
   churn      `bench churn` across the nodes (default 4): subscribers over
              N/10 subjects reconnect (N/5 a second in all), each time to the
              next node, resuming with `since` from Redis history, while N/2
-             publishes/s go on. Target: 0 lost, 0 duplicated.
+             publishes/s go on. Target: 0 lost, 0 duplicated. With
+             --kill-after D the last node is killed (SIGKILL) D after the
+             subscribers are set up: its subscribers fail over to the next
+             node and must lose nothing either. The publishers (one unless
+             --publishers says otherwise) stay on the nodes before it.
   smoke      c10m at 2,000 subscribers over 2 nodes for 10 s, each subject
              once every 5 s: what scripts/scale_smoke.py runs in the tests.
 
@@ -143,7 +147,9 @@ def plan(args):
     per_node = max(soft - NODE_RESERVED_FDS, 1)
     conns = args.connections
     nodes = args.nodes or max(math.ceil(conns / per_node), 1)
-    publishers = 0 if args.scenario == "broadcast" else (args.publishers or nodes)
+    # A node killed under the run must not hold a publisher: bench
+    # publishers do not fail over, so they default to one, on the first node.
+    publishers = 0 if args.scenario == "broadcast" else (args.publishers or (1 if args.kill_after else nodes))
     total = conns + publishers + (1 if args.scenario == "broadcast" else 0)
     bench_procs = math.ceil(conns / max(soft - BENCH_RESERVED_FDS, 1)) + 1
     subjects = {"c10m": conns, "smoke": conns, "broadcast": 1, "churn": max(conns // 10, 1)}[args.scenario]
@@ -445,7 +451,7 @@ def run(args, p, box, children):
         for i in range(p["nodes"]):
             host = f"127.0.1.{i + 1}"
             proc, ws, admin = start_node(children, args.myriad, flags, listen=f"{host}:0", log=node_log)
-            nodes.append({"pid": proc.pid, "ws": ws, "admin": admin})
+            nodes.append({"pid": proc.pid, "ws": ws, "admin": admin, "proc": proc})
             write_pids(pids_path, children)
         result["start_s"] = time.time() - t0
         result["node_flags"] = flags
@@ -488,6 +494,15 @@ def run(args, p, box, children):
         deadline = time.time() + args.timeout
         while bench.poll() is None:
             write_pids(pids_path, children)
+            setup_done = result.get("setup_done_unix")
+            if args.kill_after and "killed" not in result and setup_done \
+                    and time.time() >= setup_done + secs(args.kill_after):
+                victim = nodes[-1]
+                victim["proc"].kill()
+                victim["proc"].wait()
+                result["killed"] = {"pid": victim["pid"], "ws": victim["ws"],
+                                    "after_setup_s": round(time.time() - setup_done, 1)}
+                print(f"# killed node {victim['ws']} (pid {victim['pid']}) with SIGKILL", file=sys.stderr)
             if time.time() > deadline:
                 children.stop(bench, timeout=5)
                 result["bench_timed_out"] = args.timeout
@@ -498,6 +513,9 @@ def run(args, p, box, children):
         sampler.finish()
         per_node = []
         for n in nodes:
+            if n["pid"] == (result.get("killed") or {}).get("pid"):
+                per_node.append({"killed": True})
+                continue
             try:
                 per_node.append(metrics(n["admin"]))
             except OSError as e:
@@ -518,7 +536,7 @@ def run(args, p, box, children):
     result["sockstat_after"] = sockstat()
     result["left_behind"] = children.left_behind()
     result["pids"] = sorted(children.seen)
-    result["nodes"] = nodes
+    result["nodes"] = [{k: v for k, v in n.items() if k != "proc"} for n in nodes]
     result["redis"] = redis
     result["finished_unix"] = time.time()
     figures(result, sampler, args)
@@ -626,6 +644,13 @@ def figures(result, sampler, args):
         problems.append(f"{subscribed:,} of {args.connections:,} subscribers set up")
     if result["left_behind"]:
         problems.append(f"processes left behind: {result['left_behind']}")
+    if args.kill_after:
+        if "killed" not in result:
+            problems.append("the node was not killed: the run ended first")
+        elif churn and not churn.get("failovers"):
+            problems.append("no subscriber failed over from the killed node")
+        elif churn and churn.get("failed_over") != churn.get("failovers"):
+            problems.append(f"{churn['failovers'] - churn['failed_over']:,} subscribers did not fail over")
     targets = {}
     lat = f.get("latency_us") or {}
     if args.scenario == "c10m" and lat:
@@ -712,6 +737,12 @@ def summary_rows(result):
         ("network namespace", f"own, {result['netns']['ehash_buckets']:,} TCP hash buckets"
          if result.get("netns") else "the host's"),
     ]
+    killed = result.get("killed")
+    if killed:
+        c = f.get("churn") or {}
+        rows.append(("node killed (SIGKILL); subscribers failed over / lost with it",
+                     f"{killed['ws']} {killed['after_setup_s']} s after set-up; "
+                     f"{c.get('failed_over', 0):,} / {c.get('failovers', 0):,}"))
     b = f.get("broadcast")
     if b:
         rows += [
@@ -800,6 +831,8 @@ def main():
     parser.add_argument("--publishers", type=int, help="c10m, churn: publishing connections, on as many nodes "
                         "(default: one per node)")
     parser.add_argument("--count", type=int, default=1, help="broadcast: publishes")
+    parser.add_argument("--kill-after", help="churn: kill the last node (SIGKILL) this long after the "
+                        "subscribers are set up; its subscribers must fail over and lose nothing")
     parser.add_argument("--interval", default="10s", help="broadcast: time between publishes")
     parser.add_argument("--drain", default="30s", help="c10m, churn: how long to wait for deliveries after the last publish")
     parser.add_argument("--out", help="output directory (default target/scale/<scenario>)")
@@ -824,7 +857,12 @@ def main():
         sys.exit("--connections and --redis must be at least 1, --nodes 1 to 254")
     if args.publishers is not None and args.publishers < 1:
         sys.exit("--publishers must be at least 1")
-    for name in ("duration", "period", "interval", "drain"):
+    if args.kill_after is not None:
+        if args.scenario != "churn" or args.nodes < 2:
+            sys.exit("--kill-after is for churn over at least 2 nodes")
+        if args.publishers is not None and args.publishers >= args.nodes:
+            sys.exit("--kill-after: --publishers must leave the last node without one (publishers do not fail over)")
+    for name in ("duration", "period", "interval", "drain", *(["kill_after"] if args.kill_after else [])):
         try:
             if secs(getattr(args, name)) <= 0:
                 raise ValueError
