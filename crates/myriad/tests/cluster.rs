@@ -579,3 +579,139 @@ fn bad_redis_settings_stop_the_start_with_a_clear_error() {
     let stderr = refused_start(&["--engine", "redis"]);
     assert!(stderr.contains("needs at least one redis_url"), "{stderr}");
 }
+
+/// Self-signed certificates for a Redis speaking TLS and for the nodes it
+/// asks to show one, as PEM files.
+struct RedisPki {
+    dir: tempfile::TempDir,
+}
+
+impl RedisPki {
+    fn new() -> RedisPki {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, host) in [("redis", "127.0.0.1"), ("node", "myriad-node")] {
+            let certified = rcgen::generate_simple_self_signed(vec![host.into()]).unwrap();
+            std::fs::write(dir.path().join(format!("{name}.pem")), certified.cert.pem()).unwrap();
+            let key = certified.signing_key.serialize_pem();
+            std::fs::write(dir.path().join(format!("{name}.key")), key).unwrap();
+        }
+        RedisPki { dir }
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.path().join(name).display().to_string()
+    }
+
+    /// A Redis whose TLS port takes only clients showing the node's
+    /// certificate.
+    fn redis(&self) -> RedisServer {
+        let file = |name| self.dir.path().join(name);
+        RedisServer::start_tls(
+            &file("redis.pem"),
+            &file("redis.key"),
+            Some(&file("node.pem")),
+        )
+    }
+}
+
+#[test]
+fn nodes_reach_a_redis_that_speaks_tls_and_asks_for_their_certificate() {
+    let pki = RedisPki::new();
+    let redis = pki.redis();
+    let (url, ca, cert, key) = (
+        redis.tls_url(),
+        pki.path("redis.pem"),
+        pki.path("node.pem"),
+        pki.path("node.key"),
+    );
+    let args = [
+        "--engine",
+        "redis",
+        "--graph-store",
+        "redis",
+        "--redis-url",
+        &url,
+        "--redis-prefix",
+        "tls",
+        "--redis-tls-ca",
+        &ca,
+        "--redis-tls-cert",
+        &cert,
+        "--redis-tls-key",
+        &key,
+        "--workers",
+        "1",
+    ];
+    let (a, b) = (Node::start(&args), Node::start(&args));
+    // The engine: a publication through B reaches A's subscriber.
+    let mut on_a = a.connect();
+    subscribe(&mut on_a, &["secure"]);
+    assert_eq!(b.publish("secure", &json!("sealed"))["offset"], 1);
+    let msg = recv(&mut on_a);
+    assert_eq!(
+        (&msg["offset"], &msg["data"]),
+        (&json!(1), &json!("sealed"))
+    );
+    // The graph store: users added through A, and B hears of them.
+    let (status, reply) = common::graph::post(&a, "/api/users", json!({"users": [1, 2]}));
+    assert_eq!(status, 200, "{reply}");
+    b.wait_for_stats("B to hear of the users", |s| s["graph"]["users"] == 2);
+    // Every link of the nodes came in on the TLS port: on the plain one
+    // there is only this test's own question.
+    let clients = redis.command(&["CLIENT", "LIST"]).unwrap();
+    let on_port = |url: &str| {
+        let port = url.rsplit(':').next().unwrap();
+        let laddr = format!("laddr=127.0.0.1:{port} ");
+        clients.lines().filter(|l| l.contains(&laddr)).count()
+    };
+    assert_eq!(on_port(&redis.url()), 1, "{clients}");
+    // Per node: the engine's link, the graph store's and its listener's.
+    assert!(on_port(&url) >= 6, "{clients}");
+}
+
+#[test]
+fn a_redis_over_tls_that_cannot_be_trusted_or_trust_the_node_stops_the_start() {
+    let pki = RedisPki::new();
+    let redis = pki.redis();
+    let url = redis.tls_url();
+    let engine = [
+        "--engine",
+        "redis",
+        "--redis-url",
+        &url,
+        "--redis-timeout",
+        "5s",
+    ];
+    // Redis's certificate checked against the system's roots: unknown.
+    let stderr = refused_start(&engine);
+    assert!(stderr.contains("cannot reach Redis at"), "{stderr}");
+    assert!(stderr.contains("UnknownIssuer"), "{stderr}");
+    // Trusted, but the node shows no certificate of its own.
+    let ca = pki.path("redis.pem");
+    let stderr = refused_start(&[&engine[..], &["--redis-tls-ca", &ca]].concat());
+    assert!(stderr.contains("cannot reach Redis at"), "{stderr}");
+    // The node's settings: certificate and key go together, a file that
+    // holds no certificate is named, and TLS files need a rediss:// URL.
+    let cert = pki.path("node.pem");
+    let stderr = refused_start(&[&engine[..], &["--redis-tls-cert", &cert]].concat());
+    assert!(
+        stderr.contains("redis_tls_cert and redis_tls_key go together"),
+        "{stderr}"
+    );
+    let key = pki.path("node.key");
+    let stderr = refused_start(&[&engine[..], &["--redis-tls-ca", &key]].concat());
+    assert!(stderr.contains("holds no PEM certificate"), "{stderr}");
+    let plain = redis.url();
+    let stderr = refused_start(&[
+        "--engine",
+        "redis",
+        "--redis-url",
+        &plain,
+        "--redis-tls-ca",
+        &ca,
+    ]);
+    assert!(
+        stderr.contains("no redis_url or graph_redis_url is one"),
+        "{stderr}"
+    );
+}

@@ -20,6 +20,7 @@ use thiserror::Error;
 use crate::engine::RedisSettings;
 use crate::history::HistoryPolicy;
 use crate::namespace::{history_policy, Namespace, Namespaces};
+use crate::redis_tls::{RedisTls, RedisTlsFiles};
 use crate::tls::TlsFiles;
 
 /// The variable of the one key the admin listener had before it had a
@@ -256,12 +257,26 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_ENGINE", value_enum, default_value_t = EngineKind::Memory)]
     pub engine: EngineKind,
 
-    /// A Redis 7 instance of the cluster, `redis://[user:password@]host:port[/db]`,
-    /// for `engine = redis`. Repeatable, one per shard: subjects are spread
+    /// A Redis 7 instance of the cluster, `redis://[user:password@]host:port[/db]`
+    /// (`rediss://` for TLS), for `engine = redis`. Repeatable, one per shard: subjects are spread
     /// over them in this order, so new ones are only ever appended.
     /// Comma-separated in the environment.
     #[arg(long = "redis-url", env = "MYRIAD_REDIS_URLS", value_delimiter = ',')]
     pub redis_urls: Vec<String>,
+
+    /// PEM file of the certificate authorities a `rediss://` Redis's
+    /// certificate is checked against, instead of the system's roots.
+    #[arg(long, env = "MYRIAD_REDIS_TLS_CA")]
+    pub redis_tls_ca: Option<PathBuf>,
+
+    /// PEM file of the certificate chain the node shows a `rediss://`
+    /// Redis that asks for one (`tls-auth-clients`); with redis_tls_key.
+    #[arg(long, env = "MYRIAD_REDIS_TLS_CERT")]
+    pub redis_tls_cert: Option<PathBuf>,
+
+    /// PEM file of the private key of redis_tls_cert's first certificate.
+    #[arg(long, env = "MYRIAD_REDIS_TLS_KEY")]
+    pub redis_tls_key: Option<PathBuf>,
 
     /// Prefix of the cluster's keys and channels, so clusters can share a Redis.
     #[arg(long, env = "MYRIAD_REDIS_PREFIX", default_value = "myriad")]
@@ -649,12 +664,31 @@ impl Config {
                 "graph_redis_url is set but graph_store is sqlite: add --graph-store redis".into(),
             );
         }
+        let mut tls_urls = 0;
         for url in self.redis_urls.iter().chain(&self.graph_redis_url) {
-            if let Err(e) = redis::IntoConnectionInfo::into_connection_info(url.as_str()) {
-                return invalid(format!(
-                    "redis_url {url:?}: {e} (expected redis://[user:password@]host:port[/db])"
-                ));
+            match redis::IntoConnectionInfo::into_connection_info(url.as_str()) {
+                Ok(info) => {
+                    tls_urls +=
+                        usize::from(matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }));
+                }
+                Err(e) => {
+                    return invalid(format!(
+                    "redis_url {url:?}: {e} (expected redis[s]://[user:password@]host:port[/db])"
+                ))
+                }
             }
+        }
+        if self.redis_tls_cert.is_some() != self.redis_tls_key.is_some() {
+            return invalid(
+                "redis_tls_cert and redis_tls_key go together: set both or neither".into(),
+            );
+        }
+        if self.redis_tls_files() != RedisTlsFiles::default() && tls_urls == 0 {
+            return invalid(
+                "redis_tls_ca, redis_tls_cert and redis_tls_key are for rediss:// URLs, \
+                 and no redis_url or graph_redis_url is one"
+                    .into(),
+            );
         }
         if self.redis_prefix.is_empty() || self.redis_prefix.contains(char::is_whitespace) {
             return invalid("redis_prefix must be non-empty, without spaces".into());
@@ -707,9 +741,20 @@ impl Config {
         myriad_graph::redis_store::cluster_prefix(&self.redis_prefix)
     }
 
-    /// Where the Redis engine's instances are, from `redis_*`.
-    pub fn redis_settings(&self) -> RedisSettings {
+    /// The files of TLS towards Redis.
+    pub fn redis_tls_files(&self) -> RedisTlsFiles {
+        RedisTlsFiles {
+            ca: self.redis_tls_ca.clone(),
+            cert: self.redis_tls_cert.clone(),
+            key: self.redis_tls_key.clone(),
+        }
+    }
+
+    /// Where the Redis engine's instances are, from `redis_*`, reached
+    /// with `tls` (read from [`Config::redis_tls_files`]).
+    pub fn redis_settings(&self, tls: Option<RedisTls>) -> RedisSettings {
         RedisSettings {
+            tls,
             urls: self.redis_urls.clone(),
             prefix: self.redis_prefix.clone(),
             timeout: self.redis_timeout.into(),

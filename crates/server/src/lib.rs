@@ -44,6 +44,7 @@ pub mod outbound;
 pub mod peers;
 pub mod process;
 pub mod publication;
+pub mod redis_tls;
 pub mod registry;
 pub mod session;
 pub mod status;
@@ -66,6 +67,7 @@ use crate::engine::{Engine, MemoryEngine, RedisEngine};
 use crate::feeds::{Feeds, Keeper};
 use crate::hub::Hub;
 use crate::metrics::Metrics;
+use crate::redis_tls::RedisTls;
 use crate::worker::{Shared, Worker};
 use myriad_graph::{DataDir, Listener, RedisStore, RedisTimeouts, SqliteStore, StoreOptions};
 use std::time::Duration;
@@ -106,6 +108,8 @@ pub enum ServeError {
     OpenFiles(#[from] fds::FdsError),
     #[error("cannot start the Redis engine: {0}")]
     Redis(#[from] engine::RedisEngineError),
+    #[error(transparent)]
+    RedisTls(#[from] redis_tls::RedisTlsError),
 }
 
 /// Runs a node with `config` until SIGTERM or SIGINT, then shuts down
@@ -154,12 +158,13 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(ServeError::Poll)?;
     let (hub, mailboxes) = Hub::new(wakers, config.mailbox_high_water);
-    let feeds = open_feeds(&config, Arc::clone(&hub))?;
+    let redis_tls = config.redis_tls_files().load()?;
+    let feeds = open_feeds(&config, Arc::clone(&hub), redis_tls.as_ref())?;
     let shared = Arc::new(Shared {
         auth,
         peers: peers::PeerCounts::default(),
         feeds,
-        engine: open_engine(&config, Arc::clone(&hub))?,
+        engine: open_engine(&config, Arc::clone(&hub), redis_tls)?,
         hub,
         metrics: Arc::new(Metrics::new(workers)),
         connections: AtomicUsize::new(0),
@@ -234,13 +239,17 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
 
 /// The engine `config` asks for; the Redis engine connects to every
 /// instance first, so an unreachable Redis stops the start with its error.
-fn open_engine(config: &Config, hub: Arc<Hub>) -> Result<Arc<dyn Engine>, ServeError> {
+fn open_engine(
+    config: &Config,
+    hub: Arc<Hub>,
+    redis_tls: Option<RedisTls>,
+) -> Result<Arc<dyn Engine>, ServeError> {
     let namespaces = config.namespaces();
     let max_bytes = config.history_max_bytes;
     Ok(match config.engine {
         EngineKind::Memory => Arc::new(MemoryEngine::new(hub, namespaces, max_bytes)),
         EngineKind::Redis => {
-            let settings = config.redis_settings();
+            let settings = config.redis_settings(redis_tls);
             Arc::new(RedisEngine::connect(hub, namespaces, max_bytes, settings)?)
         }
     })
@@ -251,7 +260,11 @@ fn open_engine(config: &Config, hub: Arc<Hub>) -> Result<Arc<dyn Engine>, ServeE
 /// while this node runs). Redis: the graph under `<redis_prefix>:g:`,
 /// shared with the cluster's other nodes, whose changes the keeper follows
 /// through the store's announcements; an unreachable Redis stops the start.
-fn open_feeds(config: &Config, hub: Arc<Hub>) -> Result<Feeds, ServeError> {
+fn open_feeds(
+    config: &Config,
+    hub: Arc<Hub>,
+    redis_tls: Option<&RedisTls>,
+) -> Result<Feeds, ServeError> {
     let options = StoreOptions {
         max_following: config.max_following,
         cache_bytes: config.graph_cache_mb << 20,
@@ -276,8 +289,9 @@ fn open_feeds(config: &Config, hub: Arc<Hub>) -> Result<Feeds, ServeError> {
                 response: timeout,
                 ..RedisTimeouts::default()
             };
-            let store = RedisStore::open_with(&urls, &prefix, options, timeouts)?;
-            let listener = Listener::new(&urls, &prefix, timeouts)?;
+            let tls = redis_tls.map(RedisTls::certificates);
+            let store = RedisStore::open_with(&urls, &prefix, options, timeouts, tls.clone())?;
+            let listener = Listener::new(&urls, &prefix, timeouts, tls)?;
             Keeper::start(None, Box::new(store), Some(listener), hub, max_following)?
         }
     })

@@ -8,7 +8,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -21,6 +21,19 @@ pub struct RedisServer {
     port: u16,
     persistent: bool,
     dir: tempfile::TempDir,
+    tls: Option<RedisTlsPort>,
+}
+
+/// A TLS port beside the plain one (which the helpers here keep using).
+#[derive(Clone, Debug)]
+pub struct RedisTlsPort {
+    pub port: u16,
+    /// The server's certificate and key, as PEM files.
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// When set, clients must show a certificate this PEM file trusts
+    /// (`tls-auth-clients yes`); else they need none.
+    pub client_ca: Option<PathBuf>,
 }
 
 impl RedisServer {
@@ -35,7 +48,24 @@ impl RedisServer {
         RedisServer::launch(true)
     }
 
+    /// A server that also speaks TLS on a port of its own, with `cert` and
+    /// `key`; clients must show a certificate `client_ca` trusts when it is
+    /// given. [`RedisServer::tls_url`] is its `rediss://` URL.
+    pub fn start_tls(cert: &Path, key: &Path, client_ca: Option<&Path>) -> RedisServer {
+        let tls = RedisTlsPort {
+            port: 0,
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            client_ca: client_ca.map(Path::to_owned),
+        };
+        RedisServer::launch_with(false, Some(tls))
+    }
+
     fn launch(persistent: bool) -> RedisServer {
+        RedisServer::launch_with(persistent, None)
+    }
+
+    fn launch_with(persistent: bool, tls: Option<RedisTlsPort>) -> RedisServer {
         let mut dir = tempfile::tempdir().expect("a data directory");
         // The port is picked by binding port 0 and released before the
         // server binds it; another process could take it in between, so
@@ -47,6 +77,10 @@ impl RedisServer {
                 port,
                 persistent,
                 dir,
+                tls: tls.clone().map(|tls| RedisTlsPort {
+                    port: free_port(),
+                    ..tls
+                }),
             };
             if server.spawn() {
                 return server;
@@ -80,6 +114,23 @@ impl RedisServer {
         } else {
             command.args(["--appendonly", "no"]);
         }
+        if let Some(tls) = &self.tls {
+            // Redis wants an authority file even when it asks clients for
+            // nothing; its own certificate serves then.
+            let (ca, auth) = match &tls.client_ca {
+                Some(ca) => (ca, "yes"),
+                None => (&tls.cert, "no"),
+            };
+            command
+                .args(["--tls-port", &tls.port.to_string()])
+                .arg("--tls-cert-file")
+                .arg(&tls.cert)
+                .arg("--tls-key-file")
+                .arg(&tls.key)
+                .arg("--tls-ca-cert-file")
+                .arg(ca)
+                .args(["--tls-auth-clients", auth]);
+        }
         let child = match command.spawn() {
             Ok(child) => child,
             Err(e) => {
@@ -107,6 +158,13 @@ impl RedisServer {
     /// `redis://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `rediss://127.0.0.1:<tls port>`, for a server started with
+    /// [`RedisServer::start_tls`].
+    pub fn tls_url(&self) -> String {
+        let tls = self.tls.as_ref().expect("a server started with start_tls");
+        format!("rediss://127.0.0.1:{}", tls.port)
     }
 
     pub fn port(&self) -> u16 {

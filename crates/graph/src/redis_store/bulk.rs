@@ -405,7 +405,7 @@ mod tests {
     }
 
     fn open(urls: &[String], prefix: &str, timeouts: RedisTimeouts) -> RedisStore {
-        RedisStore::open_with(urls, prefix, OPTIONS, timeouts)
+        RedisStore::open_with(urls, prefix, OPTIONS, timeouts, None)
             .unwrap()
             .with_chunk(3)
     }

@@ -14,7 +14,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use redis::RedisError;
+use redis::{RedisError, TlsCertificates};
 
 use super::{client, RedisTimeouts, CHANGES};
 use crate::announce::{Announcement, ParseError};
@@ -47,15 +47,16 @@ pub struct Listener {
 
 impl Listener {
     /// The announcements of the store under `prefix` in the Redis at
-    /// `urls` (one URL, as for [`super::RedisStore::open`]); connects only
-    /// when it listens.
+    /// `urls` (one URL, and `tls`, as for [`super::RedisStore::open_with`]);
+    /// connects only when it listens.
     pub fn new(
         urls: &[String],
         prefix: &str,
         timeouts: RedisTimeouts,
+        tls: Option<TlsCertificates>,
     ) -> Result<Listener, StoreError> {
         Ok(Listener {
-            client: client(urls, prefix, timeouts)?,
+            client: client(urls, prefix, timeouts, tls)?,
             channel: format!("{prefix}{CHANGES}"),
             timeouts,
         })

@@ -92,7 +92,10 @@ pub use listen::{Heard, Listener};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use redis::{Connection, ErrorKind, RedisError, RedisResult, Script, ScriptInvocation, Value};
+use redis::{
+    Connection, ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError, RedisResult, Script,
+    ScriptInvocation, TlsCertificates, Value,
+};
 
 use self::scripts::{count, Reply};
 use crate::announce::Snapshot;
@@ -228,19 +231,23 @@ impl RedisStore {
         prefix: &str,
         options: StoreOptions,
     ) -> Result<RedisStore, StoreError> {
-        RedisStore::open_with(urls, prefix, options, RedisTimeouts::default())
+        RedisStore::open_with(urls, prefix, options, RedisTimeouts::default(), None)
     }
 
-    /// [`RedisStore::open`] with the given timeouts. It connects at once,
-    /// so an unreachable Redis fails here, and finishes or discards what a
-    /// dead client's bulk change left, so the store opens whole.
+    /// [`RedisStore::open`] with the given timeouts, and for a `rediss://`
+    /// URL the certificates to check Redis with and show it (without them,
+    /// the system's trusted roots and no client certificate). It connects
+    /// at once, so an unreachable Redis fails here, and finishes or
+    /// discards what a dead client's bulk change left, so the store opens
+    /// whole.
     pub fn open_with(
         urls: &[String],
         prefix: &str,
         options: StoreOptions,
         timeouts: RedisTimeouts,
+        tls: Option<TlsCertificates>,
     ) -> Result<RedisStore, StoreError> {
-        let client = client(urls, prefix, timeouts)?;
+        let client = client(urls, prefix, timeouts, tls)?;
         let RedisTimeouts {
             connect, response, ..
         } = timeouts;
@@ -364,11 +371,13 @@ impl RedisStore {
 }
 
 /// A client for the one Redis at `urls`, once the store's settings are
-/// checked; it connects when first used.
+/// checked; it connects when first used. A `rediss://` URL speaks TLS,
+/// checked with `tls` when given (else against the system's roots).
 fn client(
     urls: &[String],
     prefix: &str,
     timeouts: RedisTimeouts,
+    tls: Option<TlsCertificates>,
 ) -> Result<redis::Client, StoreError> {
     let url = match urls {
         [url] => url,
@@ -394,7 +403,16 @@ fn client(
         return Err(StoreError::Config("a Redis timeout of zero".into()));
     }
     // The URL itself is not repeated: it may hold a password.
-    redis::Client::open(url.as_str()).map_err(|e| StoreError::Config(format!("the Redis URL: {e}")))
+    let bad = |e: RedisError| StoreError::Config(format!("the Redis URL: {e}"));
+    let info = url.as_str().into_connection_info().map_err(bad)?;
+    match tls {
+        // Certificates are for TLS: a redis:// client is refused them.
+        Some(tls) if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) => {
+            redis::Client::build_with_tls(info, tls)
+        }
+        _ => redis::Client::open(info),
+    }
+    .map_err(bad)
 }
 
 /// The prefix of a cluster's graph among its other keys: the node's
@@ -731,7 +749,7 @@ mod tests {
             ..RedisTimeouts::default()
         };
         assert!(matches!(
-            RedisStore::open_with(&url(), "p:", options, zero),
+            RedisStore::open_with(&url(), "p:", options, zero, None),
             Err(StoreError::Config(_))
         ));
     }
@@ -741,7 +759,7 @@ mod tests {
         let mut server = RedisServer::start();
         let urls = vec![server.url()];
         server.kill();
-        let opened = RedisStore::open_with(&urls, "p:", OPTIONS, QUICK);
+        let opened = RedisStore::open_with(&urls, "p:", OPTIONS, QUICK, None);
         assert!(
             matches!(opened, Err(StoreError::Unreachable(_))),
             "{:?}",
@@ -752,7 +770,7 @@ mod tests {
     #[test]
     fn a_killed_redis_gives_typed_errors_and_a_restarted_one_serves_again() {
         let mut server = RedisServer::start();
-        let mut store = RedisStore::open_with(&[server.url()], "p:", OPTIONS, QUICK).unwrap();
+        let mut store = RedisStore::open_with(&[server.url()], "p:", OPTIONS, QUICK, None).unwrap();
         store.follow(&[edge(1, 2)]).unwrap();
         server.kill();
         let started = Instant::now();
@@ -777,7 +795,7 @@ mod tests {
     #[test]
     fn a_stalled_redis_gives_no_answer_within_the_response_timeout() {
         let server = RedisServer::start();
-        let mut store = RedisStore::open_with(&[server.url()], "p:", OPTIONS, QUICK).unwrap();
+        let mut store = RedisStore::open_with(&[server.url()], "p:", OPTIONS, QUICK, None).unwrap();
         store.follow(&[edge(1, 2)]).unwrap();
         server.pause();
         let started = Instant::now();
@@ -805,7 +823,7 @@ mod tests {
         use crate::announce::{Announced, Announcement};
 
         let (urls, prefix) = (url(), fresh_prefix());
-        let listener = Listener::new(&urls, &prefix, RedisTimeouts::default()).unwrap();
+        let listener = Listener::new(&urls, &prefix, RedisTimeouts::default(), None).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let (heard, hearing) = mpsc::channel();
         let listening = {
@@ -875,7 +893,7 @@ mod tests {
         use std::sync::atomic::AtomicBool;
 
         let mut server = RedisServer::start();
-        let listener = Listener::new(&[server.url()], "p:", QUICK).unwrap();
+        let listener = Listener::new(&[server.url()], "p:", QUICK, None).unwrap();
         let stop = AtomicBool::new(false);
         let mut subscribed = 0;
         let ended = thread::scope(|scope| {

@@ -59,6 +59,7 @@ use super::{
 };
 use crate::hub::{Hub, Wakeups};
 use crate::namespace::Namespaces;
+use crate::redis_tls::RedisTls;
 
 /// Publishes one publish.lua call carries at most, and about how many
 /// bytes of data: Redis runs nothing else while a script runs, so a call
@@ -69,6 +70,8 @@ const PUBLISH_RUN_BYTES: usize = 1 << 20;
 /// Where the Redis engine's instances are and how to use them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisSettings {
+    /// What `rediss://` instances are checked with and shown.
+    pub tls: Option<RedisTls>,
     /// One URL per instance (`redis://host:port[/db]`); subjects are spread
     /// over them in this order, so only ever append to the list.
     pub urls: Vec<String>,
@@ -418,7 +421,7 @@ impl RedisEngine {
         let clients = settings
             .urls
             .iter()
-            .map(|url| client(url))
+            .map(|url| client(url, settings.tls.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
         let shards = clients.len();
         let ctx = Arc::new(Context {
@@ -479,8 +482,8 @@ impl RedisEngine {
 }
 
 /// A client for `url`, speaking RESP3 (channel messages and replies on one
-/// connection).
-fn client(url: &str) -> Result<redis::Client, RedisEngineError> {
+/// connection), over TLS for a `rediss://` URL.
+fn client(url: &str, tls: Option<&RedisTls>) -> Result<redis::Client, RedisEngineError> {
     use redis::IntoConnectionInfo;
     let bad = |source| RedisEngineError::BadUrl {
         url: url.to_owned(),
@@ -491,7 +494,7 @@ fn client(url: &str) -> Result<redis::Client, RedisEngineError> {
         .redis_settings()
         .clone()
         .set_protocol(redis::ProtocolVersion::RESP3);
-    redis::Client::open(info.set_redis_settings(redis)).map_err(bad)
+    crate::redis_tls::client(info.set_redis_settings(redis), tls).map_err(bad)
 }
 
 impl Drop for RedisEngine {
@@ -673,6 +676,7 @@ mod tests {
         static HARNESSES: AtomicUsize = AtomicUsize::new(0);
         let n = HARNESSES.fetch_add(1, Ordering::Relaxed);
         RedisSettings {
+            tls: None,
             urls: vec![url],
             prefix: format!("conformance{n}"),
             timeout: Duration::from_secs(10),
