@@ -15,6 +15,8 @@ alternates the configurations:
       deep enough that no publish is refused, so the rate comes from a run
       that refused nothing (B refuses most of what it is offered).
 
+With --tls, Redis also listens on a TLS port with a certificate made
+for the run, and B's nodes reach it there (`rediss://`, `--redis-tls-ca`).
 Every node is fresh for each bench command, and Redis is emptied
 (FLUSHALL) before each B run. The workloads (bench arguments from
 scripts/benchmarks.py's scenarios, scaled so a run takes at most ~60 s):
@@ -68,7 +70,7 @@ sys.dont_write_bytecode = True  # no __pycache__ in scripts/ for the imports bel
 import benchmarks  # noqa: E402
 from benchmarks import SCENARIOS, fmt, get  # noqa: E402
 from cluster import (  # noqa: E402
-    CLK_TCK, Children, catch_signals, metrics, processes, redis_info, resp, start_node, start_redis)
+    CLK_TCK, Children, catch_signals, free_port, metrics, processes, redis_info, resp, start_node, start_redis)
 
 REPO = benchmarks.REPO
 
@@ -180,6 +182,25 @@ class Sampler(threading.Thread):
 # ---- one bench command -----------------------------------------------------
 
 
+def tls_certificate(out):
+    """A certificate authority and a certificate it signed for 127.0.0.1
+    with its key, made with openssl in `out`: {"ca", "cert", "key",
+    "ports": {plain port: TLS port}}. (rustls refuses a self-signed
+    authority's certificate as the server's own.)"""
+    path = lambda name: os.path.join(out, f"redis-tls-{name}")  # noqa: E731
+    run = lambda *argv: subprocess.run(["openssl", *argv], check=True,  # noqa: E731
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    run("req", "-x509", *ec, "-keyout", path("ca.key"), "-out", path("ca.pem"), "-days", "2",
+        "-subj", "/CN=redis_throughput.py CA")
+    run("req", *ec, "-keyout", path("server.key"), "-out", path("server.csr"), "-subj", "/CN=127.0.0.1")
+    with open(path("ext.cnf"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\n")
+    run("x509", "-req", "-in", path("server.csr"), "-CA", path("ca.pem"), "-CAkey", path("ca.key"),
+        "-CAcreateserial", "-out", path("server.pem"), "-days", "2", "-extfile", path("ext.cnf"))
+    return {"ca": path("ca.pem"), "cert": path("server.pem"), "key": path("server.key"), "ports": {}}
+
+
 def run_bench(args, children, config, workload, redises, index):
     """Starts `config`'s nodes, runs `workload`'s bench command against them
     while sampling CPU, stops the nodes; returns the figures. `redises` is
@@ -192,7 +213,12 @@ def run_bench(args, children, config, workload, redises, index):
         for _, port in redises:
             resp(port, "FLUSHALL")
             resp(port, "CONFIG", "RESETSTAT")
-            flags += ["--redis-url", f"redis://127.0.0.1:{port}"]
+            if args.tls:
+                flags += ["--redis-url", f"rediss://127.0.0.1:{args.tls['ports'][port]}"]
+            else:
+                flags += ["--redis-url", f"redis://127.0.0.1:{port}"]
+        if args.tls:
+            flags += ["--redis-tls-ca", args.tls["ca"]]
         if config == "B+":
             flags += DEEP_QUEUE
         count = 2
@@ -419,6 +445,9 @@ def main():
     parser.add_argument("--no-deep", action="store_true", help="skip B+ (the deep Redis queue)")
     parser.add_argument("--redis", type=int, default=1,
                         help="Redis instances; B's nodes shard subjects over all of them (default 1)")
+    parser.add_argument("--tls", action="store_true",
+                        help="B's nodes reach Redis over TLS (rediss://, a self-signed certificate made for "
+                             "the run); Redis's plain port stays for this script's own questions")
     args = parser.parse_args()
     names = args.workloads or list(WORKLOADS)
     unknown = [n for n in names if n not in WORKLOADS]
@@ -428,7 +457,19 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     catch_signals()
     children = Children()
-    redises = [start_redis(children, args.out, name=f"redis-server-{i}") for i in range(args.redis)]
+    args.tls = tls_certificate(args.out) if args.tls else None
+    redises = []
+    for i in range(args.redis):
+        extra = ()
+        if args.tls:
+            tls_port = free_port()
+            extra = ("--tls-port", str(tls_port), "--tls-cert-file", args.tls["cert"],
+                     "--tls-key-file", args.tls["key"], "--tls-ca-cert-file", args.tls["ca"],
+                     "--tls-auth-clients", "no")
+        proc, port = start_redis(children, args.out, name=f"redis-server-{i}", extra=extra)
+        if args.tls:
+            args.tls["ports"][port] = tls_port
+        redises.append((proc, port))
     ports = ", ".join(f"127.0.0.1:{port}" for _, port in redises)
     print(f"# redis-server {redis_info(redises[0][1]).get('redis_version')} on {ports}; "
           f"myriad {args.bin}", file=sys.stderr)
