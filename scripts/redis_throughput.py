@@ -446,8 +446,9 @@ def main():
     parser.add_argument("--redis", type=int, default=1,
                         help="Redis instances; B's nodes shard subjects over all of them (default 1)")
     parser.add_argument("--tls", action="store_true",
-                        help="B's nodes reach Redis over TLS (rediss://, a self-signed certificate made for "
-                             "the run); Redis's plain port stays for this script's own questions")
+                        help="B's nodes reach Redis over TLS (rediss://, with a certificate authority and a "
+                             "certificate made for the run); Redis's plain port stays for this script's own "
+                             "questions")
     args = parser.parse_args()
     names = args.workloads or list(WORKLOADS)
     unknown = [n for n in names if n not in WORKLOADS]

@@ -24,10 +24,10 @@ Scenarios (the targets of issue 11):
              N/10 subjects reconnect (N/5 a second in all), each time to the
              next node, resuming with `since` from Redis history, while N/2
              publishes/s go on. Target: 0 lost, 0 duplicated. With
-             --kill-after D the last node is killed (SIGKILL) D after the
-             subscribers are set up: its subscribers fail over to the next
-             node and must lose nothing either. The publishers (one unless
-             --publishers says otherwise) stay on the nodes before it.
+             --kill-after D a node holding no publisher (the last such) is
+             killed (SIGKILL) D after the subscribers are set up: its
+             subscribers fail over to the next node and must lose nothing
+             either. Publishers default to one with --kill-after.
   smoke      c10m at 2,000 subscribers over 2 nodes for 10 s, each subject
              once every 5 s: what scripts/scale_smoke.py runs in the tests.
 
@@ -147,8 +147,8 @@ def plan(args):
     per_node = max(soft - NODE_RESERVED_FDS, 1)
     conns = args.connections
     nodes = args.nodes or max(math.ceil(conns / per_node), 1)
-    # A node killed under the run must not hold a publisher: bench
-    # publishers do not fail over, so they default to one, on the first node.
+    # A node killed under the run must not hold a publisher (bench
+    # publishers do not fail over), so they default to one.
     publishers = 0 if args.scenario == "broadcast" else (args.publishers or (1 if args.kill_after else nodes))
     total = conns + publishers + (1 if args.scenario == "broadcast" else 0)
     bench_procs = math.ceil(conns / max(soft - BENCH_RESERVED_FDS, 1)) + 1
@@ -415,6 +415,14 @@ def bench_args(args, p):
             "--drain", args.drain]
 
 
+def kill_victim(connections, publishers, nodes):
+    """The last node that holds no publisher: the bench numbers its
+    publishing connections after its subscribers and sends connection i to
+    node i mod nodes (`route` in crates/bench/src/util/addr.rs)."""
+    holding = {(connections + i) % nodes for i in range(publishers)}
+    return max(set(range(nodes)) - holding)
+
+
 def write_pids(path, children):
     with open(path + ".tmp", "w") as f:
         json.dump(sorted(children.seen), f)
@@ -497,7 +505,7 @@ def run(args, p, box, children):
             setup_done = result.get("setup_done_unix")
             if args.kill_after and "killed" not in result and setup_done \
                     and time.time() >= setup_done + secs(args.kill_after):
-                victim = nodes[-1]
+                victim = nodes[kill_victim(args.connections, p["publishers"], len(nodes))]
                 victim["proc"].kill()
                 victim["proc"].wait()
                 result["killed"] = {"pid": victim["pid"], "ws": victim["ws"],
@@ -861,7 +869,7 @@ def main():
         if args.scenario != "churn" or args.nodes < 2:
             sys.exit("--kill-after is for churn over at least 2 nodes")
         if args.publishers is not None and args.publishers >= args.nodes:
-            sys.exit("--kill-after: --publishers must leave the last node without one (publishers do not fail over)")
+            sys.exit("--kill-after: --publishers must leave a node without one (publishers do not fail over)")
     for name in ("duration", "period", "interval", "drain", *(["kill_after"] if args.kill_after else [])):
         try:
             if secs(getattr(args, name)) <= 0:

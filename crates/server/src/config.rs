@@ -664,20 +664,32 @@ impl Config {
                 "graph_redis_url is set but graph_store is sqlite: add --graph-store redis".into(),
             );
         }
-        let mut tls_urls = 0;
         for url in self.redis_urls.iter().chain(&self.graph_redis_url) {
-            match redis::IntoConnectionInfo::into_connection_info(url.as_str()) {
-                Ok(info) => {
-                    tls_urls +=
-                        usize::from(matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }));
-                }
-                Err(e) => {
-                    return invalid(format!(
+            if let Err(e) = redis::IntoConnectionInfo::into_connection_info(url.as_str()) {
+                return invalid(format!(
                     "redis_url {url:?}: {e} (expected redis[s]://[user:password@]host:port[/db])"
-                ))
-                }
+                ));
             }
         }
+        // The URLs the node will connect to: the engine's shards, the
+        // graph's Redis.
+        let engine_urls = match self.engine {
+            EngineKind::Redis => &self.redis_urls[..],
+            EngineKind::Memory => &[],
+        };
+        let graph_url = match self.graph_store {
+            GraphStoreKind::Redis => self.graph_redis_url(),
+            GraphStoreKind::Sqlite => None,
+        };
+        let tls_urls = engine_urls
+            .iter()
+            .map(String::as_str)
+            .chain(graph_url)
+            .filter(|url| {
+                redis::IntoConnectionInfo::into_connection_info(*url)
+                    .is_ok_and(|info| matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }))
+            })
+            .count();
         if self.redis_tls_cert.is_some() != self.redis_tls_key.is_some() {
             return invalid(
                 "redis_tls_cert and redis_tls_key go together: set both or neither".into(),
@@ -686,7 +698,8 @@ impl Config {
         if self.redis_tls_files() != RedisTlsFiles::default() && tls_urls == 0 {
             return invalid(
                 "redis_tls_ca, redis_tls_cert and redis_tls_key are for rediss:// URLs, \
-                 and no redis_url or graph_redis_url is one"
+                 and the node connects to none (no redis_url of engine = redis, nor the \
+                 Redis of graph_store = redis, is one)"
                     .into(),
             );
         }

@@ -262,8 +262,9 @@ impl Metrics {
         let reads_paused: Family<WorkerLabel, Counter> = registered(
             r,
             "reads_paused",
-            "Times a connection's reading was paused because the node was congested \
-             (mailboxes past mailbox_high_water, or a queue towards Redis past redis_queue_high_water)",
+            "Times a worker held a connection's reading because the node was congested \
+             (mailboxes past mailbox_high_water, or a queue towards Redis past redis_queue_high_water); \
+             a connection held already (for its read budget) is not counted, one resumed and held again is",
         );
         let transport_connections: Family<TransportLabel, Gauge> = registered(
             r,
@@ -585,6 +586,7 @@ impl ErrorKind {
                 ErrorKind::ApiForbidden,
                 ErrorKind::ApiBadRequest,
                 ErrorKind::ApiBodyTooLarge,
+                ErrorKind::ApiCongested,
                 ErrorKind::TooManyStatusStreams,
                 ErrorKind::AdminOverCapacity,
                 ErrorKind::AdminHeaderTimeout,

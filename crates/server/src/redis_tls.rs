@@ -7,14 +7,19 @@
 //!
 //! Without any of the files a `rediss://` URL still speaks TLS, checked
 //! against the system's trusted roots (`SSL_CERT_FILE` and `SSL_CERT_DIR`
-//! name others), with no client certificate.
+//! name others), with no client certificate. The Redis client reads the
+//! system's roots at every connection even with `redis_tls_ca` (and then
+//! trusts only `redis_tls_ca`), so a broken `SSL_CERT_FILE` fails them all.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use redis::{ClientTlsConfig, ConnectionAddr, ConnectionInfo, TlsCertificates};
+use rustls::crypto::ring::default_provider;
 use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{ClientConfig, RootCertStore};
 use thiserror::Error;
 
 /// Why a file of the Redis TLS settings cannot be used; each names its
@@ -38,6 +43,17 @@ pub enum RedisTlsError {
         setting: &'static str,
         path: PathBuf,
     },
+    #[error("redis_tls_ca {path:?}: a certificate that cannot be trusted: {source}")]
+    BadAuthority {
+        path: PathBuf,
+        source: rustls::Error,
+    },
+    #[error("redis_tls_cert {cert:?} with redis_tls_key {key:?}: {source}")]
+    BadClientCertificate {
+        cert: PathBuf,
+        key: PathBuf,
+        source: rustls::Error,
+    },
 }
 
 /// Where the Redis TLS files are, from the configuration.
@@ -59,19 +75,44 @@ pub struct RedisTls {
 }
 
 impl RedisTlsFiles {
-    /// Reads the files and checks that each holds what it is for; `None`
-    /// when none is set.
+    /// Reads the files and checks that each holds what it is for, as the
+    /// Redis client will use it (authorities it can trust, a certificate
+    /// its key matches), so that nothing about them is first found when a
+    /// connection is made; `None` when none is set.
     pub fn load(&self) -> Result<Option<RedisTls>, RedisTlsError> {
-        let ca = self
-            .ca
-            .as_deref()
-            .map(|p| certificates_in("redis_tls_ca", p))
-            .transpose()?;
+        let ca = match &self.ca {
+            Some(path) => {
+                let (bytes, found) = certificates_in("redis_tls_ca", path)?;
+                let mut roots = RootCertStore::empty();
+                for certificate in found {
+                    roots
+                        .add(certificate)
+                        .map_err(|source| RedisTlsError::BadAuthority {
+                            path: path.clone(),
+                            source,
+                        })?;
+                }
+                Some(bytes)
+            }
+            None => None,
+        };
         let client = match (&self.cert, &self.key) {
-            (Some(cert), Some(key)) => Some((
-                certificates_in("redis_tls_cert", cert)?,
-                key_in("redis_tls_key", key)?,
-            )),
+            (Some(cert), Some(key)) => {
+                let (chain_bytes, chain) = certificates_in("redis_tls_cert", cert)?;
+                let (key_bytes, private_key) = key_in("redis_tls_key", key)?;
+                let bad = |source| RedisTlsError::BadClientCertificate {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    source,
+                };
+                ClientConfig::builder_with_provider(Arc::new(default_provider()))
+                    .with_safe_default_protocol_versions()
+                    .map_err(bad)?
+                    .with_root_certificates(RootCertStore::empty())
+                    .with_client_auth_cert(chain, private_key)
+                    .map_err(bad)?;
+                Some((chain_bytes, key_bytes))
+            }
             // The configuration refuses one without the other.
             _ => None,
         };
@@ -87,10 +128,13 @@ fn read(setting: &'static str, path: &Path) -> Result<Vec<u8>, RedisTlsError> {
     })
 }
 
-/// The file's bytes, once they are known to hold at least one certificate
-/// and nothing malformed: an empty list of trusted roots would only show
-/// at the first connection, as an unknown issuer.
-fn certificates_in(setting: &'static str, path: &Path) -> Result<Vec<u8>, RedisTlsError> {
+/// A file's bytes and the certificates it holds.
+type Certificates = (Vec<u8>, Vec<CertificateDer<'static>>);
+
+/// The file's bytes and its certificates: at least one, and nothing
+/// malformed. An empty list of trusted roots would only show at the first
+/// connection, as an unknown issuer.
+fn certificates_in(setting: &'static str, path: &Path) -> Result<Certificates, RedisTlsError> {
     let bytes = read(setting, path)?;
     let found = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
@@ -105,18 +149,21 @@ fn certificates_in(setting: &'static str, path: &Path) -> Result<Vec<u8>, RedisT
             path: path.to_owned(),
         });
     }
-    Ok(bytes)
+    Ok((bytes, found))
 }
 
-/// The file's bytes, once they are known to hold a private key.
-fn key_in(setting: &'static str, path: &Path) -> Result<Vec<u8>, RedisTlsError> {
+/// The file's bytes and the private key they hold.
+fn key_in(
+    setting: &'static str,
+    path: &Path,
+) -> Result<(Vec<u8>, PrivateKeyDer<'static>), RedisTlsError> {
     let bytes = read(setting, path)?;
-    PrivateKeyDer::from_pem_slice(&bytes).map_err(|source| RedisTlsError::Pem {
+    let key = PrivateKeyDer::from_pem_slice(&bytes).map_err(|source| RedisTlsError::Pem {
         setting,
         path: path.to_owned(),
         source,
     })?;
-    Ok(bytes)
+    Ok((bytes, key))
 }
 
 impl RedisTls {
@@ -225,6 +272,19 @@ mod tests {
         // A certificate where the key should be.
         let no_key = refusal([None, Some("cert.pem"), Some("cert.pem")]);
         assert!(no_key.starts_with("redis_tls_key"), "{no_key}");
+        // A key of another certificate.
+        let other = rcgen::generate_simple_self_signed(vec!["other".into()]).unwrap();
+        let other_key = other.signing_key.serialize_pem();
+        std::fs::write(dir.path().join("other.key"), other_key).unwrap();
+        let mismatch = refusal([None, Some("cert.pem"), Some("other.key")]);
+        assert!(mismatch.starts_with("redis_tls_cert"), "{mismatch}");
+        assert!(mismatch.contains("other.key"), "{mismatch}");
+        // PEM armour around bytes that are no certificate.
+        let garbled = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        std::fs::write(dir.path().join("garbled.pem"), garbled).unwrap();
+        let untrusted = refusal([Some("garbled.pem"), None, None]);
+        assert!(untrusted.starts_with("redis_tls_ca"), "{untrusted}");
+        assert!(untrusted.contains("cannot be trusted"), "{untrusted}");
     }
 
     #[test]

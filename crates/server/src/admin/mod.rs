@@ -355,7 +355,8 @@ async fn publish_items(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "congested",
                     &format!(
-                        "workers did not catch up; {} of {} published",
+                        "the node did not catch up (its workers' mailboxes, or its queues towards \
+                         Redis); {} of {} published",
                         results.len(),
                         items.len()
                     ),
