@@ -7,7 +7,8 @@
 //!   directory's graph store in one atomic step; it takes the data
 //!   directory's lock first, so it refuses while a node runs there. With
 //!   `--redis-url`, into a cluster's graph in Redis instead (a bulk change,
-//!   all or nothing too; nodes running on it read everything again).
+//!   all or nothing too; nodes running on it read everything again), over
+//!   TLS for `rediss://` with the nodes' `--redis-tls-*` files.
 //! - `stats`: totals, file size and the biggest hubs (totals only in Redis).
 //! - `probe`: how long reading a user's followers takes, page by page.
 //!
@@ -24,9 +25,10 @@ use hdrhistogram::Histogram;
 use myriad_graph::edgelist::read_edges;
 use myriad_graph::generate::{self, Params};
 use myriad_graph::{
-    redis_store, sqlite, DataDir, DataDirError, RedisStore, SqliteStore, Store, StoreOptions,
-    UserId,
+    redis_store, sqlite, DataDir, DataDirError, RedisStore, RedisTimeouts, SqliteStore, Store,
+    StoreOptions, UserId,
 };
+use myriad_server::redis_tls::{RedisTls, RedisTlsFiles};
 
 #[derive(Args)]
 pub struct GraphArgs {
@@ -82,6 +84,18 @@ struct StoreArgs {
     /// under `<prefix>:g:`.
     #[arg(long, env = "MYRIAD_REDIS_PREFIX", default_value = "myriad")]
     redis_prefix: String,
+    /// For a `rediss://` URL: PEM file of the authorities its certificate
+    /// is checked against, instead of the system's roots (the nodes'
+    /// `redis_tls_ca`).
+    #[arg(long, env = "MYRIAD_REDIS_TLS_CA", requires = "redis_url")]
+    redis_tls_ca: Option<PathBuf>,
+    /// For a `rediss://` URL: PEM file of the certificate chain to show a
+    /// Redis that asks for one, with --redis-tls-key.
+    #[arg(long, env = "MYRIAD_REDIS_TLS_CERT", requires_all = ["redis_url", "redis_tls_key"])]
+    redis_tls_cert: Option<PathBuf>,
+    /// PEM file of the private key of --redis-tls-cert's first certificate.
+    #[arg(long, env = "MYRIAD_REDIS_TLS_KEY", requires = "redis_tls_cert")]
+    redis_tls_key: Option<PathBuf>,
 }
 
 impl StoreArgs {
@@ -98,9 +112,23 @@ impl StoreArgs {
             return Ok(None);
         };
         let prefix = redis_store::cluster_prefix(&self.redis_prefix);
-        RedisStore::open(std::slice::from_ref(url), &prefix, self.options())
-            .map(Some)
-            .map_err(|e| e.to_string())
+        let files = RedisTlsFiles {
+            ca: self.redis_tls_ca.clone(),
+            cert: self.redis_tls_cert.clone(),
+            key: self.redis_tls_key.clone(),
+        };
+        let tls = files.load().map_err(|e| e.to_string())?;
+        let urls = std::slice::from_ref(url);
+        let certificates = tls.as_ref().map(RedisTls::certificates);
+        RedisStore::open_with(
+            urls,
+            &prefix,
+            self.options(),
+            RedisTimeouts::default(),
+            certificates,
+        )
+        .map(Some)
+        .map_err(|e| e.to_string())
     }
 
     /// Opens an existing graph, refusing to create one where there is none.

@@ -634,15 +634,18 @@ fn nodes_reach_a_redis_that_speaks_tls_and_asks_for_their_certificate() {
         &url,
         "--redis-prefix",
         "tls",
+        "--workers",
+        "1",
+    ];
+    let tls_files = [
         "--redis-tls-ca",
         &ca,
         "--redis-tls-cert",
         &cert,
         "--redis-tls-key",
         &key,
-        "--workers",
-        "1",
     ];
+    let args = [&args[..], &tls_files[..]].concat();
     let (a, b) = (Node::start(&args), Node::start(&args));
     // The engine: a publication through B reaches A's subscriber.
     let mut on_a = a.connect();
@@ -657,6 +660,31 @@ fn nodes_reach_a_redis_that_speaks_tls_and_asks_for_their_certificate() {
     let (status, reply) = common::graph::post(&a, "/api/users", json!({"users": [1, 2]}));
     assert_eq!(status, 200, "{reply}");
     b.wait_for_stats("B to hear of the users", |s| s["graph"]["users"] == 2);
+    // `myriad graph` reads the same graph over TLS with the same files,
+    // and cannot without the node's certificate.
+    let graph_stats = |tls: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_myriad"))
+            .args([
+                "graph",
+                "stats",
+                "--redis-url",
+                &url,
+                "--redis-prefix",
+                "tls",
+            ])
+            .args(tls)
+            .output()
+            .unwrap()
+    };
+    let out = graph_stats(&tls_files);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("users: 2"), "{stdout}");
+    assert!(!graph_stats(&["--redis-tls-ca", &ca]).status.success());
     // Every link of the nodes came in on the TLS port: on the plain one
     // there is only this test's own question.
     let clients = redis.command(&["CLIENT", "LIST"]).unwrap();
