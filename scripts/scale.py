@@ -839,8 +839,8 @@ def main():
     parser.add_argument("--publishers", type=int, help="c10m, churn: publishing connections, on as many nodes "
                         "(default: one per node)")
     parser.add_argument("--count", type=int, default=1, help="broadcast: publishes")
-    parser.add_argument("--kill-after", help="churn: kill the last node (SIGKILL) this long after the "
-                        "subscribers are set up; its subscribers must fail over and lose nothing")
+    parser.add_argument("--kill-after", help="churn: kill a node that holds no publisher (SIGKILL) this long "
+                        "after the subscribers are set up; its subscribers must fail over and lose nothing")
     parser.add_argument("--interval", default="10s", help="broadcast: time between publishes")
     parser.add_argument("--drain", default="30s", help="c10m, churn: how long to wait for deliveries after the last publish")
     parser.add_argument("--out", help="output directory (default target/scale/<scenario>)")

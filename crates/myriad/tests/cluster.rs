@@ -9,6 +9,7 @@ mod common;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use common::tls::Pki;
 use common::{recv, send, serve_command, subscribe, Node, Ws};
 use myriad_testkit::RedisServer;
 use serde_json::{json, Value};
@@ -582,37 +583,30 @@ fn bad_redis_settings_stop_the_start_with_a_clear_error() {
 }
 
 /// Self-signed certificates for a Redis speaking TLS and for the nodes it
-/// asks to show one, as PEM files.
+/// asks to show one.
 struct RedisPki {
-    dir: tempfile::TempDir,
+    redis: Pki,
+    node: Pki,
 }
 
 impl RedisPki {
     fn new() -> RedisPki {
-        let dir = tempfile::tempdir().unwrap();
-        for (name, host) in [("redis", "127.0.0.1"), ("node", "myriad-node")] {
-            let certified = rcgen::generate_simple_self_signed(vec![host.into()]).unwrap();
-            std::fs::write(dir.path().join(format!("{name}.pem")), certified.cert.pem()).unwrap();
-            let key = certified.signing_key.serialize_pem();
-            std::fs::write(dir.path().join(format!("{name}.key")), key).unwrap();
+        RedisPki {
+            redis: Pki::for_name("127.0.0.1"),
+            node: Pki::for_name("myriad-node"),
         }
-        RedisPki { dir }
-    }
-
-    fn path(&self, name: &str) -> String {
-        self.dir.path().join(name).display().to_string()
     }
 
     /// A Redis whose TLS port takes only clients showing the node's
     /// certificate.
     fn redis(&self) -> RedisServer {
-        let file = |name| self.dir.path().join(name);
-        RedisServer::start_tls(
-            &file("redis.pem"),
-            &file("redis.key"),
-            Some(&file("node.pem")),
-        )
+        RedisServer::start_tls(&self.redis.cert, &self.redis.key, &self.node.cert)
     }
+}
+
+/// A path as a flag's value.
+fn arg(path: &std::path::Path) -> String {
+    path.display().to_string()
 }
 
 #[test]
@@ -621,9 +615,9 @@ fn nodes_reach_a_redis_that_speaks_tls_and_asks_for_their_certificate() {
     let redis = pki.redis();
     let (url, ca, cert, key) = (
         redis.tls_url(),
-        pki.path("redis.pem"),
-        pki.path("node.pem"),
-        pki.path("node.key"),
+        arg(&pki.redis.cert),
+        arg(&pki.node.cert),
+        arg(&pki.node.key),
     );
     let args = [
         "--engine",
@@ -716,20 +710,24 @@ fn a_redis_over_tls_that_cannot_be_trusted_or_trust_the_node_stops_the_start() {
     assert!(stderr.contains("cannot reach Redis at"), "{stderr}");
     assert!(stderr.contains("UnknownIssuer"), "{stderr}");
     // Trusted, but the node shows no certificate of its own.
-    let ca = pki.path("redis.pem");
+    let ca = arg(&pki.redis.cert);
     let stderr = refused_start(&[&engine[..], &["--redis-tls-ca", &ca]].concat());
     assert!(stderr.contains("cannot reach Redis at"), "{stderr}");
     // The node's settings: certificate and key go together, a file that
     // holds no certificate is named, and TLS files need a rediss:// URL.
-    let cert = pki.path("node.pem");
+    let cert = arg(&pki.node.cert);
     let stderr = refused_start(&[&engine[..], &["--redis-tls-cert", &cert]].concat());
     assert!(
         stderr.contains("redis_tls_cert and redis_tls_key go together"),
         "{stderr}"
     );
-    let key = pki.path("node.key");
+    let key = arg(&pki.node.key);
     let stderr = refused_start(&[&engine[..], &["--redis-tls-ca", &key]].concat());
-    assert!(stderr.contains("holds no PEM certificate"), "{stderr}");
+    assert!(
+        stderr.contains("redis_tls_ca: TLS certificate file"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("holds no certificate"), "{stderr}");
     let plain = redis.url();
     let stderr = refused_start(&[
         "--engine",

@@ -245,7 +245,7 @@ fn every_feed_the_engine_refused_in_a_burst_of_connects_is_made_in_the_end() {
     redis.pause();
     let mut conns = connect_users(&node);
     let busy = "myriad_engine_failures_total{kind=\"redis_busy\"}";
-    wait_for_metric(&node, busy, 4);
+    node.wait_for_metric(busy, 4);
     redis.resume();
     expect_feeds(&mut conns, Refusals::Expected);
     expect_sends(&node, &mut conns);
@@ -258,7 +258,7 @@ fn a_burst_of_connects_past_a_full_queue_waits_for_room_without_an_error() {
     redis.pause();
     let mut conns = connect_users(&node);
     // One attach in the round trip and one in the queue; the rest wait.
-    wait_for_metric(&node, "myriad_engine_waiting_attaches", 4);
+    node.wait_for_metric("myriad_engine_waiting_attaches", 4);
     redis.resume();
     expect_feeds(&mut conns, Refusals::None);
     let busy = "myriad_engine_failures_total{kind=\"redis_busy\"}";
@@ -294,15 +294,6 @@ fn connect_users(node: &Node) -> Vec<(u64, Ws)> {
     (1..=8)
         .map(|user| (user, node.connect_path(&format!("/ws?user={user}"))))
         .collect()
-}
-
-/// Waits (up to 10 s) for the metric `name` to reach `at_least`.
-fn wait_for_metric(node: &Node, name: &str, at_least: u64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while node.metric(name) < at_least {
-        assert!(Instant::now() < deadline, "{name} stayed below {at_least}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Whether a feed's attach may be refused (`unavailable`) before it is made.

@@ -4,13 +4,11 @@
 
 mod common;
 
-use std::io::Read;
-use std::net::{SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
-
-use common::{http, recv, recv_close, send, subscribe, KeepAlive, Node};
+use common::{http, recv, recv_close, send, subscribe, wait_until, KeepAlive, Node};
 use myriad_testkit::RedisServer;
 use serde_json::json;
+use std::io::Read;
+use std::net::{SocketAddr, TcpStream};
 
 #[test]
 fn sigterm_sends_going_away_to_everyone_and_exits() {
@@ -118,18 +116,7 @@ fn patient_node(redis: &RedisServer) -> Node {
 /// Waits for the node's engine to have taken one publish: held there by
 /// the stalled Redis.
 fn wait_for_the_engine_to_take_a_publish(node: &Node) {
-    wait_until("the publish reaches the engine", || {
-        node.metric("myriad_publishes_total") == 1
-    });
-}
-
-/// Waits (up to 10 s) for `done`.
-fn wait_until(what: &str, done: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    node.wait_for_stats("the publish to reach the engine", |s| s["publishes"] == 1);
 }
 
 /// Whether something accepts connections at `addr`.

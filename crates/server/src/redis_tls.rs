@@ -10,48 +10,34 @@
 //! name others), with no client certificate. The Redis client reads the
 //! system's roots at every connection even with `redis_tls_ca` (and then
 //! trusts only `redis_tls_ca`), so a broken `SSL_CERT_FILE` fails them all.
+//! How a client is made from them is
+//! [`myriad_graph::redis_store::client_for`], the graph store's and the
+//! engine's alike.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use redis::{ClientTlsConfig, ConnectionAddr, ConnectionInfo, TlsCertificates};
+use redis::{ClientTlsConfig, TlsCertificates};
 use rustls::crypto::ring::default_provider;
-use rustls::pki_types::pem::{self, PemObject};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ClientConfig, RootCertStore};
 use thiserror::Error;
 
+use crate::tls::{read_chain, read_key, CertError};
+
 /// Why a file of the Redis TLS settings cannot be used; each names its
-/// setting and path.
+/// setting.
 #[derive(Debug, Error)]
 pub enum RedisTlsError {
-    #[error("cannot read {setting} {path:?}: {source}")]
-    Read {
+    #[error("{setting}: {source}")]
+    File {
         setting: &'static str,
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{setting} {path:?}: {source}")]
-    Pem {
-        setting: &'static str,
-        path: PathBuf,
-        source: pem::Error,
-    },
-    #[error("{setting} {path:?} holds no PEM certificate")]
-    NoCertificate {
-        setting: &'static str,
-        path: PathBuf,
+        /// Boxed: the error of a start-up, kept small on every `Result`.
+        source: Box<CertError>,
     },
     #[error("redis_tls_ca {path:?}: a certificate that cannot be trusted: {source}")]
     BadAuthority {
         path: PathBuf,
-        source: rustls::Error,
-    },
-    #[error("redis_tls_cert {cert:?} with redis_tls_key {key:?}: {source}")]
-    BadClientCertificate {
-        cert: PathBuf,
-        key: PathBuf,
         source: rustls::Error,
     },
 }
@@ -67,7 +53,8 @@ pub struct RedisTlsFiles {
     pub key: Option<PathBuf>,
 }
 
-/// The contents of the Redis TLS files, read at start.
+/// The contents of the Redis TLS files, read at start: PEM, as the Redis
+/// client takes them.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RedisTls {
     ca: Option<Vec<u8>>,
@@ -80,9 +67,15 @@ impl RedisTlsFiles {
     /// its key matches), so that nothing about them is first found when a
     /// connection is made; `None` when none is set.
     pub fn load(&self) -> Result<Option<RedisTls>, RedisTlsError> {
+        let file = |setting| {
+            move |source| RedisTlsError::File {
+                setting,
+                source: Box::new(source),
+            }
+        };
         let ca = match &self.ca {
             Some(path) => {
-                let (bytes, found) = certificates_in("redis_tls_ca", path)?;
+                let (bytes, found) = read_chain(path).map_err(file("redis_tls_ca"))?;
                 let mut roots = RootCertStore::empty();
                 for certificate in found {
                     roots
@@ -98,19 +91,21 @@ impl RedisTlsFiles {
         };
         let client = match (&self.cert, &self.key) {
             (Some(cert), Some(key)) => {
-                let (chain_bytes, chain) = certificates_in("redis_tls_cert", cert)?;
-                let (key_bytes, private_key) = key_in("redis_tls_key", key)?;
-                let bad = |source| RedisTlsError::BadClientCertificate {
-                    cert: cert.clone(),
-                    key: key.clone(),
-                    source,
+                let (chain_bytes, chain) = read_chain(cert).map_err(file("redis_tls_cert"))?;
+                let (key_bytes, private_key) = read_key(key).map_err(file("redis_tls_key"))?;
+                let unusable = |source| {
+                    file("redis_tls_cert")(CertError::Unusable {
+                        cert: cert.clone(),
+                        key: key.clone(),
+                        source,
+                    })
                 };
                 ClientConfig::builder_with_provider(Arc::new(default_provider()))
                     .with_safe_default_protocol_versions()
-                    .map_err(bad)?
+                    .map_err(unusable)?
                     .with_root_certificates(RootCertStore::empty())
                     .with_client_auth_cert(chain, private_key)
-                    .map_err(bad)?;
+                    .map_err(unusable)?;
                 Some((chain_bytes, key_bytes))
             }
             // The configuration refuses one without the other.
@@ -118,52 +113,6 @@ impl RedisTlsFiles {
         };
         Ok((ca.is_some() || client.is_some()).then_some(RedisTls { ca, client }))
     }
-}
-
-fn read(setting: &'static str, path: &Path) -> Result<Vec<u8>, RedisTlsError> {
-    std::fs::read(path).map_err(|source| RedisTlsError::Read {
-        setting,
-        path: path.to_owned(),
-        source,
-    })
-}
-
-/// A file's bytes and the certificates it holds.
-type Certificates = (Vec<u8>, Vec<CertificateDer<'static>>);
-
-/// The file's bytes and its certificates: at least one, and nothing
-/// malformed. An empty list of trusted roots would only show at the first
-/// connection, as an unknown issuer.
-fn certificates_in(setting: &'static str, path: &Path) -> Result<Certificates, RedisTlsError> {
-    let bytes = read(setting, path)?;
-    let found = CertificateDer::pem_slice_iter(&bytes)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|source| RedisTlsError::Pem {
-            setting,
-            path: path.to_owned(),
-            source,
-        })?;
-    if found.is_empty() {
-        return Err(RedisTlsError::NoCertificate {
-            setting,
-            path: path.to_owned(),
-        });
-    }
-    Ok((bytes, found))
-}
-
-/// The file's bytes and the private key they hold.
-fn key_in(
-    setting: &'static str,
-    path: &Path,
-) -> Result<(Vec<u8>, PrivateKeyDer<'static>), RedisTlsError> {
-    let bytes = read(setting, path)?;
-    let key = PrivateKeyDer::from_pem_slice(&bytes).map_err(|source| RedisTlsError::Pem {
-        setting,
-        path: path.to_owned(),
-        source,
-    })?;
-    Ok((bytes, key))
 }
 
 impl RedisTls {
@@ -189,21 +138,11 @@ impl fmt::Debug for RedisTls {
     }
 }
 
-/// A client for `info`, with `tls`'s certificates when it is a `rediss://`
-/// URL (a `redis://` one has no use for them).
-pub fn client(info: ConnectionInfo, tls: Option<&RedisTls>) -> redis::RedisResult<redis::Client> {
-    match tls {
-        Some(tls) if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) => {
-            redis::Client::build_with_tls(info, tls.certificates())
-        }
-        _ => redis::Client::open(info),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
-    use redis::IntoConnectionInfo;
 
     fn files_in(dir: &Path, names: [Option<&str>; 3]) -> RedisTlsFiles {
         let path = |name: Option<&str>| name.map(|n| dir.join(n));
@@ -214,15 +153,23 @@ mod tests {
         }
     }
 
-    /// A directory with a certificate (`cert.pem`), its key (`key.pem`)
-    /// and a file that is neither (`junk.pem`).
+    /// A directory with a certificate (`cert.pem`), its key (`key.pem`),
+    /// another certificate's key (`other.key`), a file that is no PEM
+    /// (`junk.pem`) and PEM armour around bytes that are no certificate
+    /// (`garbled.pem`).
     fn pki() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
         let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".into()]).unwrap();
-        std::fs::write(dir.path().join("cert.pem"), certified.cert.pem()).unwrap();
-        let key = certified.signing_key.serialize_pem();
-        std::fs::write(dir.path().join("key.pem"), key).unwrap();
-        std::fs::write(dir.path().join("junk.pem"), "not PEM at all").unwrap();
+        write("cert.pem", &certified.cert.pem());
+        write("key.pem", &certified.signing_key.serialize_pem());
+        let other = rcgen::generate_simple_self_signed(vec!["other".into()]).unwrap();
+        write("other.key", &other.signing_key.serialize_pem());
+        write("junk.pem", "not PEM at all");
+        write(
+            "garbled.pem",
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        );
         dir
     }
 
@@ -261,58 +208,20 @@ mod tests {
         let dir = pki();
         let refusal = |names| files_in(dir.path(), names).load().unwrap_err().to_string();
         let missing = refusal([None, Some("gone.pem"), Some("key.pem")]);
-        assert!(
-            missing.starts_with("cannot read redis_tls_cert"),
-            "{missing}"
-        );
+        assert!(missing.starts_with("redis_tls_cert: "), "{missing}");
         assert!(missing.contains("gone.pem"), "{missing}");
         let no_cert = refusal([Some("junk.pem"), None, None]);
-        assert!(no_cert.starts_with("redis_tls_ca"), "{no_cert}");
-        assert!(no_cert.ends_with("holds no PEM certificate"), "{no_cert}");
+        assert!(no_cert.starts_with("redis_tls_ca: "), "{no_cert}");
+        assert!(no_cert.ends_with("holds no certificate"), "{no_cert}");
         // A certificate where the key should be.
         let no_key = refusal([None, Some("cert.pem"), Some("cert.pem")]);
-        assert!(no_key.starts_with("redis_tls_key"), "{no_key}");
+        assert!(no_key.starts_with("redis_tls_key: "), "{no_key}");
         // A key of another certificate.
-        let other = rcgen::generate_simple_self_signed(vec!["other".into()]).unwrap();
-        let other_key = other.signing_key.serialize_pem();
-        std::fs::write(dir.path().join("other.key"), other_key).unwrap();
         let mismatch = refusal([None, Some("cert.pem"), Some("other.key")]);
-        assert!(mismatch.starts_with("redis_tls_cert"), "{mismatch}");
+        assert!(mismatch.starts_with("redis_tls_cert: "), "{mismatch}");
         assert!(mismatch.contains("other.key"), "{mismatch}");
-        // PEM armour around bytes that are no certificate.
-        let garbled = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
-        std::fs::write(dir.path().join("garbled.pem"), garbled).unwrap();
         let untrusted = refusal([Some("garbled.pem"), None, None]);
-        assert!(untrusted.starts_with("redis_tls_ca"), "{untrusted}");
+        assert!(untrusted.starts_with("redis_tls_ca "), "{untrusted}");
         assert!(untrusted.contains("cannot be trusted"), "{untrusted}");
-    }
-
-    #[test]
-    fn the_certificates_go_to_tls_urls_only() {
-        let dir = pki();
-        let files = files_in(dir.path(), [Some("cert.pem"), None, None]);
-        let tls = files.load().unwrap();
-        let info = |url: &str| url.into_connection_info().unwrap();
-        let with_certificates = |url| {
-            let client = client(info(url), tls.as_ref()).unwrap();
-            matches!(
-                client.get_connection_info().addr(),
-                ConnectionAddr::TcpTls {
-                    tls_params: Some(_),
-                    ..
-                }
-            )
-        };
-        assert!(with_certificates("rediss://127.0.0.1:1"));
-        // build_with_tls would refuse a redis:// URL: it gets none.
-        assert!(!with_certificates("redis://127.0.0.1:1"));
-        let plain = client(info("rediss://127.0.0.1:1"), None).unwrap();
-        assert!(matches!(
-            plain.get_connection_info().addr(),
-            ConnectionAddr::TcpTls {
-                tls_params: None,
-                ..
-            }
-        ));
     }
 }

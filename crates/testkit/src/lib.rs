@@ -21,19 +21,18 @@ pub struct RedisServer {
     port: u16,
     persistent: bool,
     dir: tempfile::TempDir,
-    tls: Option<RedisTlsPort>,
+    /// The TLS port beside the plain one (which the helpers here keep
+    /// using), and its files.
+    tls: Option<(u16, TlsFiles)>,
 }
 
-/// A TLS port beside the plain one (which the helpers here keep using).
+/// A TLS port's PEM files: the server's certificate and key, and the
+/// authorities a client's certificate must come from.
 #[derive(Clone, Debug)]
-pub struct RedisTlsPort {
-    pub port: u16,
-    /// The server's certificate and key, as PEM files.
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    /// When set, clients must show a certificate this PEM file trusts
-    /// (`tls-auth-clients yes`); else they need none.
-    pub client_ca: Option<PathBuf>,
+struct TlsFiles {
+    cert: PathBuf,
+    key: PathBuf,
+    client_ca: PathBuf,
 }
 
 impl RedisServer {
@@ -49,14 +48,14 @@ impl RedisServer {
     }
 
     /// A server that also speaks TLS on a port of its own, with `cert` and
-    /// `key`; clients must show a certificate `client_ca` trusts when it is
-    /// given. [`RedisServer::tls_url`] is its `rediss://` URL.
-    pub fn start_tls(cert: &Path, key: &Path, client_ca: Option<&Path>) -> RedisServer {
-        let tls = RedisTlsPort {
-            port: 0,
+    /// `key`, to clients showing a certificate `client_ca` vouches for
+    /// (`tls-auth-clients yes`). [`RedisServer::tls_url`] is its
+    /// `rediss://` URL.
+    pub fn start_tls(cert: &Path, key: &Path, client_ca: &Path) -> RedisServer {
+        let tls = TlsFiles {
             cert: cert.to_owned(),
             key: key.to_owned(),
-            client_ca: client_ca.map(Path::to_owned),
+            client_ca: client_ca.to_owned(),
         };
         RedisServer::launch_with(false, Some(tls))
     }
@@ -65,7 +64,7 @@ impl RedisServer {
         RedisServer::launch_with(persistent, None)
     }
 
-    fn launch_with(persistent: bool, tls: Option<RedisTlsPort>) -> RedisServer {
+    fn launch_with(persistent: bool, tls: Option<TlsFiles>) -> RedisServer {
         let mut dir = tempfile::tempdir().expect("a data directory");
         // The port is picked by binding port 0 and released before the
         // server binds it; another process could take it in between, so
@@ -77,10 +76,7 @@ impl RedisServer {
                 port,
                 persistent,
                 dir,
-                tls: tls.clone().map(|tls| RedisTlsPort {
-                    port: free_port(),
-                    ..tls
-                }),
+                tls: tls.clone().map(|files| (free_port(), files)),
             };
             if server.spawn() {
                 return server;
@@ -114,22 +110,16 @@ impl RedisServer {
         } else {
             command.args(["--appendonly", "no"]);
         }
-        if let Some(tls) = &self.tls {
-            // Redis wants an authority file even when it asks clients for
-            // nothing; its own certificate serves then.
-            let (ca, auth) = match &tls.client_ca {
-                Some(ca) => (ca, "yes"),
-                None => (&tls.cert, "no"),
-            };
+        if let Some((port, files)) = &self.tls {
             command
-                .args(["--tls-port", &tls.port.to_string()])
+                .args(["--tls-port", &port.to_string()])
                 .arg("--tls-cert-file")
-                .arg(&tls.cert)
+                .arg(&files.cert)
                 .arg("--tls-key-file")
-                .arg(&tls.key)
+                .arg(&files.key)
                 .arg("--tls-ca-cert-file")
-                .arg(ca)
-                .args(["--tls-auth-clients", auth]);
+                .arg(&files.client_ca)
+                .args(["--tls-auth-clients", "yes"]);
         }
         let child = match command.spawn() {
             Ok(child) => child,
@@ -163,8 +153,8 @@ impl RedisServer {
     /// `rediss://127.0.0.1:<tls port>`, for a server started with
     /// [`RedisServer::start_tls`].
     pub fn tls_url(&self) -> String {
-        let tls = self.tls.as_ref().expect("a server started with start_tls");
-        format!("rediss://127.0.0.1:{}", tls.port)
+        let (port, _) = self.tls.as_ref().expect("a server started with start_tls");
+        format!("rediss://127.0.0.1:{port}")
     }
 
     pub fn port(&self) -> u16 {

@@ -93,8 +93,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::{
-    Connection, ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError, RedisResult, Script,
-    ScriptInvocation, TlsCertificates, Value,
+    Connection, ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo, RedisError,
+    RedisResult, Script, ScriptInvocation, TlsCertificates, Value,
 };
 
 use self::scripts::{count, Reply};
@@ -405,6 +405,17 @@ fn client(
     // The URL itself is not repeated: it may hold a password.
     let bad = |e: RedisError| StoreError::Config(format!("the Redis URL: {e}"));
     let info = url.as_str().into_connection_info().map_err(bad)?;
+    client_for(info, tls).map_err(bad)
+}
+
+/// A client for `info`: over TLS for a `rediss://` URL, with `tls`'s
+/// certificates when given (else the system's trusted roots and no client
+/// certificate). The node's engine makes its clients here too, so both
+/// reach a Redis the same way.
+pub fn client_for(
+    info: ConnectionInfo,
+    tls: Option<TlsCertificates>,
+) -> RedisResult<redis::Client> {
     match tls {
         // Certificates are for TLS: a redis:// client is refused them.
         Some(tls) if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) => {
@@ -412,7 +423,6 @@ fn client(
         }
         _ => redis::Client::open(info),
     }
-    .map_err(bad)
 }
 
 /// The prefix of a cluster's graph among its other keys: the node's
@@ -686,6 +696,30 @@ mod tests {
 
     fn user(id: u64) -> UserId {
         UserId::new(id).unwrap()
+    }
+
+    #[test]
+    fn certificates_go_to_tls_urls_only() {
+        let with_certificates = |url: &str, tls: Option<TlsCertificates>| {
+            let client = client_for(url.into_connection_info().unwrap(), tls).unwrap();
+            matches!(
+                client.get_connection_info().addr(),
+                ConnectionAddr::TcpTls {
+                    tls_params: Some(_),
+                    ..
+                }
+            )
+        };
+        let some = || {
+            Some(TlsCertificates {
+                client_tls: None,
+                root_cert: None,
+            })
+        };
+        assert!(with_certificates("rediss://127.0.0.1:1", some()));
+        // build_with_tls would refuse a redis:// URL: it gets none.
+        assert!(!with_certificates("redis://127.0.0.1:1", some()));
+        assert!(!with_certificates("rediss://127.0.0.1:1", None));
     }
 
     fn edge(follower: u64, followee: u64) -> Edge {

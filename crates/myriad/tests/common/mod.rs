@@ -209,6 +209,14 @@ impl Node {
         serde_json::from_str(&reply).unwrap()
     }
 
+    /// Waits until the metric series `name` (as [`Node::metric`] reads it)
+    /// reaches `at_least`, or fails after 10 s.
+    pub fn wait_for_metric(&self, name: &str, at_least: u64) {
+        wait_until(&format!("{name} to reach {at_least}"), || {
+            self.metric(name) >= at_least
+        });
+    }
+
     /// Waits until `f(stats)` holds, or fails after 10 s.
     pub fn wait_for_stats(&self, what: &str, f: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -346,6 +354,15 @@ impl Drop for Node {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Waits (up to 10 s) for `done`, failing with `what` it waited for.
+pub fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -15,10 +15,11 @@ use tungstenite::Connector;
 
 use super::{Node, Ws};
 
-/// A certificate and key for `localhost`, as PEM files in a directory of
-/// their own.
+/// A certificate and key for `localhost` (or another name), as PEM files in
+/// a directory of their own.
 pub struct Pki {
     dir: tempfile::TempDir,
+    name: String,
     pub cert: PathBuf,
     pub key: PathBuf,
     /// The certificate the files hold now.
@@ -27,11 +28,17 @@ pub struct Pki {
 
 impl Pki {
     pub fn new() -> Pki {
+        Pki::for_name("localhost")
+    }
+
+    /// A certificate for `name`, a host name or an IP address.
+    pub fn for_name(name: &str) -> Pki {
         let dir = tempfile::tempdir().unwrap();
         let cert = dir.path().join("cert.pem");
         let key = dir.path().join("key.pem");
         let mut pki = Pki {
             dir,
+            name: name.to_owned(),
             cert,
             key,
             der: CertificateDer::from(Vec::new()),
@@ -43,7 +50,7 @@ impl Pki {
     /// Writes a new certificate and key over the files; returns the new
     /// certificate (also kept in `der`).
     pub fn renew(&mut self) -> CertificateDer<'static> {
-        let certified = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        let certified = rcgen::generate_simple_self_signed(vec![self.name.clone()]).unwrap();
         std::fs::write(&self.cert, certified.cert.pem()).unwrap();
         std::fs::write(&self.key, certified.signing_key.serialize_pem()).unwrap();
         self.der = certified.cert.der().clone();

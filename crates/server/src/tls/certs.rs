@@ -9,7 +9,7 @@
 //! nothing. Workers read the current configuration through an
 //! [`Acceptor`], which takes the lock only after a reload changed it.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -53,21 +53,8 @@ pub enum CertError {
 /// record layer handles; a ticket store would be memory of its own), and
 /// secret extraction on (the record layer needs the traffic keys).
 pub fn server_config(files: &TlsFiles) -> Result<Arc<ServerConfig>, CertError> {
-    let chain = CertificateDer::pem_file_iter(&files.cert)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|source| CertError::Certificate {
-            path: files.cert.clone(),
-            source,
-        })?;
-    if chain.is_empty() {
-        return Err(CertError::NoCertificate {
-            path: files.cert.clone(),
-        });
-    }
-    let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|source| CertError::Key {
-        path: files.key.clone(),
-        source,
-    })?;
+    let (_, chain) = read_chain(&files.cert)?;
+    let (_, key) = read_key(&files.key)?;
     let unusable = |source| CertError::Unusable {
         cert: files.cert.clone(),
         key: files.key.clone(),
@@ -84,6 +71,36 @@ pub fn server_config(files: &TlsFiles) -> Result<Arc<ServerConfig>, CertError> {
     config.session_storage = Arc::new(NoServerSessionStorage {});
     config.enable_secret_extraction = true;
     Ok(Arc::new(config))
+}
+
+/// A PEM file's bytes and the certificates they hold: at least one, and
+/// nothing malformed. Also what the node's TLS towards Redis reads.
+pub fn read_chain(path: &Path) -> Result<(Vec<u8>, Vec<CertificateDer<'static>>), CertError> {
+    let failed = |source| CertError::Certificate {
+        path: path.to_owned(),
+        source,
+    };
+    let bytes = std::fs::read(path).map_err(|e| failed(pem::Error::Io(e)))?;
+    let chain = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(failed)?;
+    if chain.is_empty() {
+        return Err(CertError::NoCertificate {
+            path: path.to_owned(),
+        });
+    }
+    Ok((bytes, chain))
+}
+
+/// A PEM file's bytes and the private key they hold (the first).
+pub fn read_key(path: &Path) -> Result<(Vec<u8>, PrivateKeyDer<'static>), CertError> {
+    let failed = |source| CertError::Key {
+        path: path.to_owned(),
+        source,
+    };
+    let bytes = std::fs::read(path).map_err(|e| failed(pem::Error::Io(e)))?;
+    let key = PrivateKeyDer::from_pem_slice(&bytes).map_err(failed)?;
+    Ok((bytes, key))
 }
 
 /// The configuration in force, and the files it is reloaded from.

@@ -18,7 +18,7 @@ pub mod certs;
 pub mod handshake;
 pub mod record;
 
-pub use certs::{Acceptor, CertError, Certificates, TlsFiles};
+pub use certs::{read_chain, read_key, Acceptor, CertError, Certificates, TlsFiles};
 pub use handshake::{Established, Handshake, HandshakeError};
 pub use record::{RecordError, Records};
 

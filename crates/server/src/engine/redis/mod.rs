@@ -494,7 +494,8 @@ fn client(url: &str, tls: Option<&RedisTls>) -> Result<redis::Client, RedisEngin
         .redis_settings()
         .clone()
         .set_protocol(redis::ProtocolVersion::RESP3);
-    crate::redis_tls::client(info.set_redis_settings(redis), tls).map_err(bad)
+    let tls = tls.map(RedisTls::certificates);
+    myriad_graph::redis_store::client_for(info.set_redis_settings(redis), tls).map_err(bad)
 }
 
 impl Drop for RedisEngine {
