@@ -238,3 +238,60 @@ history_size = 0
     assert_eq!(kept("ticks.eur"), 0);
     std::fs::remove_file(&path).unwrap();
 }
+
+#[test]
+fn subjects_nobody_subscribes_to_stay_inside_the_history_budget() {
+    // Issue 26's first attack, in small: a publisher that writes one
+    // message to each of many new subjects. Every subject's own state is
+    // charged to history_max_bytes, so the node forgets the oldest (first
+    // their idle positions, then their publications) instead of growing.
+    let budget: u64 = 256 * 1024;
+    let node = Node::start(&["--history-max-bytes", "262144", "--history-ttl", "0s"]);
+    let first = node.publish("flood/0", &json!(1));
+    let subjects = 20_000;
+    let batch = 1_000;
+    for start in (1..subjects).step_by(batch) {
+        let messages: Vec<Value> = (start..(start + batch).min(subjects))
+            .map(|n| json!({"subject": format!("flood/{n}"), "data": 1}))
+            .collect();
+        let (status, body) = node.http(
+            "POST",
+            "/api/publish",
+            &[],
+            &json!({"messages": messages}).to_string(),
+        );
+        assert_eq!(status, 200, "{body}");
+    }
+    let stats = node.stats();
+    let history = &stats["history"];
+    assert_eq!(history["max_bytes"], budget, "{stats:#}");
+    assert!(history["bytes"].as_u64().unwrap() <= budget, "{stats:#}");
+    assert!(history["evictions"].as_u64().unwrap() > 0, "{stats:#}");
+    // Each kept subject costs more than 100 bytes beside its message.
+    let kept = history["subjects"].as_u64().unwrap() + history["positions"].as_u64().unwrap();
+    assert!(kept < budget / 100, "{kept} subjects kept: {stats:#}");
+    let memory = &stats["memory"];
+    assert_eq!(memory["history_bytes"], history["bytes"], "{stats:#}");
+    assert!(memory["rss_bytes"].as_u64().unwrap() > 0, "{stats:#}");
+    assert!(
+        node.metric("myriad_history_positions_evicted_total")
+            + node.metric("myriad_history_evictions_total")
+            > 0,
+        "the metric counts them too"
+    );
+    // The first subject was forgotten: coming back cannot claim recovery.
+    let (status, body) = node.http(
+        "GET",
+        &format!(
+            "/api/history?subject=flood/0&epoch={}&offset=1",
+            first["epoch"].as_str().unwrap()
+        ),
+        &[],
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["recovered"],
+        false
+    );
+}

@@ -90,6 +90,13 @@ impl SubjectHistory {
         self.items.is_empty()
     }
 
+    /// The bytes of its queue's buffer, every slot used or not (a queue
+    /// keeps its capacity once grown): what the history's own structure
+    /// costs beside its publications and itself.
+    pub fn queue_bytes(&self) -> usize {
+        self.items.capacity() * std::mem::size_of::<Slot>()
+    }
+
     /// Node-wide store order of the oldest kept publication.
     pub fn oldest_order(&self) -> Option<u64> {
         self.items.front().map(|slot| slot.order)

@@ -23,7 +23,8 @@
 //! - [`admin`]: the HTTP publish API, `/stats`, `/metrics`, `/healthz`,
 //!   with its keys, connection cap and timeouts; [`status`]: the live
 //!   status page it serves.
-//! - [`metrics`] and [`process`]: what the node counts and how big it is.
+//! - [`metrics`] and [`process`]: what the node counts and how big it is;
+//!   [`heap`]: what its structures cost, counted one way everywhere.
 //!
 //! [`serve`] wires these together and runs until SIGTERM/SIGINT.
 
@@ -34,6 +35,7 @@ pub mod conn;
 pub mod engine;
 pub mod fds;
 pub mod feeds;
+pub mod heap;
 pub mod history;
 pub mod hub;
 pub mod link;

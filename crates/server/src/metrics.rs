@@ -166,9 +166,14 @@ pub struct WorkerMetrics {
 /// What history holds, mirrored from the engine when metrics are read.
 struct HistoryGauges {
     subjects: Gauge,
+    positions: Gauge,
     messages: Gauge,
     bytes: Gauge,
     evictions: Counter,
+    evicted_positions: Counter,
+    /// Subjects with subscribers, and what the engine keeps for them.
+    routed: Gauge,
+    routed_bytes: Gauge,
 }
 
 /// All metrics of a node.
@@ -355,16 +360,33 @@ impl Metrics {
         );
         let history = HistoryGauges {
             subjects: registered(r, "history_subjects", "Subjects holding history"),
+            positions: registered(
+                r,
+                "history_positions",
+                "Subjects kept with neither subscribers nor history, for their position only",
+            ),
             messages: registered(r, "history_messages", "Publications held in history"),
             bytes: registered(
                 r,
                 "history_bytes",
-                "Bytes held by history (shared with live fan-out)",
+                "Bytes charged to history_max_bytes: publications (shared with live fan-out), \
+                 history queues, and subjects kept without subscribers",
             ),
             evictions: registered(
                 r,
                 "history_evictions",
                 "Publications evicted from history to stay within history_max_bytes",
+            ),
+            evicted_positions: registered(
+                r,
+                "history_positions_evicted",
+                "Idle positions forgotten to stay within history_max_bytes",
+            ),
+            routed: registered(r, "subjects", "Subjects with subscribers on this node"),
+            routed_bytes: registered(
+                r,
+                "subject_bytes",
+                "Bytes the engine keeps for subjects with subscribers on this node",
             ),
         };
         let feeds = FeedMetrics {
@@ -495,9 +517,13 @@ impl Metrics {
             .set(gauge(stats.waiting_attaches));
         let history = &stats.history;
         self.history.subjects.set(gauge(history.subjects));
+        self.history.positions.set(gauge(history.positions));
         self.history.messages.set(gauge(history.messages));
         self.history.bytes.set(gauge(history.bytes));
         catch_up(&self.history.evictions, history.evictions);
+        catch_up(&self.history.evicted_positions, history.evicted_positions);
+        self.history.routed.set(gauge(stats.subjects));
+        self.history.routed_bytes.set(gauge(stats.subject_bytes));
         for (kind, total) in stats.failures.by_kind() {
             catch_up(
                 &self.engine_failures.get_or_create(&KindLabel { kind }),

@@ -664,12 +664,25 @@ fn history_limits(make: Make) {
     assert_eq!((stats.subjects, stats.messages), (1, 3), "short.a only");
 }
 
-/// What history holds after one publication of `data` on `subject`, in an
-/// engine of its own: measured on a subject as long as the test's.
-fn one_publication_costs(make: Make, subject: &str, data: &str) -> usize {
+/// What the budget charges for a subject holding history (`fixed`, its
+/// own state: none for an engine that counts only publications) and for
+/// each publication of `data` on it (`each`), measured in an engine of its
+/// own on a subject as long as the test's.
+struct Costs {
+    fixed: usize,
+    each: usize,
+}
+
+fn costs(make: Make, subject: &str, data: &str) -> Costs {
     let probe = make(1, namespaces(), usize::MAX);
     probe.publish(subject, data);
-    probe.engine.stats().history.bytes as usize
+    let one = probe.engine.stats().history.bytes as usize;
+    probe.publish(subject, data);
+    let each = probe.engine.stats().history.bytes as usize - one;
+    Costs {
+        fixed: one - each,
+        each,
+    }
 }
 
 /// The offsets `subject`'s history holds.
@@ -682,17 +695,18 @@ fn kept_offsets(h: &Harness, subject: &str) -> Vec<u64> {
 }
 
 fn the_memory_budget_evicts_the_oldest_first(make: Make) {
-    // Room for about ten of these publications.
+    // Room for four subjects and about ten of these publications.
     let data = format!("\"{}\"", "x".repeat(500));
-    let one = one_publication_costs(make, "b0", &data);
-    let h = make(1, namespaces(), one * 10);
+    let cost = costs(make, "b0", &data);
+    let budget = cost.fixed * 4 + cost.each * 10;
+    let h = make(1, namespaces(), budget);
     for _round in 0..6 {
         for subject in ["b1", "b2", "b3", "b4"] {
             h.publish(subject, &data);
         }
     }
     let stats = h.engine.stats().history;
-    assert!(stats.bytes as usize <= one * 10, "{stats:?}");
+    assert!(stats.bytes as usize <= budget, "{stats:?}");
     assert_eq!(stats.messages, 10);
     assert_eq!(stats.evictions, 14);
     // 24 published round-robin; the newest 10 remain: rounds 4 and 5 of
@@ -709,9 +723,12 @@ fn the_memory_budget_evicts_the_oldest_first(make: Make) {
 /// ever held.
 fn full_histories_still_evict_the_oldest_first(make: Make) {
     let data = format!("\"{}\"", "x".repeat(500));
-    let one = one_publication_costs(make, "short.z", &data);
-    // Room for six and a half: an engine may count an offset's digits.
-    let h = make(1, namespaces(), one * 13 / 2);
+    let cost = costs(make, "short.z", &data);
+    // Room for three subjects and six publications and a half: an engine
+    // may count an offset's digits. The half also holds what a subject
+    // left without history may still charge (its position), which goes
+    // before any publication.
+    let h = make(1, namespaces(), cost.fixed * 3 + cost.each * 13 / 2);
     let publish = |subject: &str, times: usize| {
         for _ in 0..times {
             h.publish(subject, &data);

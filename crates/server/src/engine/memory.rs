@@ -9,17 +9,28 @@
 //! stream's lock is what makes attach the exact switch from history to live
 //! (contract clause 3): no publication can get an offset between the two.
 //!
-//! History shares one byte budget across the node. Every stored publication
-//! gets a node-wide store order; each shard keeps an ordered index of its
-//! subjects by their oldest publication, and publishes its minimum in an
-//! atomic, so evicting "the oldest publication on the node" reads 64
-//! atomics and locks one shard. Eviction runs after the publishing shard is
-//! unlocked, so no thread ever holds two stream shards. Age limits are
+//! History shares one byte budget across the node, `history_max_bytes`, and
+//! it holds everything kept for recovery that no subscriber pays for: the
+//! publications, each history's own queue, and the stream of every subject
+//! kept without subscribers (its map slot and name). A stream with
+//! subscribers is paid for by their subscriptions, which `max_connections`
+//! and `max_subscriptions` bound; any other stream exists only because of
+//! the budget, so a client publishing to a new subject every time cannot
+//! grow the node past it. Every stored publication gets a node-wide store
+//! order; each shard keeps an ordered index of its subjects by their oldest
+//! publication and another of its idle positions (kept subjects with
+//! neither subscribers nor history) by when they went idle, and publishes
+//! the minimum of each in an atomic, so evicting "the oldest thing on the
+//! node" reads 64 atomics and locks one shard. Idle positions go first (a
+//! position without history can only say "recovered, nothing missed"),
+//! then the oldest publications. Eviction runs after the publishing shard
+//! is unlocked, so no thread ever holds two stream shards. Age limits are
 //! applied whenever a subject is touched and by a once-a-second sweep on
 //! its own thread, so idle subjects free their memory too.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::hash::BuildHasher;
+use std::mem::size_of;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -32,6 +43,7 @@ use super::{
     Attach, Attached, Attachment, Engine, EngineError, EngineStats, HistoryPage, HistoryQuery,
     HistoryStats, Published, Reply,
 };
+use crate::heap::{self, allocation};
 use crate::history::{Freed, HistoryPolicy, Recovery, SubjectHistory};
 use crate::hub::{Event, Hub, Route, Wakeups};
 use crate::namespace::{NamespaceId, Namespaces};
@@ -66,6 +78,28 @@ struct Stream {
 }
 
 impl Stream {
+    /// Kept with neither subscribers nor history: only its position is left.
+    fn idle(&self) -> bool {
+        self.route.subscribers() == 0 && self.history.is_none()
+    }
+
+    /// What keeping this stream, named `name`, charges to the history
+    /// budget beside its publications (see the module header).
+    fn charge(&self, name: &str) -> usize {
+        let unpaid = if self.route.subscribers() == 0 {
+            stream_bytes(name)
+        } else {
+            0
+        };
+        let idle = if self.idle() { IDLE_ENTRY_BYTES } else { 0 };
+        let history = self.history.as_deref().map_or(0, |h| {
+            allocation(size_of::<SubjectHistory>())
+                + allocation(h.queue_bytes())
+                + OLDEST_ENTRY_BYTES
+        });
+        unpaid + idle + history
+    }
+
     fn position(&self) -> Position {
         Position::new(self.epoch, self.offset)
     }
@@ -104,6 +138,17 @@ impl Stream {
     }
 }
 
+/// What a stream named `name` costs in its shard's map.
+fn stream_bytes(name: &str) -> usize {
+    heap::named_entry_bytes::<Stream>(name)
+}
+
+/// An idle position's entry in its shard's `idle` index.
+const IDLE_ENTRY_BYTES: usize = heap::btree_entry_bytes::<(u32, Arc<str>)>();
+
+/// A subject's entry in its shard's `oldest` index, while it holds history.
+const OLDEST_ENTRY_BYTES: usize = heap::btree_entry_bytes::<(u64, Arc<str>)>();
+
 #[derive(Default)]
 struct Shard {
     streams: HashMap<Arc<str>, Stream, RandomState>,
@@ -111,6 +156,24 @@ struct Shard {
     /// publication (unique per publication): the first entry is this
     /// shard's oldest publication.
     oldest: BTreeMap<u64, Arc<str>>,
+    /// Idle positions ([`Stream::idle`]) by when they went idle (their
+    /// `last_active_s`, which does not change while they stay idle), then
+    /// name: the first entry is this shard's oldest.
+    idle: BTreeSet<(u32, Arc<str>)>,
+}
+
+impl Shard {
+    fn first_oldest(&self) -> u64 {
+        self.oldest
+            .first_key_value()
+            .map_or(u64::MAX, |(order, _)| *order)
+    }
+
+    fn first_idle(&self) -> u64 {
+        self.idle
+            .first()
+            .map_or(u64::MAX, |(since, _)| u64::from(*since))
+    }
 }
 
 struct Inner {
@@ -120,11 +183,22 @@ struct Inner {
     /// Per shard, the store order of its oldest publication (`u64::MAX`
     /// when it holds none), readable without its lock.
     shard_oldest: Box<[AtomicU64]>,
+    /// Per shard, when its oldest idle position went idle (`u64::MAX`
+    /// when it holds none), readable without its lock.
+    shard_idle: Box<[AtomicU64]>,
     hasher: RandomState,
     max_bytes: usize,
+    /// Everything charged to the history budget (see the module header).
     held_bytes: AtomicUsize,
     held_messages: AtomicUsize,
+    /// Streams kept with neither subscribers nor history.
+    idle_positions: AtomicUsize,
+    /// Streams with subscribers, and the map bytes they take (what their
+    /// subscriptions pay for, not the budget).
+    routed_bytes: AtomicUsize,
     evictions: AtomicU64,
+    /// Idle positions forgotten to stay within the budget.
+    evicted_positions: AtomicU64,
     publishes: AtomicU64,
     publishes_unrouted: AtomicU64,
     /// Subjects with subscribers on this node.
@@ -156,11 +230,15 @@ impl MemoryEngine {
             namespaces,
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             shard_oldest: (0..SHARDS).map(|_| AtomicU64::new(u64::MAX)).collect(),
+            shard_idle: (0..SHARDS).map(|_| AtomicU64::new(u64::MAX)).collect(),
             hasher: RandomState::default(),
             max_bytes,
             held_bytes: AtomicUsize::new(0),
             held_messages: AtomicUsize::new(0),
+            idle_positions: AtomicUsize::new(0),
+            routed_bytes: AtomicUsize::new(0),
             evictions: AtomicU64::new(0),
+            evicted_positions: AtomicU64::new(0),
             publishes: AtomicU64::new(0),
             publishes_unrouted: AtomicU64::new(0),
             routed_subjects: AtomicUsize::new(0),
@@ -233,24 +311,40 @@ impl Inner {
         )
     }
 
-    fn new_stream(&self, namespace: NamespaceId, now_ms: u64) -> Stream {
-        Stream {
+    /// Makes `subject`'s stream (not yet in its shard) and returns its name
+    /// as the map holds it. A new stream is an idle position until the
+    /// caller's change gives it history or a subscriber.
+    fn create(
+        &self,
+        index: usize,
+        shard: &mut Shard,
+        subject: Arc<str>,
+        namespace: NamespaceId,
+        now_ms: u64,
+    ) -> Arc<str> {
+        let stream = Stream {
             epoch: self.new_epoch(),
             offset: 0,
             history: None,
             route: Route::default(),
             last_active_s: seconds(now_ms),
             namespace,
-        }
+        };
+        let after = Footprint::of(&stream, &subject);
+        shard.streams.insert(Arc::clone(&subject), stream);
+        self.settle(index, shard, &subject, Footprint::default(), after);
+        subject
     }
 
     fn forgettable(&self, stream: &Stream, now_ms: u64) -> bool {
         stream.forgettable(self.namespaces.policy(stream.namespace), now_ms)
     }
 
-    /// Applies a change to one subject's history: runs `change`, then keeps
-    /// the shard's oldest-first index and the node's totals in step.
-    fn with_history<R>(
+    /// Applies a change to one subject's stream: runs `change` (which
+    /// reports the bytes of publications it freed and added), then keeps
+    /// the shard's indexes and the node's totals in step with what the
+    /// stream holds now.
+    fn change<R>(
         &self,
         index: usize,
         shard: &mut Shard,
@@ -262,27 +356,16 @@ impl Inner {
             .streams
             .get_mut(subject)
             .expect("the caller holds the stream");
-        let before = stream.oldest_order();
+        let before = Footprint::of(stream, subject);
         let (result, freed, added) = change(stream);
-        let after = stream.oldest_order();
-        if before.is_some() && after.is_none() {
+        if stream.history.as_ref().is_some_and(|h| h.is_empty()) {
+            // An empty history keeps no box: a position costs only itself.
+            stream.history = None;
             // Retention of an idle position counts from when it last held
             // anything (see `Stream::forgettable`).
             stream.last_active_s = seconds(now_ms);
         }
-        if before != after {
-            if let Some(order) = before {
-                shard.oldest.remove(&order);
-            }
-            if let Some(order) = after {
-                shard.oldest.insert(order, Arc::clone(subject));
-            }
-            let first = shard
-                .oldest
-                .first_key_value()
-                .map_or(u64::MAX, |(order, _)| *order);
-            self.shard_oldest[index].store(first, Ordering::Relaxed);
-        }
+        let after = Footprint::of(stream, subject);
         if added > 0 {
             self.held_bytes.fetch_add(added, Ordering::Relaxed);
             self.held_messages.fetch_add(1, Ordering::Relaxed);
@@ -292,13 +375,56 @@ impl Inner {
             self.held_messages
                 .fetch_sub(freed.messages, Ordering::Relaxed);
         }
+        self.settle(index, shard, subject, before, after);
         result
+    }
+
+    /// Forgets `subject`'s stream (held by the caller).
+    fn forget(&self, index: usize, shard: &mut Shard, subject: &Arc<str>) {
+        if let Some(stream) = shard.streams.remove(subject) {
+            let before = Footprint::of(&stream, subject);
+            self.settle(index, shard, subject, before, Footprint::default());
+        }
+    }
+
+    /// Moves `subject` in its shard's indexes and the node's totals from
+    /// what its stream held (`before`) to what it holds (`after`).
+    fn settle(
+        &self,
+        index: usize,
+        shard: &mut Shard,
+        subject: &Arc<str>,
+        before: Footprint,
+        after: Footprint,
+    ) {
+        if before.oldest != after.oldest {
+            if let Some(order) = before.oldest {
+                shard.oldest.remove(&order);
+            }
+            if let Some(order) = after.oldest {
+                shard.oldest.insert(order, Arc::clone(subject));
+            }
+            self.shard_oldest[index].store(shard.first_oldest(), Ordering::Relaxed);
+        }
+        if before.idle != after.idle {
+            if let Some(since) = before.idle {
+                shard.idle.remove(&(since, Arc::clone(subject)));
+                self.idle_positions.fetch_sub(1, Ordering::Relaxed);
+            }
+            if let Some(since) = after.idle {
+                shard.idle.insert((since, Arc::clone(subject)));
+                self.idle_positions.fetch_add(1, Ordering::Relaxed);
+            }
+            self.shard_idle[index].store(shard.first_idle(), Ordering::Relaxed);
+        }
+        apply_delta(&self.held_bytes, before.charge, after.charge);
+        apply_delta(&self.routed_bytes, before.routed, after.routed);
     }
 
     /// Drops expired publications of `subject` (held by the caller).
     fn expire(&self, index: usize, shard: &mut Shard, subject: &Arc<str>, now_ms: u64) {
         let namespaces = &self.namespaces;
-        self.with_history(index, shard, subject, now_ms, |stream| {
+        self.change(index, shard, subject, now_ms, |stream| {
             let policy = namespaces.policy(stream.namespace);
             let freed = match stream.history.as_mut() {
                 Some(history) => history.expire(now_ms, &policy),
@@ -309,40 +435,65 @@ impl Inner {
     }
 
     /// Forgets `subject` if nothing about it is worth keeping.
-    fn forget_if_idle(&self, shard: &mut Shard, subject: &str, now_ms: u64) {
+    fn forget_if_idle(&self, index: usize, shard: &mut Shard, subject: &Arc<str>, now_ms: u64) {
         if shard
             .streams
             .get(subject)
             .is_some_and(|s| self.forgettable(s, now_ms))
         {
-            shard.streams.remove(subject);
+            self.forget(index, shard, subject);
         }
     }
 
-    /// Evicts the node's oldest publications until history fits its budget.
+    /// The shard holding the node's oldest entry of one kind (per `firsts`),
+    /// if any shard holds one.
+    fn oldest_shard(firsts: &[AtomicU64]) -> Option<usize> {
+        firsts
+            .iter()
+            .map(|a| a.load(Ordering::Relaxed))
+            .enumerate()
+            .filter(|&(_, first)| first != u64::MAX)
+            .min_by_key(|&(_, first)| first)
+            .map(|(index, _)| index)
+    }
+
+    fn over_budget(&self) -> bool {
+        self.held_bytes.load(Ordering::Relaxed) > self.max_bytes
+    }
+
+    /// Evicts until everything charged fits the budget: the node's oldest
+    /// idle positions first, then its oldest publications.
     fn enforce_budget(&self) {
-        while self.held_bytes.load(Ordering::Relaxed) > self.max_bytes {
-            let Some((index, _)) = self
-                .shard_oldest
-                .iter()
-                .map(|a| a.load(Ordering::Relaxed))
-                .enumerate()
-                .filter(|&(_, order)| order != u64::MAX)
-                .min_by_key(|&(_, order)| order)
-            else {
+        while self.over_budget() {
+            if let Some(index) = Self::oldest_shard(&self.shard_idle) {
+                let mut guard = self.lock(index);
+                let shard = &mut *guard;
+                // Another thread may have evicted meanwhile: look again.
+                if !self.over_budget() {
+                    return;
+                }
+                if let Some((_, subject)) = shard.idle.first().cloned() {
+                    self.forget(index, shard, &subject);
+                    self.evicted_positions.fetch_add(1, Ordering::Relaxed);
+                }
+                continue;
+            }
+            let Some(index) = Self::oldest_shard(&self.shard_oldest) else {
+                // Nothing evictable is left: what remains is held by streams
+                // that subscribers pay for (their history's structure), and
+                // it goes as their histories empty.
                 return;
             };
             let mut guard = self.lock(index);
             let shard = &mut *guard;
-            // Another thread may have evicted meanwhile: look again.
-            if self.held_bytes.load(Ordering::Relaxed) <= self.max_bytes {
+            if !self.over_budget() {
                 return;
             }
             let Some(subject) = shard.oldest.first_key_value().map(|(_, s)| Arc::clone(s)) else {
                 continue;
             };
             let now = self.now_ms();
-            self.with_history(index, shard, &subject, now, |stream| {
+            self.change(index, shard, &subject, now, |stream| {
                 let freed = stream
                     .history
                     .as_mut()
@@ -350,13 +501,13 @@ impl Inner {
                 ((), freed, 0)
             });
             self.evictions.fetch_add(1, Ordering::Relaxed);
-            self.forget_if_idle(shard, &subject, now);
+            self.forget_if_idle(index, shard, &subject, now);
         }
     }
 
     /// The once-a-second pass: expire every subject's old publications and
-    /// forget subjects left with nothing. One shard at a time, so a publish
-    /// waits for at most one shard's scan.
+    /// forget idle positions whose retention is over. One shard at a time,
+    /// so a publish waits for at most one shard's scan.
     fn expire_all(&self) {
         let now = self.now_ms();
         for index in 0..SHARDS {
@@ -366,10 +517,54 @@ impl Inner {
             for subject in with_history {
                 self.expire(index, shard, &subject, now);
             }
-            shard
-                .streams
-                .retain(|_, stream| !self.forgettable(stream, now));
+            // Only idle positions can be forgettable.
+            let idle: Vec<Arc<str>> = shard.idle.iter().map(|(_, s)| Arc::clone(s)).collect();
+            for subject in idle {
+                self.forget_if_idle(index, shard, &subject, now);
+            }
+            // A map keeps its table once grown: give back what a burst of
+            // subjects left behind.
+            if shard.streams.capacity() > 4 * shard.streams.len().max(16) {
+                shard.streams.shrink_to_fit();
+            }
         }
+    }
+}
+
+/// What one stream holds of the shard's indexes and the node's totals.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Footprint {
+    /// Its key in `oldest`, while it holds history.
+    oldest: Option<u64>,
+    /// When it went idle, its key in `idle`, while it is an idle position.
+    idle: Option<u32>,
+    /// What it charges to the history budget beside its publications.
+    charge: usize,
+    /// Its map bytes while it has subscribers.
+    routed: usize,
+}
+
+impl Footprint {
+    fn of(stream: &Stream, name: &str) -> Footprint {
+        Footprint {
+            oldest: stream.oldest_order(),
+            idle: stream.idle().then_some(stream.last_active_s),
+            charge: stream.charge(name),
+            routed: if stream.route.subscribers() > 0 {
+                stream_bytes(name)
+            } else {
+                0
+            },
+        }
+    }
+}
+
+/// Moves `total` from counting `before` to counting `after`.
+fn apply_delta(total: &AtomicUsize, before: usize, after: usize) {
+    if after > before {
+        total.fetch_add(after - before, Ordering::Relaxed);
+    } else if before > after {
+        total.fetch_sub(before - after, Ordering::Relaxed);
     }
 }
 
@@ -400,14 +595,10 @@ impl Engine for MemoryEngine {
                     reply.send(&inner.hub, Ok(dropped), wakeups);
                     return;
                 }
-                let name: Arc<str> = Arc::from(subject);
-                shard
-                    .streams
-                    .insert(Arc::clone(&name), inner.new_stream(namespace, now));
-                name
+                inner.create(index, shard, Arc::from(subject), namespace, now)
             }
         };
-        let (publication, subscribers) = inner.with_history(index, shard, &name, now, |stream| {
+        let (publication, subscribers) = inner.change(index, shard, &name, now, |stream| {
             stream.offset += 1;
             stream.last_active_s = seconds(now);
             let publication = Arc::new(Publication::new(
@@ -453,60 +644,46 @@ impl Engine for MemoryEngine {
             Some((name, _)) => Arc::clone(name),
             None => {
                 let namespace = inner.namespaces.id_of(&attach.subject);
-                shard.streams.insert(
-                    Arc::clone(&attach.subject),
-                    inner.new_stream(namespace, now),
-                );
-                Arc::clone(&attach.subject)
+                inner.create(index, shard, Arc::clone(&attach.subject), namespace, now)
             }
         };
         inner.expire(index, shard, &name, now);
-        let stream = shard.streams.get_mut(&name).expect("just ensured");
-        if refused {
+        let stream = &shard.streams[&name];
+        let outcome = if refused {
             // Joined all the same: the worker detaches every attach.
-            let refusal = Attached {
-                subject: Arc::clone(&name),
-                to: attach.to,
-                token: attach.token,
-                outcome: Err(EngineError::ShuttingDown),
+            Err(EngineError::ShuttingDown)
+        } else {
+            let (recovered, replay) = match attach.since {
+                None => (None, Vec::new()),
+                Some(since) => match stream.recover(since, usize::MAX) {
+                    Recovery::Complete(replay)
+                        if replay.iter().map(|p| p.held_bytes()).sum::<usize>()
+                            <= attach.max_replay_bytes =>
+                    {
+                        (Some(true), replay)
+                    }
+                    _ => (Some(false), Vec::new()),
+                },
             };
-            let event = Event::Attached(Box::new(refusal));
-            if stream
-                .route
-                .join(&inner.hub, attach.to.worker, event, wakeups)
-            {
-                inner.routed_subjects.fetch_add(1, Ordering::Relaxed);
-            }
-            return;
-        }
-        let position = stream.position();
-        let (recovered, replay) = match attach.since {
-            None => (None, Vec::new()),
-            Some(since) => match stream.recover(since, usize::MAX) {
-                Recovery::Complete(replay)
-                    if replay.iter().map(|p| p.held_bytes()).sum::<usize>()
-                        <= attach.max_replay_bytes =>
-                {
-                    (Some(true), replay)
-                }
-                _ => (Some(false), Vec::new()),
-            },
+            Ok(Attachment {
+                position: stream.position(),
+                recovered,
+                replay,
+            })
         };
-        let attached = Attached {
+        let event = Event::Attached(Box::new(Attached {
             subject: Arc::clone(&name),
             to: attach.to,
             token: attach.token,
-            outcome: Ok(Attachment {
-                position,
-                recovered,
-                replay,
-            }),
-        };
-        let event = Event::Attached(Box::new(attached));
-        if stream
-            .route
-            .join(&inner.hub, attach.to.worker, event, wakeups)
-        {
+            outcome,
+        }));
+        let first = inner.change(index, shard, &name, now, |stream| {
+            let first = stream
+                .route
+                .join(&inner.hub, attach.to.worker, event, wakeups);
+            (first, Freed::default(), 0)
+        });
+        if first {
             inner.routed_subjects.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -514,16 +691,30 @@ impl Engine for MemoryEngine {
     fn detach(&self, subject: &str, worker: usize, last_local: bool) {
         let inner = &*self.inner;
         let now = inner.now_ms();
-        let mut guard = inner.lock(inner.shard_index(subject));
+        let index = inner.shard_index(subject);
+        let mut guard = inner.lock(index);
         let shard = &mut *guard;
-        let Some(stream) = shard.streams.get_mut(subject) else {
+        let Some(name) = shard
+            .streams
+            .get_key_value(subject)
+            .map(|(n, _)| Arc::clone(n))
+        else {
             debug_assert!(false, "detach from {subject}, which no attach created");
             return;
         };
-        if stream.route.leave(worker, last_local) {
+        let last = inner.change(index, shard, &name, now, |stream| {
+            let last = stream.route.leave(worker, last_local);
+            if last {
+                stream.last_active_s = seconds(now);
+            }
+            (last, Freed::default(), 0)
+        });
+        if last {
             inner.routed_subjects.fetch_sub(1, Ordering::Relaxed);
-            stream.last_active_s = seconds(now);
-            inner.forget_if_idle(shard, subject, now);
+            inner.forget_if_idle(index, shard, &name, now);
+            drop(guard);
+            // A stream kept after its last subscriber is the budget's now.
+            inner.enforce_budget();
         }
     }
 
@@ -576,7 +767,7 @@ impl Engine for MemoryEngine {
             recovered,
             publications,
         };
-        inner.forget_if_idle(shard, &name, now);
+        inner.forget_if_idle(index, shard, &name, now);
         drop(guard);
         reply.send(&inner.hub, Ok(page), wakeups);
     }
@@ -594,15 +785,18 @@ impl Engine for MemoryEngine {
         let subjects = (0..SHARDS).map(|i| inner.lock(i).oldest.len() as u64).sum();
         EngineStats {
             subjects: inner.routed_subjects.load(Ordering::Relaxed) as u64,
+            subject_bytes: inner.routed_bytes.load(Ordering::Relaxed) as u64,
             publishes: inner.publishes.load(Ordering::Relaxed),
             publishes_unrouted: inner.publishes_unrouted.load(Ordering::Relaxed),
             round_trips: 0,
             waiting_attaches: 0,
             history: HistoryStats {
                 subjects,
+                positions: inner.idle_positions.load(Ordering::Relaxed) as u64,
                 messages: inner.held_messages.load(Ordering::Relaxed) as u64,
                 bytes: inner.held_bytes.load(Ordering::Relaxed) as u64,
                 evictions: inner.evictions.load(Ordering::Relaxed),
+                evicted_positions: inner.evicted_positions.load(Ordering::Relaxed),
             },
             failures: super::EngineFailures::default(),
         }
@@ -627,27 +821,180 @@ mod tests {
         assert!(std::mem::size_of::<Stream>() <= 48);
     }
 
+    /// A harness over a memory engine, and the engine's insides to audit.
+    fn audited(max_bytes: usize, policy: HistoryPolicy) -> (Harness, Arc<Inner>) {
+        let mut inner = None;
+        let h = Harness::new(1, |hub| {
+            let namespaces = Namespaces::new(policy, &[], history_policy);
+            let engine = MemoryEngine::new(hub, namespaces, max_bytes);
+            inner = Some(Arc::clone(&engine.inner));
+            Box::new(engine)
+        });
+        (h, inner.expect("made"))
+    }
+
+    /// Recounts from the streams themselves everything the engine's totals
+    /// and indexes say, and checks they agree. Returns the streams held.
+    fn audit(inner: &Inner) -> usize {
+        let (mut charged, mut messages, mut idle, mut routed, mut streams) = (0, 0, 0, 0, 0);
+        for index in 0..SHARDS {
+            let shard = inner.lock(index);
+            let (mut shard_idle, mut shard_history) = (0, 0);
+            for (name, stream) in &shard.streams {
+                streams += 1;
+                charged += stream.charge(name);
+                if let Some(history) = stream.history.as_deref() {
+                    assert!(!history.is_empty(), "{name}: an empty history kept");
+                    let kept = history.last(usize::MAX);
+                    charged += kept
+                        .iter()
+                        .map(|p| crate::history::kept_bytes(p))
+                        .sum::<usize>();
+                    messages += kept.len();
+                    let order = history.oldest_order().expect("not empty");
+                    assert_eq!(shard.oldest.get(&order), Some(name));
+                    shard_history += 1;
+                }
+                if stream.idle() {
+                    assert!(shard
+                        .idle
+                        .contains(&(stream.last_active_s, Arc::clone(name))));
+                    shard_idle += 1;
+                    idle += 1;
+                }
+                if stream.route.subscribers() > 0 {
+                    routed += stream_bytes(name);
+                }
+            }
+            assert_eq!(
+                (shard.idle.len(), shard.oldest.len()),
+                (shard_idle, shard_history)
+            );
+            assert_eq!(
+                inner.shard_idle[index].load(Ordering::Relaxed),
+                shard.first_idle()
+            );
+            assert_eq!(
+                inner.shard_oldest[index].load(Ordering::Relaxed),
+                shard.first_oldest()
+            );
+        }
+        let load = |a: &AtomicUsize| a.load(Ordering::Relaxed);
+        assert_eq!(load(&inner.held_bytes), charged, "charged to the budget");
+        assert_eq!(load(&inner.held_messages), messages);
+        assert_eq!(load(&inner.idle_positions), idle);
+        assert_eq!(load(&inner.routed_bytes), routed);
+        streams
+    }
+
+    const KEEP_TEN: HistoryPolicy = HistoryPolicy {
+        size: 10,
+        ttl: Duration::ZERO,
+    };
+
     #[test]
     fn the_byte_count_is_exactly_what_history_holds() {
         let policy = HistoryPolicy {
             size: 3,
             ttl: Duration::ZERO,
         };
-        let h = memory(1, Namespaces::new(policy, &[], history_policy), 5_000);
+        let (h, inner) = audited(5_000, policy);
         for n in 0..40 {
             h.publish(&format!("s{}", n % 4), &"7".repeat(n * 10));
         }
+        audit(&inner);
         let stats = h.engine.stats().history;
-        let mut held = 0;
-        let mut messages = 0;
-        for s in ["s0", "s1", "s2", "s3"] {
-            for p in h.history(s, None, 100).publications {
-                held += crate::history::kept_bytes(&p);
-                messages += 1;
-            }
+        assert!(stats.bytes <= 5_000 && stats.evictions > 0, "{stats:?}");
+    }
+
+    #[test]
+    fn a_publisher_to_new_subjects_cannot_grow_the_node_past_the_budget() {
+        // Issue 26's first attack, in small: one message to each of many
+        // subjects that nobody subscribes to. Before, every subject's stream
+        // outlived its evicted history, outside the budget.
+        let budget = 200_000;
+        let (h, inner) = audited(budget, KEEP_TEN);
+        let first = h.publish("s0", "1").position.expect("kept");
+        for n in 1..20_000 {
+            h.publish(&format!("s{n}"), "1");
         }
-        assert_eq!((stats.bytes as usize, stats.messages), (held, messages));
-        assert!(held <= 5_000 && stats.evictions > 0, "{stats:?}");
+        let streams = audit(&inner);
+        let stats = h.engine.stats().history;
+        assert!(stats.bytes as usize <= budget, "{stats:?}");
+        assert!(
+            streams * stream_bytes("s0") <= budget,
+            "{streams} streams kept"
+        );
+        assert!(
+            stats.evictions > 0 && stats.evicted_positions > 0,
+            "{stats:?}"
+        );
+        // The first subject was forgotten: coming back to it cannot
+        // pretend to recover.
+        assert_eq!(h.history("s0", Some(first), 10).recovered, Some(false));
+        // The newest still recovers.
+        let last = h.publish("s19999", "2").position.expect("kept");
+        let before = Position::new(last.epoch, last.offset - 1);
+        let page = h.history("s19999", Some(before), 10);
+        assert_eq!((page.recovered, page.publications.len()), (Some(true), 1));
+    }
+
+    #[test]
+    fn positions_left_by_subscribers_are_charged_and_evicted() {
+        let budget = 50_000;
+        let (h, inner) = audited(budget, KEEP_TEN);
+        for n in 0..5_000 {
+            let subject = format!("left{n}");
+            h.attach(&subject, 1, false);
+            h.attached();
+            assert_eq!(audit(&inner) as u64, h.engine.stats().history.positions + 1);
+            h.engine.detach(&subject, 0, true);
+        }
+        audit(&inner);
+        let stats = h.engine.stats().history;
+        assert!(stats.bytes as usize <= budget, "{stats:?}");
+        assert!(
+            stats.positions > 0 && stats.evicted_positions > 0,
+            "{stats:?}"
+        );
+        assert_eq!(stats.evictions, 0, "no publication was ever kept");
+    }
+
+    #[test]
+    fn every_change_keeps_the_totals_exact() {
+        // A fixed pseudo-random mix of everything that changes a stream,
+        // over few subjects and a budget small enough to evict often.
+        let (h, inner) = audited(3_000, KEEP_TEN);
+        let mut attached: Vec<u32> = vec![0; 12];
+        let mut seed = 0x2545_f491_u64;
+        for step in 0..4_000 {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let pick = (seed >> 33) as usize;
+            let n = pick % attached.len();
+            let subject = format!("m{n}");
+            match (pick / 16) % 5 {
+                0 | 1 => {
+                    h.publish(&subject, &"x".repeat(pick % 200));
+                }
+                2 => {
+                    h.attach(&subject, 1, false);
+                    h.attached();
+                    attached[n] += 1;
+                }
+                3 if attached[n] > 0 => {
+                    attached[n] -= 1;
+                    h.engine.detach(&subject, 0, attached[n] == 0);
+                }
+                _ => {
+                    h.history(&subject, None, 3);
+                }
+            }
+            if step % 500 == 0 {
+                inner.expire_all();
+            }
+            audit(&inner);
+            assert!(inner.held_bytes.load(Ordering::Relaxed) <= 3_000);
+        }
     }
 
     #[test]

@@ -288,6 +288,9 @@ where
 pub struct EngineStats {
     /// Subjects with subscribers on this node.
     pub subjects: u64,
+    /// What the engine keeps for those subjects on this node (outside the
+    /// history budget: their subscriptions pay for it).
+    pub subject_bytes: u64,
     /// Publishes taken (from this node).
     pub publishes: u64,
     /// Of those, publishes no subscriber on this node received.
@@ -342,10 +345,18 @@ impl EngineFailures {
 pub struct HistoryStats {
     /// Subjects holding at least one publication.
     pub subjects: u64,
+    /// Subjects kept with neither subscribers nor history: only their
+    /// position, so that a client coming back recovers in the same epoch.
+    pub positions: u64,
     pub messages: u64,
+    /// Everything charged to `history_max_bytes` on this node: the
+    /// publications, each history's own queue, and the state of every
+    /// subject kept without subscribers.
     pub bytes: u64,
     /// Publications evicted to stay within the memory budget.
     pub evictions: u64,
+    /// Idle positions forgotten to stay within the memory budget.
+    pub evicted_positions: u64,
 }
 
 /// Positions, history and routing of publications; see the module contract.

@@ -569,6 +569,7 @@ impl Engine for RedisEngine {
         };
         EngineStats {
             subjects: ctx.router.count() as u64,
+            subject_bytes: ctx.router.held_bytes() as u64,
             publishes: ctx.publishes.load(Ordering::Relaxed),
             publishes_unrouted: ctx.publishes_unrouted.load(Ordering::Relaxed),
             round_trips: ctx.round_trips.load(Ordering::Relaxed),
@@ -578,6 +579,10 @@ impl Engine for RedisEngine {
                 messages: sum(|t| &t.messages),
                 bytes: sum(|t| &t.bytes),
                 evictions: sum(|t| &t.evictions),
+                // Positions and their evictions are Redis's: the node keeps
+                // none of its own.
+                positions: 0,
+                evicted_positions: 0,
             },
             failures: EngineFailures {
                 unavailable: ctx.failures.unavailable.load(Ordering::Relaxed),

@@ -29,7 +29,7 @@
 
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use foldhash::fast::RandomState;
@@ -37,6 +37,7 @@ use hashbrown::HashMap;
 use myriad_protocol::position::Position;
 
 use crate::engine::{Attach, Attached, Attachment, Broken, EngineError};
+use crate::heap;
 use crate::hub::{Event, Hub, Route, Wakeups};
 use crate::publication::Publication;
 
@@ -102,6 +103,8 @@ pub struct Router {
     shards: Box<[Mutex<Shard>]>,
     hasher: RandomState,
     lives: AtomicU64,
+    /// What the subjects' entries take ([`heap::named_entry_bytes`]).
+    held_bytes: AtomicUsize,
 }
 
 impl Router {
@@ -111,6 +114,7 @@ impl Router {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             hasher: RandomState::default(),
             lives: AtomicU64::new(0),
+            held_bytes: AtomicUsize::new(0),
         }
     }
 
@@ -130,9 +134,13 @@ impl Router {
     /// the subject's life, which its answer brings back.
     pub fn join(&self, subject: &Arc<str>, worker: usize) -> u64 {
         let mut shard = self.lock(subject);
-        let entry = shard
-            .entry_ref(&**subject)
-            .or_insert_with(|| Subject::new(self.lives.fetch_add(1, Ordering::Relaxed)));
+        let entry = shard.entry_ref(&**subject).or_insert_with(|| {
+            self.held_bytes.fetch_add(
+                heap::named_entry_bytes::<Subject>(subject),
+                Ordering::Relaxed,
+            );
+            Subject::new(self.lives.fetch_add(1, Ordering::Relaxed))
+        });
         entry.switching().in_flight += 1;
         entry.route.enter(worker);
         entry.life
@@ -149,6 +157,10 @@ impl Router {
         let last = entry.route.leave(worker, last_local);
         if last {
             shard.remove(subject);
+            self.held_bytes.fetch_sub(
+                heap::named_entry_bytes::<Subject>(subject),
+                Ordering::Relaxed,
+            );
         }
         last
     }
@@ -174,6 +186,12 @@ impl Router {
             .iter()
             .map(|shard| shard.lock().unwrap_or_else(|p| p.into_inner()).len())
             .sum()
+    }
+
+    /// What the entries of those subjects take on this node (their
+    /// attaches in flight aside).
+    pub fn held_bytes(&self) -> usize {
+        self.held_bytes.load(Ordering::Relaxed)
     }
 
     /// The subjects with interest on this node that `keep` picks.
