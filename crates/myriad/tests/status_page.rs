@@ -18,7 +18,7 @@ use common::{subscribe, Node};
 use serde_json::{json, Value};
 
 /// The ids of the figures the test reads off the page.
-const FIGURES: [&str; 12] = [
+const FIGURES: [&str; 14] = [
     "connections",
     "connections-websocket",
     "connections-sse",
@@ -28,7 +28,9 @@ const FIGURES: [&str; 12] = [
     "subjects",
     "deliveries-per-second",
     "rss",
-    "rss-per-connection",
+    "history-bytes",
+    "history-max-bytes",
+    "memory-per-connection",
     "slow-consumer-closes",
     "chart-connections-max",
 ];
@@ -89,14 +91,26 @@ fn the_page_follows_connections_and_deliveries_live() {
     );
     // Nothing connected yet: every count shows zero (memory and rates are
     // not counts; a rate may not be shown yet).
-    let counts = FIGURES
-        .iter()
-        .filter(|id| !id.starts_with("rss") && !id.ends_with("-per-second"));
+    let counts = FIGURES.iter().filter(|id| {
+        !["rss", "history", "memory"]
+            .iter()
+            .any(|m| id.starts_with(m))
+            && !id.ends_with("-per-second")
+    });
     for id in counts {
         assert_eq!(idle.number(id), Some(0.0), "{id}: {:?}", idle.0);
     }
     assert!(idle.text("rss").ends_with("MiB"), "{:?}", idle.0);
-    assert_eq!(idle.text("rss-per-connection"), "–", "no connections yet");
+    assert_eq!(
+        idle.text("memory-per-connection"),
+        "–",
+        "no connections yet"
+    );
+    assert_eq!(
+        idle.text("history-max-bytes"),
+        "256.0 MiB",
+        "the default budget"
+    );
 
     let mut websockets: Vec<_> = (0..3).map(|_| node.connect()).collect();
     for ws in &mut websockets {
@@ -131,7 +145,7 @@ fn the_page_follows_connections_and_deliveries_live() {
     assert_eq!(live.number("subjects"), Some(1.0));
     assert_eq!(live.number("slow-consumer-closes"), Some(0.0));
     assert_eq!(live.number("chart-connections-max"), Some(5.0));
-    assert_ne!(live.text("rss-per-connection"), "–");
+    assert_ne!(live.text("memory-per-connection"), "–");
 }
 
 /// Opens `GET /status/events` on the admin listener: the stream, positioned
@@ -205,7 +219,10 @@ fn status_streams_are_capped_and_end_with_their_client_or_the_node() {
     let snapshot: Value =
         serde_json::from_str(event.trim_end().strip_prefix("data: ").unwrap()).unwrap();
     assert_eq!(snapshot["transports"]["websocket"], 0, "{snapshot}");
-    assert!(snapshot["rss_bytes"].as_u64().unwrap() > 0, "{snapshot}");
+    assert!(
+        snapshot["memory"]["rss_bytes"].as_u64().unwrap() > 0,
+        "{snapshot}"
+    );
     let event = line_with(&mut first, "data: ");
     assert!(event.contains("\"deliveries_per_second\":"), "{event}");
 

@@ -175,6 +175,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         shutting_down: AtomicBool::new(false),
         tls,
         config,
+        baseline_rss_bytes: process::usage().rss_bytes,
     });
 
     let mut threads = Vec::with_capacity(workers);

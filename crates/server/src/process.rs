@@ -3,6 +3,8 @@
 //! live node), and its open-file limit, which caps how many connections one
 //! node can hold.
 
+use serde::Serialize;
+
 /// Resident set size and CPU time of the current process.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Usage {
@@ -14,6 +16,49 @@ impl Usage {
     /// Resident memory per open connection, or `None` with none open.
     pub fn rss_per_connection(&self, connections: u64) -> Option<f64> {
         (connections > 0).then(|| self.rss_bytes as f64 / connections as f64)
+    }
+}
+
+/// Where the node's resident memory goes, by structure: what `/stats`
+/// `memory` and the status page show.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Memory {
+    pub rss_bytes: u64,
+    /// Everything charged to `history_max_bytes`, against it.
+    pub history_bytes: u64,
+    pub history_max_bytes: u64,
+    /// What the engine keeps for subjects with subscribers.
+    pub subject_bytes: u64,
+    /// The rest: code, connections and their queues, the allocator's free
+    /// memory.
+    pub other_bytes: u64,
+    /// What the rest grew by since the node started, per open connection
+    /// (`None` with none open): the cost of a connection, with history and
+    /// the node's own start-up size taken out.
+    pub per_connection: Option<f64>,
+}
+
+impl Memory {
+    /// The breakdown of `rss_bytes` on a node that started at
+    /// `baseline_rss_bytes` and holds `connections`.
+    pub fn new(
+        rss_bytes: u64,
+        baseline_rss_bytes: u64,
+        history: (u64, u64),
+        subject_bytes: u64,
+        connections: u64,
+    ) -> Memory {
+        let (history_bytes, history_max_bytes) = history;
+        let other_bytes = rss_bytes.saturating_sub(history_bytes + subject_bytes);
+        let grown = other_bytes.saturating_sub(baseline_rss_bytes);
+        Memory {
+            rss_bytes,
+            history_bytes,
+            history_max_bytes,
+            subject_bytes,
+            other_bytes,
+            per_connection: (connections > 0).then(|| grown as f64 / connections as f64),
+        }
     }
 }
 

@@ -197,15 +197,20 @@ struct Sample {
     metrics: crate::metrics::Snapshot,
     engine: crate::engine::EngineStats,
     usage: process::Usage,
+    memory: process::Memory,
 }
 
 impl Sample {
     fn take(shared: &Shared) -> Sample {
+        let metrics = shared.metrics.snapshot();
+        let engine = shared.engine.stats();
+        let usage = process::usage();
         Sample {
             at: Instant::now(),
-            metrics: shared.metrics.snapshot(),
-            engine: shared.engine.stats(),
-            usage: process::usage(),
+            memory: shared.memory(&usage, &engine, metrics.connections),
+            metrics,
+            engine,
+            usage,
         }
     }
 
@@ -253,8 +258,8 @@ struct Status {
     /// Absent from a stream's first snapshot, which has nothing to compare with.
     #[serde(flatten)]
     rates: Option<Rates>,
-    rss_bytes: u64,
-    rss_per_connection: Option<f64>,
+    /// Where resident memory goes, by structure.
+    memory: process::Memory,
     slow_consumer_closes: u64,
 }
 
@@ -271,8 +276,7 @@ impl Status {
             subscriptions: s.subscriptions,
             subjects: sample.engine.subjects,
             rates: previous.and_then(|earlier| sample.rates_since(earlier)),
-            rss_bytes: sample.usage.rss_bytes,
-            rss_per_connection: sample.usage.rss_per_connection(s.connections),
+            memory: sample.memory,
             slow_consumer_closes: s.closed(CloseReason::SlowConsumer),
         }
     }
@@ -302,6 +306,8 @@ mod tests {
                 rss_bytes: 4_000,
                 cpu_seconds,
             },
+            // 1,000 of it at start, 600 in history: 600 per connection.
+            memory: process::Memory::new(4_000, 1_000, (600, 10_000), 0, 4),
         }
     }
 
@@ -340,7 +346,8 @@ mod tests {
         assert_eq!(value["connections"], 4);
         assert_eq!(value["transports"]["sse"], 3);
         assert_eq!(value["transports"]["websocket"], 0);
-        assert_eq!(value["rss_per_connection"], 1000.0);
+        assert_eq!(value["memory"]["per_connection"], 600.0);
+        assert_eq!(value["memory"]["history_bytes"], 600);
         assert!(value.get("deliveries_per_second").is_none(), "{value}");
         let next = frame(&Status::new(start, &later, Some(&earlier)));
         let value: serde_json::Value =

@@ -38,7 +38,7 @@ pub mod body;
 mod conn;
 mod graph;
 
-use crate::engine::{EngineStats, Published, Reply};
+use crate::engine::{Published, Reply};
 use crate::feeds::{Direction, Relation};
 use crate::hub::Wakeups;
 use crate::metrics::ErrorKind;
@@ -439,7 +439,7 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
             "evictions": history.evictions,
             "evicted_positions": history.evicted_positions,
         },
-        "memory": memory_json(&engine, usage.rss_bytes, shared.config.history_max_bytes),
+        "memory": shared.memory(&usage, &engine, s.connections),
         "slow_consumer_disconnects": s.closed(CloseReason::SlowConsumer),
         "admin": {
             "connections": s.admin_connections,
@@ -461,24 +461,6 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
         "errors": s.errors.iter().copied().collect::<BTreeMap<_, _>>(),
         "process": {"rss_bytes": usage.rss_bytes, "cpu_seconds": usage.cpu_seconds},
         "rss_per_connection": usage.rss_per_connection(s.connections),
-    })
-}
-
-/// Where the node's memory goes, by structure: what each budget holds
-/// against its limit, and what is left of the resident size beside them
-/// (code, the allocator's free lists, connections' own slots and queues).
-fn memory_json(
-    engine: &EngineStats,
-    rss_bytes: u64,
-    history_max_bytes: usize,
-) -> serde_json::Value {
-    let counted = engine.history.bytes + engine.subject_bytes;
-    json!({
-        "rss_bytes": rss_bytes,
-        "history_bytes": engine.history.bytes,
-        "history_max_bytes": history_max_bytes,
-        "subject_bytes": engine.subject_bytes,
-        "other_bytes": rss_bytes.saturating_sub(counted),
     })
 }
 

@@ -117,6 +117,27 @@ pub struct Shared {
     pub shutting_down: AtomicBool,
     /// The client listener's certificates, when it speaks TLS.
     pub tls: Option<Arc<Certificates>>,
+    /// Resident memory once the node had started, before any connection:
+    /// what memory per connection is counted from.
+    pub baseline_rss_bytes: u64,
+}
+
+impl Shared {
+    /// Where the node's memory goes now (see [`crate::process::Memory`]).
+    pub fn memory(
+        &self,
+        usage: &crate::process::Usage,
+        engine: &crate::engine::EngineStats,
+        connections: u64,
+    ) -> crate::process::Memory {
+        crate::process::Memory::new(
+            usage.rss_bytes,
+            self.baseline_rss_bytes,
+            (engine.history.bytes, self.config.history_max_bytes as u64),
+            engine.subject_bytes,
+            connections,
+        )
+    }
 }
 
 /// Seconds since the worker started, as stored in connection timestamps.
