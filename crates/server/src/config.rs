@@ -370,8 +370,11 @@ pub struct Config {
     /// (WebSocket and the HTTP transports); `*` allows all. Empty: every
     /// origin on a loopback listener, otherwise only the node's own (the
     /// request's Host). Repeatable; comma-separated in the environment.
+    /// `--allowed-origin`, the flag's first name, stays an alias so that
+    /// scripts written for it keep working.
     #[arg(
-        long = "allowed-origin",
+        long = "allowed-origins",
+        alias = "allowed-origin",
         env = "MYRIAD_ALLOWED_ORIGINS",
         value_delimiter = ','
     )]
