@@ -340,7 +340,7 @@ pub struct Config {
     pub max_following: u64,
 
     /// Client connections one source address may hold open (IPv6: one
-    /// /64); more get HTTP 429. 0 = no limit (the default: behind a proxy,
+    /// /64, so a /48 holds 65,536 times as many); more get HTTP 429. 0 = no limit (the default: behind a proxy,
     /// every client has the proxy's address).
     #[arg(long, env = "MYRIAD_MAX_CONNECTIONS_PER_IP", default_value_t = 0)]
     pub max_connections_per_ip: u32,
