@@ -599,14 +599,20 @@ fn the_http_transports_obey_the_same_rules() {
 
 #[test]
 fn pages_from_other_origins_are_refused() {
+    // The flag follows its setting's name; the old singular one is kept
+    // as an alias and adds to the same list.
     let node = token_node(&[
-        "--allowed-origin",
+        "--allowed-origins",
         "https://app.example",
+        "--allowed-origin",
+        "https://old.example",
         "--anonymous",
         "true",
     ]);
     let ok = open(&node, "/ws", &[("Origin", "https://app.example")]);
     assert!(ok.is_ok());
+    let old = open(&node, "/ws", &[("Origin", "https://old.example")]);
+    assert!(old.is_ok(), "the alias's origin passes too");
     assert!(
         open(&node, "/ws", &[]).is_ok(),
         "no Origin: not a browser page"

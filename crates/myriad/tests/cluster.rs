@@ -345,6 +345,64 @@ fn past_the_queue_high_water_a_publisher_waits_for_redis_instead_of_being_refuse
     assert_eq!(a.metric(busy), 0);
 }
 
+/// An API publish that timed out reached Redis, which may still carry it
+/// out: the 503 says its outcome is unknown, apart from what was published
+/// before it and what was not tried after it; and it is in fact published
+/// once Redis wakes.
+#[test]
+fn an_api_publish_that_timed_out_is_reported_of_unknown_outcome() {
+    let redis = RedisServer::start();
+    let a = Node::in_cluster_of(
+        &[&redis],
+        "unknown",
+        &["--workers", "1", "--redis-timeout", "1s"],
+    );
+    let mut ws = a.connect();
+    subscribe(&mut ws, &["u"]);
+    assert_eq!(a.publish("u", &json!(0))["offset"], 1);
+    assert_eq!(take(&mut ws, 1), [(1, 0)]);
+    redis.pause();
+    let batch = json!({"messages": [
+        {"subject": "u", "data": 1},
+        {"subject": "u", "data": 2},
+    ]})
+    .to_string();
+    let (status, reply) = a.http("POST", "/api/publish", &a.key_headers(), &batch);
+    redis.resume();
+    assert_eq!(status, 503, "{reply}");
+    let error: Value = serde_json::from_str(&reply).unwrap();
+    let error = &error["error"];
+    assert_eq!(error["code"], "publish_failed", "{error}");
+    assert_eq!(
+        [
+            &error["published"],
+            &error["unknown"],
+            &error["not_published"]
+        ],
+        [0, 1, 1],
+        "{error}"
+    );
+    let message = error["message"].as_str().unwrap();
+    assert!(message.starts_with("redis_timeout:"), "{message}");
+    assert!(
+        message.contains("1 of unknown outcome") && message.contains("1 not published"),
+        "{message}"
+    );
+    // Back once Redis answers again: the first item was published when
+    // Redis woke, the second never was.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let body = json!({"subject": "u", "data": 3}).to_string();
+    loop {
+        let (status, reply) = a.http("POST", "/api/publish", &a.key_headers(), &body);
+        if status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never came back: {reply}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(take(&mut ws, 2), [(2, 1), (3, 3)]);
+}
+
 #[test]
 fn a_stalled_redis_gets_timeouts_and_a_bounded_queue_never_a_hang() {
     let redis = RedisServer::start();

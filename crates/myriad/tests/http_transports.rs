@@ -369,6 +369,80 @@ fn raw_request(node: &Node, request: &str) -> (u16, String) {
     (status, body)
 }
 
+/// Splits the first of several HTTP responses off `raw`: (status, body,
+/// the rest), the body as long as its `Content-Length` says.
+fn next_response(raw: &str) -> (u16, &str, &str) {
+    let (head, rest) = raw.split_once("\r\n\r\n").expect("a whole head");
+    let status = head[9..12].parse().unwrap();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Length: "))
+        .expect("a Content-Length")
+        .parse()
+        .unwrap();
+    (status, &rest[..len], &rest[len..])
+}
+
+/// A poll sent while another is held, in the same packet or later: the
+/// held one is answered with the client's position, the second refused
+/// with 400 `pipelined`, counted as protocol.md says, and the connection
+/// closed.
+#[test]
+fn a_pipelined_poll_is_refused_and_the_held_one_keeps_its_position() {
+    let node = Node::start(&[]);
+    for i in 1..=3 {
+        node.publish("pp", &json!(i));
+    }
+    let poll = "GET /poll?subject=pp HTTP/1.1\r\nHost: t\r\n\r\n";
+    let read_all = |stream: &mut TcpStream| {
+        let mut raw = String::new();
+        stream.read_to_string(&mut raw).unwrap();
+        raw
+    };
+    let answer_then_refusal = |raw: &str| {
+        let (status, body, rest) = next_response(raw);
+        assert_eq!(status, 200, "{raw}");
+        let answer: Vec<Value> = serde_json::from_str(body).unwrap();
+        let end = answer.last().unwrap();
+        assert_eq!(end["op"], "poll", "{body}");
+        let cursor = end["since"].as_str().unwrap().to_owned();
+        let (status, body, rest) = next_response(rest);
+        assert_eq!(status, 400, "{raw}");
+        let error: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(error["error"]["code"], "pipelined", "{body}");
+        assert_eq!(rest, "", "nothing after the refusal");
+        cursor
+    };
+
+    // Both in one packet: the first poll (no `since`: from now) is still
+    // attaching when the second is read; its answer waits for the attach,
+    // so its cursor is where the subject stands, not "".
+    let mut both = TcpStream::connect(node.ws).unwrap();
+    both.set_read_timeout(Some(WAIT)).unwrap();
+    both.write_all(format!("{poll}{poll}").as_bytes()).unwrap();
+    let cursor = answer_then_refusal(&read_all(&mut both));
+    assert_ne!(cursor, "", "the held poll lost the client's position");
+    assert_eq!(cursor_offsets(&cursor), [3], "{cursor}");
+
+    // The second a while after the first, which is held by then.
+    let mut apart = TcpStream::connect(node.ws).unwrap();
+    apart.set_read_timeout(Some(WAIT)).unwrap();
+    let first = format!("GET /poll?subject=pp&since={cursor} HTTP/1.1\r\nHost: t\r\n\r\n");
+    apart.write_all(first.as_bytes()).unwrap();
+    node.wait_for_stats("the first poll held", |s| s["subscriptions"] == 1);
+    apart.write_all(poll.as_bytes()).unwrap();
+    assert_eq!(answer_then_refusal(&read_all(&mut apart)), cursor);
+    drop((both, apart));
+
+    let stats = node.wait_for_stats("both closed", |s| s["connections"] == 0);
+    assert_eq!(stats["errors"]["handshake_400_bad_request"], 2, "{stats:#}");
+    assert_eq!(stats["closes"]["handshake_rejected"], 2, "{stats:#}");
+    assert!(
+        stats["closes"].get("protocol_error").is_none_or(|n| n == 0),
+        "{stats:#}"
+    );
+}
+
 #[test]
 fn bad_requests_get_a_status_and_a_code_and_harm_no_one() {
     let node = Node::start(&["--max-subscriptions", "2"]);

@@ -1,8 +1,8 @@
 //! TLS on the client listener against the real binary: wss through
 //! tungstenite and https (Server-Sent Events, HTTP streaming, long-poll)
 //! through reqwest, both on rustls, with certificates made at test time;
-//! refusals (plain HTTP, TLS 1.2, a handshake that never ends, a KeyUpdate)
-//! counted; clean closes both ways; bad certificate files at start; the
+//! refusals (plain HTTP, TLS 1.2, no common ALPN protocol, a handshake that
+//! never ends, a KeyUpdate) counted; clean closes both ways; bad certificate files at start; the
 //! certificate reloaded on SIGHUP under open connections; the admin
 //! listener over https.
 
@@ -192,6 +192,42 @@ fn failed_and_unfinished_handshakes_are_dropped_and_counted() {
         s["errors"]["tls_handshake_failed"] == 3 && s["connections"] == 0
     });
     assert_eq!(stats["tls_handshakes"], 0, "{stats:#}");
+}
+
+/// A client offering no protocol the node speaks over ALPN is told so with
+/// the `no_application_protocol` alert (RFC 8446 §4.2; RFC 7301 §3.2),
+/// which rustls finds only after its ServerHello, and counted.
+#[test]
+fn a_client_offering_only_other_alpn_protocols_gets_the_alert() {
+    let pki = Pki::new();
+    let node = pki.start(&[]);
+    let mut only_h2 = (*tls::client_config(&[&pki.der])).clone();
+    only_h2.alpn_protocols = vec![b"h2".to_vec()];
+    let name = "localhost".try_into().unwrap();
+    let mut client = rustls::ClientConnection::new(std::sync::Arc::new(only_h2), name).unwrap();
+    let mut socket = TcpStream::connect(node.ws).unwrap();
+    socket.set_read_timeout(Some(WAIT)).unwrap();
+    let refused = loop {
+        match client.complete_io(&mut socket) {
+            Ok((0, 0)) => panic!("the node closed without an alert"),
+            Ok(_) => assert!(client.is_handshaking(), "the handshake went through"),
+            Err(e) => break e,
+        }
+    };
+    let seen = format!("{refused:?}");
+    let refused = refused
+        .into_inner()
+        .and_then(|e| e.downcast::<rustls::Error>().ok())
+        .map(|e| *e);
+    assert_eq!(
+        refused,
+        Some(rustls::Error::AlertReceived(
+            rustls::AlertDescription::NoApplicationProtocol
+        )),
+        "{seen}"
+    );
+    let stats = node.wait_for_stats("the refusal is counted", |s| s["connections"] == 0);
+    assert_eq!(stats["errors"]["tls_handshake_failed"], 1, "{stats:#}");
 }
 
 #[test]

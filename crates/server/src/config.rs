@@ -340,7 +340,7 @@ pub struct Config {
     pub max_following: u64,
 
     /// Client connections one source address may hold open (IPv6: one
-    /// /64); more get HTTP 429. 0 = no limit (the default: behind a proxy,
+    /// /64, so a /48 holds 65,536 times as many); more get HTTP 429. 0 = no limit (the default: behind a proxy,
     /// every client has the proxy's address).
     #[arg(long, env = "MYRIAD_MAX_CONNECTIONS_PER_IP", default_value_t = 0)]
     pub max_connections_per_ip: u32,
@@ -370,8 +370,11 @@ pub struct Config {
     /// (WebSocket and the HTTP transports); `*` allows all. Empty: every
     /// origin on a loopback listener, otherwise only the node's own (the
     /// request's Host). Repeatable; comma-separated in the environment.
+    /// `--allowed-origin`, the flag's first name, stays an alias so that
+    /// scripts written for it keep working.
     #[arg(
-        long = "allowed-origin",
+        long = "allowed-origins",
+        alias = "allowed-origin",
         env = "MYRIAD_ALLOWED_ORIGINS",
         value_delimiter = ','
     )]

@@ -55,7 +55,8 @@ pub mod flags {
     pub const WRITE_SHUT: u8 = 1 << 3;
     /// A long-poll is collecting its answer: output is held, not flushed.
     pub const HELD: u8 = 1 << 4;
-    /// The held answer has a publication in it, so it may be sent.
+    /// The held answer may be sent: a publication is in it, or a request
+    /// was pipelined behind it.
     pub const NEWS: u8 = 1 << 5;
     /// The HTTP client allows another request on this connection.
     pub const KEEP_ALIVE: u8 = 1 << 6;
@@ -75,6 +76,8 @@ pub struct Conn {
     pub flags: u8,
     /// Why it is closing, once decided (and counted, at that moment); a
     /// connection dropped without one is counted by its phase (`drop_conn`).
+    /// On a long-poll still held, `HandshakeRejected` means a request was
+    /// pipelined behind it: its refusal follows the poll's answer.
     pub close_reason: Option<CloseReason>,
     /// When the current phase began (request, close and long-poll timeouts).
     pub since: u32,

@@ -3,38 +3,46 @@
 //!
 //! Connections from one address land on any worker (`SO_REUSEPORT`), so the
 //! count is shared, sharded by address so that accepting workers rarely
-//! meet on one lock. An address is keyed in 4 bytes, so that what a worker
-//! keeps per connection while the limit is on stays small (8 bytes with
-//! its state, see `worker::abuse`): an IPv4 address as itself, an IPv6 one
-//! by its /64 prefix (what one host or site is
-//! usually given, so one client cannot dodge the limit by cycling through
-//! its own prefix), folded to 32 bits.
+//! meet on one lock. An address is keyed in 8 bytes, which is all a worker
+//! keeps per connection while the limit is on (see `worker::abuse`): an
+//! IPv6 address by its whole /64 prefix (what one host or site is usually
+//! given, so one client cannot dodge the limit by cycling through its own
+//! prefix), an IPv4 address as itself, placed where no source address can
+//! be, so no two addresses share a key. A holder of a shorter prefix holds
+//! many /64s, each with its own count: a /56 is 256 of them, a /48 65,536,
+//! so up to that many times the limit; `max_connections` is what bounds
+//! them (docs/operations.md).
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher};
+use std::hash::BuildHasher;
 use std::net::IpAddr;
 use std::sync::Mutex;
 
-use foldhash::fast::{FixedState, RandomState};
+use foldhash::fast::RandomState;
 
 const SHARDS: usize = 64;
 
-/// The 4-byte key of a source address.
+/// The 8-byte key of a source address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct PeerKey(u32);
+pub struct PeerKey(u64);
+
+/// The top of an IPv4 address's key: a prefix in ff00::/8, IPv6
+/// multicast, which is never the source of a connection, so no IPv6 /64
+/// has an IPv4 address's key.
+const IPV4_KEYS: u64 = 0xff00_0000_0000_0000;
 
 impl PeerKey {
+    /// Not an address: a slot refused at accept. Multicast too, and outside
+    /// the IPv4 keys (which leave bits 32-55 clear).
+    pub const REFUSED: PeerKey = PeerKey(u64::MAX);
+
     pub fn of(ip: IpAddr) -> PeerKey {
+        let v4 = |v4| PeerKey(IPV4_KEYS | u64::from(u32::from(v4)));
         match ip {
-            IpAddr::V4(v4) => PeerKey(u32::from(v4)),
+            IpAddr::V4(addr) => v4(addr),
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-                Some(v4) => PeerKey(u32::from(v4)),
-                None => {
-                    let prefix = u64::from_be_bytes(v6.octets()[..8].try_into().unwrap());
-                    let mut h = FixedState::with_seed(0x6d79_7269_6164).build_hasher();
-                    h.write_u64(prefix);
-                    PeerKey(h.finish() as u32)
-                }
+                Some(addr) => v4(addr),
+                None => PeerKey((u128::from(v6) >> 64) as u64),
             },
         }
     }
@@ -43,19 +51,24 @@ impl PeerKey {
 /// Connections open per source address.
 pub struct PeerCounts {
     shards: Box<[Mutex<HashMap<PeerKey, u32, RandomState>>]>,
+    /// Picks a key's shard. Hashed, because a key's low bits are often
+    /// alike (the subnet bits of a site's /64s are mostly zero), and
+    /// seeded per process so that nobody can aim many at one lock.
+    spread: RandomState,
 }
 
 impl Default for PeerCounts {
     fn default() -> Self {
         PeerCounts {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            spread: RandomState::default(),
         }
     }
 }
 
 impl PeerCounts {
     fn shard(&self, key: PeerKey) -> std::sync::MutexGuard<'_, HashMap<PeerKey, u32, RandomState>> {
-        self.shards[key.0 as usize % SHARDS]
+        self.shards[self.spread.hash_one(key) as usize % SHARDS]
             .lock()
             .expect("peer count lock poisoned")
     }
@@ -119,5 +132,27 @@ mod tests {
         assert_eq!(key("2001:db8:1:2::1"), key("2001:db8:1:2:ffff::9"));
         assert_ne!(key("2001:db8:1:2::1"), key("2001:db8:1:3::1"));
         assert_eq!(key("::ffff:10.0.0.1"), key("10.0.0.1"));
+        // An IPv4 address and the /64 whose bits it would be apart.
+        assert_ne!(key("10.0.0.1"), key("::a00:1:0:0:0"));
+        assert_ne!(key("::1"), key("0.0.0.0"));
+        assert_ne!(key("255.255.255.255"), PeerKey::REFUSED);
+    }
+
+    #[test]
+    fn distinct_64s_never_share_a_count() {
+        // These two /64s had one key when a /64 was folded into 32 bits
+        // with a fixed seed: each held the other's places.
+        let (a, b) = ("2001:db8:0:260e::1", "2001:db8:1:1d4::1");
+        let (a, b) = (
+            PeerKey::of(a.parse().unwrap()),
+            PeerKey::of(b.parse().unwrap()),
+        );
+        assert_ne!(a, b);
+        let counts = PeerCounts::default();
+        assert!(counts.try_add(a, 1));
+        assert!(counts.try_add(b, 1), "b's place is its own");
+        assert!(!counts.try_add(a, 1) && !counts.try_add(b, 1));
+        assert_eq!(counts.addresses(), 2);
+        assert_eq!(std::mem::size_of::<PeerKey>(), 8, "a worker's slot");
     }
 }

@@ -351,15 +351,11 @@ async fn publish_items(
             shared.hub.wake(std::mem::take(wakeups));
             if Instant::now() >= deadline {
                 shared.metrics.error(ErrorKind::ApiCongested);
-                return Err(error_reply(
-                    StatusCode::SERVICE_UNAVAILABLE,
+                let tally = Tally::of(items.len(), results.len(), false);
+                return Err(tally.reply(
                     "congested",
-                    &format!(
-                        "the node did not catch up (its workers' mailboxes, or its queues towards \
-                         Redis); {} of {} published",
-                        results.len(),
-                        items.len()
-                    ),
+                    "the node did not catch up (its workers' mailboxes, or its queues towards \
+                     Redis)",
                 ));
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
@@ -378,21 +374,71 @@ async fn publish_items(
             }
             Err(tokio::sync::oneshot::error::TryRecvError::Closed) => None,
         };
-        let failure = match answer {
+        let (failure, unknown) = match answer {
             Some(Ok(published)) => {
                 results.push(published);
                 continue;
             }
-            Some(Err(e)) => e.to_string(),
-            None => NO_ANSWER.to_owned(),
+            Some(Err(e)) => (e.to_string(), e.outcome_unknown()),
+            // Dropped unanswered: nothing says what became of it.
+            None => (NO_ANSWER.to_owned(), true),
         };
-        return Err(error_reply(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "publish_failed",
-            &format!("{failure}; {} of {} published", results.len(), items.len()),
-        ));
+        let tally = Tally::of(items.len(), results.len(), unknown);
+        return Err(tally.reply("publish_failed", &failure));
     }
     Ok(results)
+}
+
+/// What became of a request's items when one of them failed: those before
+/// it were published, the failed one's outcome may be unknown (it reached
+/// Redis, which did not answer), and those after it were not tried. A
+/// backend retrying must know which is which: a retried publish whose
+/// outcome was unknown may arrive twice.
+struct Tally {
+    published: usize,
+    unknown: usize,
+    not_published: usize,
+}
+
+impl Tally {
+    /// `items` in all, `published` of them first; the next failed,
+    /// `failed_unknown` if its outcome is not known.
+    fn of(items: usize, published: usize, failed_unknown: bool) -> Tally {
+        let unknown = usize::from(failed_unknown);
+        Tally {
+            published,
+            unknown,
+            not_published: items - published - unknown,
+        }
+    }
+
+    /// The 503: `code`, `failure` and the tally, in the message for people
+    /// and as numbers beside it for programs.
+    fn reply(&self, code: &str, failure: &str) -> HttpReply {
+        let Tally {
+            published,
+            unknown,
+            not_published,
+        } = *self;
+        let total = published + unknown + not_published;
+        let mut message = format!("{failure}; of {total}: {published} published");
+        if unknown > 0 {
+            message.push_str(&format!(
+                ", {unknown} of unknown outcome (it may be published)"
+            ));
+        }
+        message.push_str(&format!(", {not_published} not published"));
+        json_reply(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({"error": {
+                "code": code,
+                "message": message,
+                "published": published,
+                "unknown": unknown,
+                "not_published": not_published,
+            }}),
+        )
+    }
 }
 
 /// A publish's answer: its position (null when it got none) and, under

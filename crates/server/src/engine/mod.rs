@@ -73,11 +73,24 @@ pub enum EngineError {
     /// The node is shutting down and takes no more requests.
     #[error("the node is shutting down")]
     ShuttingDown,
-    /// The subject's Redis cannot be reached (the node reconnects by itself).
+    /// The subject's Redis cannot be reached (the node reconnects by
+    /// itself); the request was not sent.
     #[error("redis_unavailable: the subject's Redis cannot be reached")]
     RedisUnavailable,
-    /// The subject's Redis did not answer within the timeout.
-    #[error("redis_timeout: the subject's Redis did not answer in time")]
+    /// The connection to the subject's Redis broke while the request was
+    /// on it: Redis may have carried it out. Counted, and named, as
+    /// unavailable; it differs only in what is known of the outcome.
+    #[error(
+        "redis_unavailable: the connection to the subject's Redis broke before it answered; \
+         the request may have been carried out"
+    )]
+    RedisLost,
+    /// The subject's Redis did not answer within the timeout: the request
+    /// was sent, and Redis may carry it out when it wakes.
+    #[error(
+        "redis_timeout: the subject's Redis did not answer in time; the request may still be \
+         carried out"
+    )]
     RedisTimeout,
     /// Too many requests, or too many bytes of them, already wait for the
     /// subject's Redis.
@@ -86,6 +99,21 @@ pub enum EngineError {
     /// Redis answered with an error.
     #[error("redis_error: {0}")]
     Redis(String),
+}
+
+impl EngineError {
+    /// Whether the request may have been carried out although it failed
+    /// (a publish published): it reached Redis, whose answer never came or
+    /// could not be read. The other errors refuse a request before it is
+    /// sent, so it was not.
+    pub fn outcome_unknown(&self) -> bool {
+        match self {
+            EngineError::RedisLost | EngineError::RedisTimeout | EngineError::Redis(_) => true,
+            EngineError::ShuttingDown | EngineError::RedisUnavailable | EngineError::RedisBusy => {
+                false
+            }
+        }
+    }
 }
 
 /// A new epoch: random, so that a stream created again, on any node or
@@ -310,7 +338,8 @@ pub struct EngineStats {
 /// from the memory engine).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct EngineFailures {
-    /// [`EngineError::RedisUnavailable`], including failed reconnects.
+    /// [`EngineError::RedisUnavailable`] and [`EngineError::RedisLost`],
+    /// including failed reconnects.
     pub unavailable: u64,
     /// [`EngineError::RedisTimeout`].
     pub timeout: u64,

@@ -121,9 +121,12 @@ impl Handshake {
                 Ok(None) => {}
                 Ok(Some(progress)) => return Ok(progress),
                 Err(e) => {
-                    // rustls queued an alert for the client: one more step
-                    // hands it over.
-                    let _ = self.step();
+                    // rustls queued an alert for the client, behind what
+                    // else it had to send: a refused ALPN protocol is found
+                    // after the ServerHello, which goes first. Each step
+                    // hands over one of them; the next after the last
+                    // meets the error again.
+                    while let Ok(None) = self.step() {}
                     return Err(e);
                 }
             }
@@ -135,7 +138,16 @@ impl Handshake {
     fn step(&mut self) -> Result<Option<Progress>, HandshakeError> {
         let status = self.conn.process_tls_records(&mut self.input);
         let mut discard = status.discard;
-        let progress = match status.state? {
+        let state = match status.state {
+            Ok(state) => state,
+            Err(e) => {
+                // What rustls used is discarded before it is called again,
+                // failed or not (its contract).
+                self.input.drain(..discard);
+                return Err(e.into());
+            }
+        };
+        let progress = match state {
             ConnectionState::EncodeTlsData(mut data) => {
                 let start = self.output.len();
                 let mut room = 4096;
@@ -212,7 +224,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::tls::testing::{self, client, output};
+    use crate::tls::testing::{self, client, input, output};
 
     fn fresh() -> (Box<Handshake>, Arc<rustls::ClientConfig>) {
         let (certs, config) = testing::pair(&[]);
@@ -251,13 +263,22 @@ mod tests {
         let mut only_h2 = (*config).clone();
         only_h2.alpn_protocols = vec![b"h2".to_vec()];
         let mut handshake = Handshake::new(certs.current()).unwrap();
-        let refused = handshake.advance(&output(&mut client(&Arc::new(only_h2))));
+        let mut h2_client = client(&Arc::new(only_h2));
+        let refused = handshake.advance(&output(&mut h2_client));
         assert!(
             matches!(
                 refused,
                 Err(HandshakeError::Rustls(rustls::Error::NoApplicationProtocol))
             ),
             "{refused:?}"
+        );
+        // rustls finds it after its ServerHello: both go out, the alert
+        // last, sealed with the handshake keys the ServerHello gave.
+        assert_eq!(
+            input(&mut h2_client, handshake.output()),
+            Err(rustls::Error::AlertReceived(
+                rustls::AlertDescription::NoApplicationProtocol
+            ))
         );
     }
 

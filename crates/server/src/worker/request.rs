@@ -300,17 +300,26 @@ impl Worker {
     /// Input after an HTTP transport's request. The streams have nothing
     /// to hear, so it is read and dropped. A client that sends again before
     /// its long-poll is answered is pipelining, which no browser does and
-    /// this server does not take: the poll is answered with what it has and
-    /// the connection closed.
+    /// this server does not take: the next request is refused (400
+    /// `pipelined`) and the connection closed. HTTP answers in order, so the
+    /// held poll is answered first, as soon as none of its subscriptions is
+    /// still attaching: before that its cursor would not hold the client's
+    /// position yet (a subject polled without `since` has none until its
+    /// attach says where it stands).
     pub(super) fn after_request(
         &mut self,
         id: ConnId,
         unread: usize,
         used: usize,
     ) -> (Flow, usize) {
-        if unread > 0 && self.conns[id as usize].has_flag(flags::HELD) {
-            self.close(id, CloseReason::ProtocolError);
-            return (Flow::Stop, used + unread);
+        let conn = &mut self.conns[id as usize];
+        if unread > 0 && conn.has_flag(flags::HELD) && conn.close_reason.is_none() {
+            // The close reason marks the refusal owed after the answer (see
+            // `answer_now`); NEWS lets the answer go once it is whole.
+            conn.set_flag(flags::NEWS);
+            self.shared.metrics.error(ErrorKind::Handshake(400));
+            self.decide_close(id, CloseReason::HandshakeRejected);
+            self.answering.push(id);
         }
         (Flow::Continue, used + unread)
     }
@@ -355,12 +364,15 @@ impl Worker {
     /// Sends a held long-poll's answer: the head and tail around what it
     /// collected. The subscriptions end with it (the cursor in the answer is
     /// where the next poll resumes); a kept-alive connection then waits for
-    /// its next request, any other closes.
+    /// its next request, any other closes, one with a request pipelined
+    /// behind the poll after that request's refusal.
     pub(super) fn answer_now(&mut self, id: ConnId, keep_alive_allowed: bool) {
         let now = self.clock.tick();
         let conn = &mut self.conns[id as usize];
         conn.clear_flag(flags::HELD | flags::NEWS);
-        let keep_alive = keep_alive_allowed && conn.has_flag(flags::KEEP_ALIVE);
+        // Only `after_request` decides a close on a poll it still holds.
+        let pipelined = conn.close_reason == Some(CloseReason::HandshakeRejected);
+        let keep_alive = keep_alive_allowed && conn.has_flag(flags::KEEP_ALIVE) && !pipelined;
         let (head, tail) = conn.transport.get().answer(
             conn.pending_bytes(),
             &conn.session,
@@ -377,6 +389,11 @@ impl Worker {
             self.conns[id as usize].session.identity = None;
             self.conns[id as usize].enter(Phase::Request, now);
             self.send(id, tail);
+        } else if pipelined {
+            // Counted when the request was read; its answer comes now.
+            self.send(id, tail);
+            let refusal = error_response(400, "pipelined", "wait for the previous answer", &[]);
+            self.end_after(id, Bytes::from(refusal), None);
         } else {
             self.end_after(id, tail, None);
         }

@@ -183,7 +183,7 @@ impl Context {
 
     fn count_failure(&self, error: &EngineError) {
         let counter = match error {
-            EngineError::RedisUnavailable => &self.failures.unavailable,
+            EngineError::RedisUnavailable | EngineError::RedisLost => &self.failures.unavailable,
             EngineError::RedisTimeout => &self.failures.timeout,
             EngineError::RedisBusy => &self.failures.busy,
             EngineError::Redis(_) => &self.failures.error,

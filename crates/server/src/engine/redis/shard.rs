@@ -529,7 +529,7 @@ impl Shard {
             .collect();
         if !gone.is_empty() {
             if let Err(e) = self.unsubscribe(&mut conn, &gone).await {
-                return self.fail_all(ops, &e, wakeups);
+                return self.fail_all(ops, &e, false, wakeups);
             }
         }
         let mut subscribe = Vec::new();
@@ -549,7 +549,7 @@ impl Shard {
         }
         if !subscribe.is_empty() {
             if let Err(e) = conn.subscribe(&subscribe).await {
-                return self.fail_all(scripted, &e, wakeups);
+                return self.fail_all(scripted, &e, false, wakeups);
             }
         }
         if scripted.is_empty() {
@@ -580,7 +580,7 @@ impl Shard {
             Err(e) => e,
         };
         let ops = calls.into_iter().flat_map(ScriptCall::into_ops).collect();
-        self.fail_all(ops, &failed, wakeups);
+        self.fail_all(ops, &failed, true, wakeups);
     }
 
     /// Stops listening to `subjects`, then lets Redis forget those nobody
@@ -610,9 +610,22 @@ impl Shard {
     }
 
     /// A round trip failed: its requests are refused, and a connection
-    /// failure starts the reconnecting.
-    fn fail_all(&mut self, ops: Vec<Op>, error: &redis::RedisError, wakeups: &mut Wakeups) {
-        let engine_error = classify(error);
+    /// failure starts the reconnecting. `sent`: the requests were on the
+    /// connection, so Redis may have carried them out; otherwise what
+    /// failed came before them, and they are only unavailable.
+    fn fail_all(
+        &mut self,
+        ops: Vec<Op>,
+        error: &redis::RedisError,
+        sent: bool,
+        wakeups: &mut Wakeups,
+    ) {
+        let engine_error = match classify(error) {
+            EngineError::RedisTimeout | EngineError::RedisLost if !sent => {
+                EngineError::RedisUnavailable
+            }
+            e => e,
+        };
         for op in ops {
             op.fail(&self.ctx, engine_error.clone(), wakeups);
         }
@@ -631,7 +644,7 @@ impl Shard {
             Ok(totals) => self.ctx.totals[self.index].store(totals),
             Err(e) => {
                 let mut wakeups = Wakeups::default();
-                self.fail_all(Vec::new(), &e, &mut wakeups);
+                self.fail_all(Vec::new(), &e, false, &mut wakeups);
                 self.ctx.router.hub().wake(wakeups);
             }
         }
@@ -644,7 +657,7 @@ fn classify(error: &redis::RedisError) -> EngineError {
         EngineError::RedisTimeout
     } else if error.is_unrecoverable_error() || error.is_connection_dropped() || error.is_io_error()
     {
-        EngineError::RedisUnavailable
+        EngineError::RedisLost
     } else {
         EngineError::Redis(error.to_string())
     }
