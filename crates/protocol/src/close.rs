@@ -35,6 +35,10 @@ pub enum CloseReason {
     HeartbeatTimeout,
     /// The client held a connection with no subscriptions and sent nothing for too long.
     IdleTimeout,
+    /// The client began a message (a frame, or the first fragment of a
+    /// fragmented one) and did not finish it in time: bytes trickled in
+    /// slowly enough to hold the server's memory, whole frames too rarely.
+    PartialMessageTimeout,
     /// The connection dropped without a close frame (reset, EOF, or the
     /// close handshake timed out). Reported as 1006, never sent.
     Abnormal,
@@ -55,7 +59,7 @@ pub enum CloseReason {
 
 impl CloseReason {
     /// Every reason, for metrics registration and documentation tables.
-    pub const ALL: [CloseReason; 14] = [
+    pub const ALL: [CloseReason; 15] = [
         CloseReason::Normal,
         CloseReason::GoingAway,
         CloseReason::ProtocolError,
@@ -65,6 +69,7 @@ impl CloseReason {
         CloseReason::SlowConsumer,
         CloseReason::HeartbeatTimeout,
         CloseReason::IdleTimeout,
+        CloseReason::PartialMessageTimeout,
         CloseReason::Abnormal,
         CloseReason::HandshakeTimeout,
         CloseReason::HandshakeRejected,
@@ -84,6 +89,7 @@ impl CloseReason {
             CloseReason::SlowConsumer => 4001,
             CloseReason::HeartbeatTimeout => 4002,
             CloseReason::IdleTimeout => 4003,
+            CloseReason::PartialMessageTimeout => 4004,
             CloseReason::TokenExpired => 4501,
             CloseReason::Abnormal
             | CloseReason::HandshakeTimeout
@@ -104,6 +110,7 @@ impl CloseReason {
             CloseReason::SlowConsumer => "slow_consumer",
             CloseReason::HeartbeatTimeout => "heartbeat_timeout",
             CloseReason::IdleTimeout => "idle_timeout",
+            CloseReason::PartialMessageTimeout => "partial_message_timeout",
             CloseReason::Abnormal => "abnormal",
             CloseReason::HandshakeTimeout => "handshake_timeout",
             CloseReason::HandshakeRejected => "handshake_rejected",
@@ -125,6 +132,7 @@ impl CloseReason {
             CloseReason::SlowConsumer => "slow consumer: outbound queue over limit",
             CloseReason::HeartbeatTimeout => "heartbeat timeout",
             CloseReason::IdleTimeout => "idle timeout",
+            CloseReason::PartialMessageTimeout => "partial message timeout",
             CloseReason::Abnormal => "abnormal closure",
             CloseReason::HandshakeTimeout => "handshake timeout",
             CloseReason::HandshakeRejected => "handshake rejected",
@@ -157,9 +165,12 @@ impl CloseReason {
             | CloseReason::SlowConsumer
             | CloseReason::IdleTimeout
             | CloseReason::TokenExpired => HttpEnding::EndStream,
-            CloseReason::HeartbeatTimeout | CloseReason::Abnormal | CloseReason::NoRequest => {
-                HttpEnding::Drop
-            }
+            // Partial messages are WebSocket's alone: after its request an
+            // HTTP transport reads nothing it would keep.
+            CloseReason::HeartbeatTimeout
+            | CloseReason::PartialMessageTimeout
+            | CloseReason::Abnormal
+            | CloseReason::NoRequest => HttpEnding::Drop,
         }
     }
 
@@ -178,6 +189,7 @@ impl CloseReason {
             | CloseReason::SlowConsumer
             | CloseReason::HeartbeatTimeout
             | CloseReason::IdleTimeout
+            | CloseReason::PartialMessageTimeout
             | CloseReason::Abnormal
             | CloseReason::HandshakeTimeout
             | CloseReason::NoRequest => Reconnect::WithBackoff,
