@@ -211,6 +211,12 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_HEARTBEAT_TIMEOUT", default_value_t = 10)]
     pub heartbeat_timeout: u32,
 
+    /// Seconds a WebSocket client may take to finish a message it began
+    /// (from its first byte through its last fragment) before it is closed
+    /// (4004); 0 = never. Raise it with max_message_size for slow links.
+    #[arg(long, env = "MYRIAD_PARTIAL_MESSAGE_TIMEOUT", default_value_t = 10)]
+    pub partial_message_timeout: u32,
+
     /// Seconds a closing connection may take to finish the close handshake.
     #[arg(long, env = "MYRIAD_CLOSE_TIMEOUT", default_value_t = 5)]
     pub close_timeout: u32,

@@ -856,7 +856,8 @@ impl Worker {
     // ---- time -----------------------------------------------------------------
 
     /// The once-a-second pass over every connection: request, heartbeat,
-    /// idle, long-poll and close timeouts.
+    /// idle, partial-message, long-poll and close timeouts, and the gauge
+    /// of input held incomplete.
     fn sweep(&mut self, now: u32) {
         debug_assert_eq!(
             self.queued_frames,
@@ -870,13 +871,18 @@ impl Worker {
         let (request_timeout, idle) = (config.handshake_timeout, config.idle_timeout);
         let (interval, answer) = (config.heartbeat_interval, config.heartbeat_timeout);
         let (one_way, poll_timeout) = (config.stream_heartbeat_interval, config.poll_timeout);
-        let close_timeout = config.close_timeout;
+        let (close_timeout, partial_timeout) =
+            (config.close_timeout, config.partial_message_timeout);
         // Tokens expire on the wall clock, the same one their `exp` is on.
         let unix_now = crate::auth::token::unix_now();
         let mut due = Vec::new();
         let mut to_ping = Vec::new();
+        // Summed here rather than kept up to date on every read: the read
+        // path stays as it was, and the gauge is at most a second old.
+        let mut partial_bytes = 0;
         self.abuse.refill();
         for (id, conn) in self.conns.iter_mut() {
+            partial_bytes += conn.partial_bytes();
             let request_due = passed(now, conn.since, request_timeout);
             let verdict = match conn.phase {
                 // Between long-polls, a quiet kept-alive connection just ends.
@@ -907,10 +913,21 @@ impl Worker {
                         .session
                         .access()
                         .is_some_and(|access| access.expires <= unix_now);
+                    // A message begun and not finished: its bytes come too
+                    // slowly to be honest traffic, and what they hold is
+                    // ours. Unless the node is what holds its reading back.
+                    let stalled = partial_timeout > 0
+                        && !conn.has_flag(flags::READ_DEFERRED)
+                        && conn
+                            .inbound
+                            .as_ref()
+                            .is_some_and(|i| passed(now, i.since, partial_timeout));
                     if expired {
                         Some(Due::Close(CloseReason::TokenExpired))
                     } else if unanswered {
                         Some(Due::Close(CloseReason::HeartbeatTimeout))
+                    } else if stalled {
+                        Some(Due::Close(CloseReason::PartialMessageTimeout))
                     } else if can.answers_once && passed(now, conn.since, poll_timeout) {
                         Some(Due::Answer)
                     } else if idle_due {
@@ -948,6 +965,9 @@ impl Worker {
                 due.push((id as ConnId, verdict));
             }
         }
+        self.metrics
+            .partial_input_bytes
+            .set(i64::try_from(partial_bytes).unwrap_or(i64::MAX));
         for id in std::mem::take(&mut self.worn_out) {
             if self
                 .conns
@@ -993,10 +1013,13 @@ impl Worker {
                 }
                 Due::Drop => self.drop_at_deadline(id),
                 Due::Answer => self.answer_now(id, true),
-                Due::Close(CloseReason::HeartbeatTimeout) => {
-                    // The peer is not answering: send the close frame if the
+                Due::Close(
+                    reason @ (CloseReason::HeartbeatTimeout | CloseReason::PartialMessageTimeout),
+                ) => {
+                    // The peer is not answering, or cannot before the frame
+                    // it is trickling ends: send the close frame if the
                     // socket takes it, but do not wait for a reply.
-                    self.close(id, CloseReason::HeartbeatTimeout);
+                    self.close(id, reason);
                     self.flush(id);
                     self.drop_at_deadline(id);
                 }
