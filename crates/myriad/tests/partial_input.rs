@@ -3,8 +3,9 @@
 //! tiny fragment at a time, holds the node's memory. Only whole frames
 //! answer a heartbeat, a message begun must end within
 //! `partial_message_timeout` (4004), and what connections hold
-//! incomplete is reported as `partial_input_bytes`. A client that sends
-//! a large message at an ordinary pace is left alone.
+//! incomplete is reported as `partial_input_bytes` and kept within
+//! `max_partial_input_bytes` per worker (4005). A client that sends a
+//! large message at an ordinary pace is left alone.
 
 mod common;
 
@@ -260,4 +261,50 @@ fn bytes_held_for_an_incomplete_frame_are_reported() {
     assert_eq!(delivery["subject"], "held");
     node.wait_for_stats("nothing held", |s| held(s) == 0);
     assert_eq!(metric_sum(&node, "myriad_partial_input_bytes"), 0);
+}
+
+#[test]
+fn past_the_budget_the_longest_held_input_is_closed_with_4005() {
+    // Neither deadline can end them: only the worker's budget does.
+    let node = Node::start(&[
+        "--workers",
+        "1",
+        "--heartbeat-interval",
+        "0",
+        "--partial-message-timeout",
+        "0",
+        "--max-partial-input-bytes",
+        "100000",
+    ]);
+    // Each holds 60,000 bytes of a 65,000-byte frame: one alone is within
+    // the budget, the two together are not.
+    let begin = |subject: &str| {
+        let mut ws = node.connect();
+        subscribe(&mut ws, &[subject]);
+        let command = publish_of_len(subject, 65_000);
+        raw(&mut ws)
+            .write_all(&frame_head(0x1, true, command.len()))
+            .unwrap();
+        raw(&mut ws).write_all(&command[..60_000]).unwrap();
+        (ws, command)
+    };
+    let held = |s: &Value| s["partial_input_bytes"].as_u64().unwrap();
+    let (mut older, _) = begin("older");
+    node.wait_for_stats("the first one's input held", |s| held(s) >= 60_000);
+    // Its input is stamped in an earlier second than the next one's.
+    std::thread::sleep(Duration::from_millis(1_100));
+    let (mut newer, command) = begin("newer");
+
+    set_timeout(&older, Duration::from_secs(10));
+    assert_eq!(common::recv_close(&mut older), 4005);
+    let stats = node.wait_for_stats("the oldest cut", |s| {
+        s["closes"]["partial_input_budget"] == 1 && s["connections"] == 1
+    });
+    assert!(held(&stats) <= 100_000, "{stats:#}");
+
+    // The newer one keeps its place: its message completes and is delivered.
+    raw(&mut newer).write_all(&command[60_000..]).unwrap();
+    set_timeout(&newer, Duration::from_secs(10));
+    assert_eq!(recv(&mut newer)["subject"], "newer");
+    assert_eq!(node.stats()["closes"]["partial_input_budget"], 1);
 }

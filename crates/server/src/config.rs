@@ -155,6 +155,13 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_MAX_SUBJECT_LEN", default_value_t = 128)]
     pub max_subject_len: usize,
 
+    /// Bytes of incomplete input (frames and requests split across reads,
+    /// fragments of messages) one worker's connections may hold together;
+    /// past it, the once-a-second sweep closes those that have held theirs
+    /// longest (4005) until the rest fit. At least max_message_size.
+    #[arg(long, env = "MYRIAD_MAX_PARTIAL_INPUT_BYTES", default_value_t = 64 << 20)]
+    pub max_partial_input_bytes: usize,
+
     /// Bytes queued for one client before it is closed as a slow consumer (4001).
     #[arg(long, env = "MYRIAD_MAX_OUTBOUND_BYTES", default_value_t = 1_048_576)]
     pub max_outbound_bytes: usize,
@@ -570,6 +577,10 @@ impl Config {
         check(
             self.max_outbound_bytes >= self.max_message_size,
             "max_outbound_bytes must be at least max_message_size",
+        )?;
+        check(
+            self.max_partial_input_bytes >= self.max_message_size,
+            "max_partial_input_bytes must be at least max_message_size",
         )?;
         check(
             self.heartbeat_interval == 0 || self.heartbeat_timeout >= 1,

@@ -965,9 +965,6 @@ impl Worker {
                 due.push((id as ConnId, verdict));
             }
         }
-        self.metrics
-            .partial_input_bytes
-            .set(i64::try_from(partial_bytes).unwrap_or(i64::MAX));
         for id in std::mem::take(&mut self.worn_out) {
             if self
                 .conns
@@ -1026,6 +1023,52 @@ impl Worker {
                 Due::Close(reason) => self.close(id, reason),
             }
         }
+        let held = self.enforce_partial_budget(partial_bytes);
+        self.metrics
+            .partial_input_bytes
+            .set(i64::try_from(held).unwrap_or(i64::MAX));
+    }
+
+    /// Past `max_partial_input_bytes`, closes the open connections that have
+    /// held their incomplete input longest (the largest first among equals)
+    /// until the rest fit; returns what is held then. The oldest go first:
+    /// an honest client's large message is whole within moments, a hostile
+    /// one's is held as long as it can be. A second pass over the slab,
+    /// made only when the sweep found the worker over its budget (`held`).
+    fn enforce_partial_budget(&mut self, held: usize) -> usize {
+        let budget = self.shared.config.max_partial_input_bytes;
+        if held <= budget {
+            return held;
+        }
+        // Counted again: the sweep's closes may have freed some.
+        let mut total = 0;
+        let mut holders = Vec::new();
+        for (id, conn) in &self.conns {
+            let bytes = conn.partial_bytes();
+            total += bytes;
+            if let Some(inbound) = conn.inbound.as_ref().filter(|_| conn.phase.is_open()) {
+                holders.push((inbound.since, std::cmp::Reverse(bytes), id as ConnId));
+            }
+        }
+        holders.sort_unstable();
+        for (_, std::cmp::Reverse(bytes), id) in holders {
+            if total <= budget {
+                break;
+            }
+            debug!(
+                worker = self.index,
+                conn = id,
+                bytes,
+                "partial input over budget"
+            );
+            // As at a heartbeat timeout: the peer may be mid-frame and
+            // unable to answer, and the point is to free its memory now.
+            self.close(id, CloseReason::PartialInputBudget);
+            self.flush(id);
+            self.drop_at_deadline(id);
+            total -= bytes;
+        }
+        total
     }
 
     /// Graceful shutdown: stop accepting; send every client 1001 once the
