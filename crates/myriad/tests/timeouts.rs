@@ -114,6 +114,29 @@ fn an_idle_connection_is_never_closed_before_the_idle_timeout() {
 }
 
 #[test]
+fn a_message_left_unfinished_is_never_closed_before_the_partial_message_timeout() {
+    let node = timed_node("--partial-message-timeout");
+    let url = node.url("/ws");
+    spread_clients(move || {
+        let (mut ws, _) = tungstenite::connect(&url).unwrap();
+        common::set_timeout(&ws, Duration::from_secs(20));
+        let tungstenite::stream::MaybeTlsStream::Plain(socket) = ws.get_mut() else {
+            unreachable!("plain sockets only")
+        };
+        // A masked text frame announcing 100 bytes (zero mask), and 10 of them.
+        let mut partial = vec![0x81, 0x80 | 100, 0, 0, 0, 0];
+        partial.extend_from_slice(&[b'x'; 10]);
+        let started = Instant::now();
+        socket.write_all(&partial).unwrap();
+        assert_eq!(recv_close(&mut ws), 4004);
+        started.elapsed()
+    });
+    node.wait_for_stats("every message cut", |s| {
+        s["closes"]["partial_message_timeout"] == CLIENTS
+    });
+}
+
+#[test]
 fn a_closing_connection_is_never_dropped_before_the_close_timeout() {
     let node = timed_node("--close-timeout");
     let node = std::sync::Arc::new(node);

@@ -35,6 +35,13 @@ pub enum CloseReason {
     HeartbeatTimeout,
     /// The client held a connection with no subscriptions and sent nothing for too long.
     IdleTimeout,
+    /// The client began a message (a frame, or the first fragment of a
+    /// fragmented one) and did not finish it in time: its bytes or
+    /// fragments came too slowly, holding the server's memory meanwhile.
+    PartialMessageTimeout,
+    /// The worker's connections held more incomplete input than its
+    /// budget, and this one had held its input the longest.
+    PartialInputBudget,
     /// The connection dropped without a close frame (reset, EOF, or the
     /// close handshake timed out). Reported as 1006, never sent.
     Abnormal,
@@ -55,7 +62,7 @@ pub enum CloseReason {
 
 impl CloseReason {
     /// Every reason, for metrics registration and documentation tables.
-    pub const ALL: [CloseReason; 14] = [
+    pub const ALL: [CloseReason; 16] = [
         CloseReason::Normal,
         CloseReason::GoingAway,
         CloseReason::ProtocolError,
@@ -65,6 +72,8 @@ impl CloseReason {
         CloseReason::SlowConsumer,
         CloseReason::HeartbeatTimeout,
         CloseReason::IdleTimeout,
+        CloseReason::PartialMessageTimeout,
+        CloseReason::PartialInputBudget,
         CloseReason::Abnormal,
         CloseReason::HandshakeTimeout,
         CloseReason::HandshakeRejected,
@@ -84,6 +93,8 @@ impl CloseReason {
             CloseReason::SlowConsumer => 4001,
             CloseReason::HeartbeatTimeout => 4002,
             CloseReason::IdleTimeout => 4003,
+            CloseReason::PartialMessageTimeout => 4004,
+            CloseReason::PartialInputBudget => 4005,
             CloseReason::TokenExpired => 4501,
             CloseReason::Abnormal
             | CloseReason::HandshakeTimeout
@@ -104,6 +115,8 @@ impl CloseReason {
             CloseReason::SlowConsumer => "slow_consumer",
             CloseReason::HeartbeatTimeout => "heartbeat_timeout",
             CloseReason::IdleTimeout => "idle_timeout",
+            CloseReason::PartialMessageTimeout => "partial_message_timeout",
+            CloseReason::PartialInputBudget => "partial_input_budget",
             CloseReason::Abnormal => "abnormal",
             CloseReason::HandshakeTimeout => "handshake_timeout",
             CloseReason::HandshakeRejected => "handshake_rejected",
@@ -125,6 +138,8 @@ impl CloseReason {
             CloseReason::SlowConsumer => "slow consumer: outbound queue over limit",
             CloseReason::HeartbeatTimeout => "heartbeat timeout",
             CloseReason::IdleTimeout => "idle timeout",
+            CloseReason::PartialMessageTimeout => "partial message timeout",
+            CloseReason::PartialInputBudget => "partial input over budget",
             CloseReason::Abnormal => "abnormal closure",
             CloseReason::HandshakeTimeout => "handshake timeout",
             CloseReason::HandshakeRejected => "handshake rejected",
@@ -157,9 +172,13 @@ impl CloseReason {
             | CloseReason::SlowConsumer
             | CloseReason::IdleTimeout
             | CloseReason::TokenExpired => HttpEnding::EndStream,
-            CloseReason::HeartbeatTimeout | CloseReason::Abnormal | CloseReason::NoRequest => {
-                HttpEnding::Drop
-            }
+            // Partial messages are WebSocket's alone: after its request an
+            // HTTP transport reads nothing it would keep.
+            CloseReason::HeartbeatTimeout
+            | CloseReason::PartialMessageTimeout
+            | CloseReason::PartialInputBudget
+            | CloseReason::Abnormal
+            | CloseReason::NoRequest => HttpEnding::Drop,
         }
     }
 
@@ -178,6 +197,8 @@ impl CloseReason {
             | CloseReason::SlowConsumer
             | CloseReason::HeartbeatTimeout
             | CloseReason::IdleTimeout
+            | CloseReason::PartialMessageTimeout
+            | CloseReason::PartialInputBudget
             | CloseReason::Abnormal
             | CloseReason::HandshakeTimeout
             | CloseReason::NoRequest => Reconnect::WithBackoff,

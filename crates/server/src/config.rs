@@ -155,6 +155,13 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_MAX_SUBJECT_LEN", default_value_t = 128)]
     pub max_subject_len: usize,
 
+    /// Bytes of incomplete input (frames and requests split across reads,
+    /// fragments of messages) one worker's connections may hold together;
+    /// past it, the once-a-second sweep closes those that have held theirs
+    /// longest (4005) until the rest fit. At least max_message_size.
+    #[arg(long, env = "MYRIAD_MAX_PARTIAL_INPUT_BYTES", default_value_t = 64 << 20)]
+    pub max_partial_input_bytes: usize,
+
     /// Bytes queued for one client before it is closed as a slow consumer (4001).
     #[arg(long, env = "MYRIAD_MAX_OUTBOUND_BYTES", default_value_t = 1_048_576)]
     pub max_outbound_bytes: usize,
@@ -210,6 +217,12 @@ pub struct Config {
     /// Seconds the client has to answer a ping before it is closed (4002).
     #[arg(long, env = "MYRIAD_HEARTBEAT_TIMEOUT", default_value_t = 10)]
     pub heartbeat_timeout: u32,
+
+    /// Seconds a WebSocket client may take to finish a message it began
+    /// (from its first byte through its last fragment) before it is closed
+    /// (4004); 0 = never. Raise it with max_message_size for slow links.
+    #[arg(long, env = "MYRIAD_PARTIAL_MESSAGE_TIMEOUT", default_value_t = 10)]
+    pub partial_message_timeout: u32,
 
     /// Seconds a closing connection may take to finish the close handshake.
     #[arg(long, env = "MYRIAD_CLOSE_TIMEOUT", default_value_t = 5)]
@@ -567,6 +580,10 @@ impl Config {
         check(
             self.max_outbound_bytes >= self.max_message_size,
             "max_outbound_bytes must be at least max_message_size",
+        )?;
+        check(
+            self.max_partial_input_bytes >= self.max_message_size,
+            "max_partial_input_bytes must be at least max_message_size",
         )?;
         check(
             self.heartbeat_interval == 0 || self.heartbeat_timeout >= 1,

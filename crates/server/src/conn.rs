@@ -64,6 +64,19 @@ pub mod flags {
     pub const COUNTED: u8 = 1 << 7;
 }
 
+/// Input held until it is whole: a request or frame split across reads,
+/// or a fragmented message the connection's `reader` is reassembling. It
+/// exists only while there is some, so the stamp costs an idle connection
+/// nothing.
+#[derive(Default)]
+pub struct Inbound {
+    /// Bytes read but not yet parsed (empty while only fragments are held).
+    pub bytes: Vec<u8>,
+    /// When the unit these bytes or fragments belong to began to arrive
+    /// (`partial_message_timeout`).
+    pub since: u32,
+}
+
 /// A client connection.
 pub struct Conn {
     /// Read and written through [`Conn::link`], never directly.
@@ -81,7 +94,9 @@ pub struct Conn {
     pub close_reason: Option<CloseReason>,
     /// When the current phase began (request, close and long-poll timeouts).
     pub since: u32,
-    /// Last time anything arrived (heartbeat liveness).
+    /// Last time a whole frame arrived (heartbeat liveness). Bytes of a
+    /// frame still incomplete do not count: a peer that trickles them holds
+    /// its buffer without ever being live.
     pub last_heard: u32,
     /// Last time a message (not a control frame) arrived (idle timeout).
     pub last_message: u32,
@@ -90,8 +105,8 @@ pub struct Conn {
     pub ping_sent: u32,
     /// Fragmentation state; 8 bytes, boxed state only mid-message.
     pub reader: MessageReader,
-    /// Bytes read but not yet parsed (a frame or request split across reads).
-    pub inbound: Option<Box<Vec<u8>>>,
+    /// Input that is not whole yet; `None` when there is none.
+    pub inbound: Option<Box<Inbound>>,
     /// Frames waiting for the socket.
     pub outbound: Option<Box<Outbound>>,
     /// Subscriptions and identity: the part that is not about the wire.
@@ -155,6 +170,12 @@ impl Conn {
 
     pub fn has_flag(&self, flag: u8) -> bool {
         self.flags & flag != 0
+    }
+
+    /// Bytes allocated for input that is not whole yet: the unparsed tail
+    /// and the fragments being reassembled.
+    pub fn partial_bytes(&self) -> usize {
+        self.inbound.as_ref().map_or(0, |i| i.bytes.capacity()) + self.reader.held_bytes()
     }
 
     /// Enters `phase` at time `now`.

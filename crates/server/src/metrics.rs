@@ -161,6 +161,9 @@ pub struct WorkerMetrics {
     pub writes: Counter,
     pub tls_handshakes: Counter,
     pub reads_paused: Counter,
+    /// Bytes held for messages and requests not yet whole, summed by the
+    /// worker's sweep.
+    pub partial_input_bytes: Gauge,
 }
 
 /// What history holds, mirrored from the engine when metrics are read.
@@ -271,6 +274,12 @@ impl Metrics {
              (mailboxes past mailbox_high_water, or a queue towards Redis past redis_queue_high_water); \
              a connection held already (for its read budget) is not counted, one resumed and held again is",
         );
+        let partial_input_bytes: Family<WorkerLabel, Gauge> = registered(
+            r,
+            "partial_input_bytes",
+            "Bytes client connections hold for input not yet whole (a frame or request \
+             split across reads, the fragments of a message), summed once a second",
+        );
         let transport_connections: Family<TransportLabel, Gauge> = registered(
             r,
             "transport_connections",
@@ -308,6 +317,7 @@ impl Metrics {
                     writes: writes.get_or_create(&label).clone(),
                     tls_handshakes: tls_handshakes.get_or_create(&label).clone(),
                     reads_paused: reads_paused.get_or_create(&label).clone(),
+                    partial_input_bytes: partial_input_bytes.get_or_create(&label).clone(),
                 }
             })
             .collect();
@@ -553,6 +563,7 @@ impl Metrics {
             s.bytes_out += w.bytes_out.get();
             s.socket_writes += w.writes.get();
             s.tls_handshakes += w.tls_handshakes.get();
+            s.partial_input_bytes += w.partial_input_bytes.get().max(0) as u64;
             for (total, t) in s.transports.iter_mut().zip(&w.transports) {
                 total.connections += t.connections.get().max(0) as u64;
                 total.messages_out += t.messages_out.get();
@@ -636,6 +647,7 @@ pub struct Snapshot {
     pub bytes_out: u64,
     pub socket_writes: u64,
     pub tls_handshakes: u64,
+    pub partial_input_bytes: u64,
     pub tls_reloads: u64,
     pub publishes: u64,
     pub publishes_unrouted: u64,

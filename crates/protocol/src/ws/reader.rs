@@ -209,6 +209,15 @@ impl MessageReader {
                 if partial.text {
                     partial.utf8.feed(payload)?;
                 }
+                let needed = partial.data.len() + payload.len();
+                if needed > partial.data.capacity() {
+                    // Doubling as `Vec` would, but never past the largest
+                    // message allowed (`needed` is within it, see above):
+                    // what a message in progress holds is bounded by it.
+                    let target =
+                        (partial.data.capacity() * 2).clamp(needed, limits.max_message.max(needed));
+                    partial.data.reserve_exact(target - partial.data.len());
+                }
                 partial.data.extend_from_slice(payload);
                 if header.fin {
                     partial.complete = true;
@@ -239,6 +248,13 @@ impl MessageReader {
         self.partial.as_ref().is_some_and(|p| !p.complete)
     }
 
+    /// Bytes allocated for the message being reassembled (its buffer's
+    /// capacity, at most `max_message`); 0 when none is. What a caller
+    /// reports as memory held in partial input.
+    pub fn held_bytes(&self) -> usize {
+        self.partial.as_ref().map_or(0, |p| p.data.capacity())
+    }
+
     /// Opens a fragmented message with its first (non-final) fragment.
     fn start_fragmented(&mut self, text: bool, payload: &[u8]) -> Result<(), FrameError> {
         let mut utf8 = Utf8Validator::new();
@@ -259,6 +275,59 @@ impl MessageReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A masked client frame of `opcode` (with FIN as given) carrying `payload`.
+    fn client_frame(opcode: u8, fin: bool, payload: &[u8]) -> Vec<u8> {
+        let mut frame = vec![opcode | if fin { 0x80 } else { 0 }];
+        match payload.len() {
+            n @ 0..=125 => frame.push(0x80 | n as u8),
+            n => {
+                frame.push(0x80 | 126);
+                frame.extend_from_slice(&(n as u16).to_be_bytes());
+            }
+        }
+        // A zero mask leaves the payload as it is.
+        frame.extend_from_slice(&[0; 4]);
+        frame.extend_from_slice(payload);
+        frame
+    }
+
+    #[test]
+    fn a_message_in_progress_holds_at_most_the_message_limit() {
+        let limits = ReadLimits {
+            role: Role::Server,
+            max_message: 1000,
+        };
+        let mut reader = MessageReader::new();
+        assert_eq!(reader.held_bytes(), 0);
+        let mut first = client_frame(0x1, false, &[b'a'; 300]);
+        assert!(matches!(
+            reader.read(&mut first, &limits),
+            Ok(Read::Frame { message: None, .. })
+        ));
+        let mut held = 300;
+        // Vec's own doubling would take 300 → 600 → 1200.
+        for _ in 0..6 {
+            let mut more = client_frame(0x0, false, &[b'b'; 100]);
+            assert!(matches!(
+                reader.read(&mut more, &limits),
+                Ok(Read::Frame { message: None, .. })
+            ));
+            held += 100;
+            assert!(reader.held_bytes() >= held);
+            assert!(reader.held_bytes() <= 1000, "{}", reader.held_bytes());
+        }
+        let mut last = client_frame(0x0, true, &[b'c'; 100]);
+        match reader.read(&mut last, &limits) {
+            Ok(Read::Frame {
+                message: Some(Message::Text(text)),
+                ..
+            }) => assert_eq!(text.len(), 1000),
+            other => panic!("{other:?}"),
+        }
+        reader.release();
+        assert_eq!(reader.held_bytes(), 0);
+    }
 
     #[test]
     fn reader_is_one_pointer() {

@@ -472,6 +472,7 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
         "bytes_out": s.bytes_out,
         "socket_writes": s.socket_writes,
         "tls_handshakes": s.tls_handshakes,
+        "partial_input_bytes": s.partial_input_bytes,
         "tls_reloads": s.tls_reloads,
         "publishes": s.publishes,
         "publishes_unrouted": s.publishes_unrouted,

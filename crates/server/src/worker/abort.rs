@@ -1,6 +1,7 @@
 //! Ending a connection whose time is up: the close timeout (after a
 //! slow-consumer cut, a refusal or any close the peer never finished), a
-//! request or keep-alive timeout, a heartbeat timeout, the shutdown timeout.
+//! request or keep-alive timeout, a heartbeat or partial-message timeout,
+//! the shutdown timeout.
 //!
 //! A socket closed while it still holds data it could not send does not go
 //! away with its descriptor: the kernel keeps it, and its send buffer, to

@@ -877,7 +877,8 @@ impl Worker {
     // ---- time -----------------------------------------------------------------
 
     /// The once-a-second pass over every connection: request, heartbeat,
-    /// idle, long-poll and close timeouts.
+    /// idle, partial-message, long-poll and close timeouts, and the gauge
+    /// of input held incomplete.
     fn sweep(&mut self, now: u32) {
         debug_assert_eq!(
             self.queued_frames,
@@ -891,13 +892,18 @@ impl Worker {
         let (request_timeout, idle) = (config.handshake_timeout, config.idle_timeout);
         let (interval, answer) = (config.heartbeat_interval, config.heartbeat_timeout);
         let (one_way, poll_timeout) = (config.stream_heartbeat_interval, config.poll_timeout);
-        let close_timeout = config.close_timeout;
+        let (close_timeout, partial_timeout) =
+            (config.close_timeout, config.partial_message_timeout);
         // Tokens expire on the wall clock, the same one their `exp` is on.
         let unix_now = crate::auth::token::unix_now();
         let mut due = Vec::new();
         let mut to_ping = Vec::new();
+        // Summed here rather than kept up to date on every read: the read
+        // path stays as it was, and the gauge is at most a second old.
+        let mut partial_bytes = 0;
         self.abuse.refill();
         for (id, conn) in self.conns.iter_mut() {
+            partial_bytes += conn.partial_bytes();
             let request_due = passed(now, conn.since, request_timeout);
             let verdict = match conn.phase {
                 // Between long-polls, a quiet kept-alive connection just ends.
@@ -928,10 +934,21 @@ impl Worker {
                         .session
                         .access()
                         .is_some_and(|access| access.expires <= unix_now);
+                    // A message begun and not finished: its bytes come too
+                    // slowly to be honest traffic, and what they hold is
+                    // ours. Unless the node is what holds its reading back.
+                    let stalled = partial_timeout > 0
+                        && !conn.has_flag(flags::READ_DEFERRED)
+                        && conn
+                            .inbound
+                            .as_ref()
+                            .is_some_and(|i| passed(now, i.since, partial_timeout));
                     if expired {
                         Some(Due::Close(CloseReason::TokenExpired))
                     } else if unanswered {
                         Some(Due::Close(CloseReason::HeartbeatTimeout))
+                    } else if stalled {
+                        Some(Due::Close(CloseReason::PartialMessageTimeout))
                     } else if can.answers_once && passed(now, conn.since, poll_timeout) {
                         Some(Due::Answer)
                     } else if idle_due {
@@ -1014,16 +1031,65 @@ impl Worker {
                 }
                 Due::Drop => self.drop_at_deadline(id),
                 Due::Answer => self.answer_now(id, true),
-                Due::Close(CloseReason::HeartbeatTimeout) => {
-                    // The peer is not answering: send the close frame if the
+                Due::Close(
+                    reason @ (CloseReason::HeartbeatTimeout | CloseReason::PartialMessageTimeout),
+                ) => {
+                    // The peer is not answering, or cannot before the frame
+                    // it is trickling ends: send the close frame if the
                     // socket takes it, but do not wait for a reply.
-                    self.close(id, CloseReason::HeartbeatTimeout);
+                    self.close(id, reason);
                     self.flush(id);
                     self.drop_at_deadline(id);
                 }
                 Due::Close(reason) => self.close(id, reason),
             }
         }
+        let held = self.enforce_partial_budget(partial_bytes);
+        self.metrics
+            .partial_input_bytes
+            .set(i64::try_from(held).unwrap_or(i64::MAX));
+    }
+
+    /// Past `max_partial_input_bytes`, closes the open connections that have
+    /// held their incomplete input longest (the largest first among equals)
+    /// until the rest fit; returns what is held then. The oldest go first:
+    /// an honest client's large message is whole within moments, a hostile
+    /// one's is held as long as it can be. A second pass over the slab,
+    /// made only when the sweep found the worker over its budget (`held`).
+    fn enforce_partial_budget(&mut self, held: usize) -> usize {
+        let budget = self.shared.config.max_partial_input_bytes;
+        if held <= budget {
+            return held;
+        }
+        // Counted again: the sweep's closes may have freed some.
+        let mut total = 0;
+        let mut holders = Vec::new();
+        for (id, conn) in &self.conns {
+            let bytes = conn.partial_bytes();
+            total += bytes;
+            if let Some(inbound) = conn.inbound.as_ref().filter(|_| conn.phase.is_open()) {
+                holders.push((inbound.since, std::cmp::Reverse(bytes), id as ConnId));
+            }
+        }
+        holders.sort_unstable();
+        for (_, std::cmp::Reverse(bytes), id) in holders {
+            if total <= budget {
+                break;
+            }
+            debug!(
+                worker = self.index,
+                conn = id,
+                bytes,
+                "partial input over budget"
+            );
+            // As at a heartbeat timeout: the peer may be mid-frame and
+            // unable to answer, and the point is to free its memory now.
+            self.close(id, CloseReason::PartialInputBudget);
+            self.flush(id);
+            self.drop_at_deadline(id);
+            total -= bytes;
+        }
+        total
     }
 
     /// Graceful shutdown: stop accepting; send every client 1001 once the

@@ -4,14 +4,17 @@
 //! Reads land in the worker's scratch buffer and are parsed in place there.
 //! Only bytes that end mid-request or mid-frame are copied into the
 //! connection's own `inbound` buffer, which exists only until the rest
-//! arrives; an idle connection has no read buffer.
+//! arrives (or a fragmented message is whole); an idle connection has no
+//! read buffer. That buffer grows within one largest frame and one read,
+//! and says since when it holds an unfinished unit, which the sweep ends
+//! at `partial_message_timeout`. Only a whole frame stamps the peer live.
 
 use bytes::Bytes;
 use myriad_protocol::close::CloseReason;
 use myriad_protocol::ws::{encode_close, encode_frame, Message, MessageReader, OpCode, Read};
 
 use super::{Flow, Worker};
-use crate::conn::{flags, Phase};
+use crate::conn::{flags, Inbound, Phase};
 use crate::registry::ConnId;
 
 impl Worker {
@@ -52,8 +55,10 @@ impl Worker {
                 self.metrics.bytes_in.inc_by(input.wire as u64);
                 // A fresh reading per read: what it brought arrived by
                 // now, so stamps made while handling it are not early.
-                conn.last_heard = self.clock.tick();
-                conn.ping_sent = 0;
+                // Liveness is stamped per whole frame, in `parse`: bytes
+                // alone prove nothing (a frame trickled a byte at a time
+                // would keep a connection and its buffer forever).
+                self.clock.tick();
                 budget = budget.saturating_sub(input.wire);
             }
             let flow = if input.plain > 0 {
@@ -128,34 +133,70 @@ impl Worker {
     }
 
     /// Parses `fresh` bytes (behind any buffered remainder) as far as whole
-    /// units go and keeps the rest for the next read.
+    /// units go and keeps the rest for the next read, with when the unit
+    /// it is part of began (`partial_message_timeout`).
     fn ingest(&mut self, id: ConnId, fresh: &mut [u8]) -> Flow {
-        let conn = &mut self.conns[id as usize];
-        let (flow, leftover) = match conn.inbound.take() {
-            Some(mut buffered) => {
-                buffered.extend_from_slice(fresh);
-                let (flow, used) = self.parse(id, &mut buffered);
-                buffered.drain(..used);
-                (flow, (!buffered.is_empty()).then_some(buffered))
+        let bound = self.inbound_bound();
+        let mut whole = false;
+        let (flow, inbound) = match self.conns[id as usize].inbound.take() {
+            Some(mut inbound) => {
+                append_bounded(&mut inbound.bytes, fresh, bound);
+                let (flow, used) = self.parse(id, &mut inbound.bytes, &mut whole);
+                inbound.bytes.drain(..used);
+                (flow, Some(inbound))
             }
             None => {
-                let (flow, used) = self.parse(id, fresh);
+                let (flow, used) = self.parse(id, fresh, &mut whole);
                 let rest = &fresh[used..];
-                (flow, (!rest.is_empty()).then(|| Box::new(rest.to_vec())))
+                let inbound = (!rest.is_empty()).then(|| {
+                    Box::new(Inbound {
+                        bytes: rest.to_vec(),
+                        since: 0,
+                    })
+                });
+                (flow, inbound)
             }
         };
-        if flow != Flow::Stop {
-            if let Some(conn) = self.conns.get_mut(id as usize) {
-                conn.inbound = leftover;
-            }
+        if flow == Flow::Stop {
+            return flow;
+        }
+        let now = self.clock.now;
+        if let Some(conn) = self.conns.get_mut(id as usize) {
+            let unparsed = inbound.as_ref().is_some_and(|i| !i.bytes.is_empty());
+            conn.inbound = if unparsed || conn.reader.in_message() {
+                let mut inbound = inbound.unwrap_or_default();
+                if inbound.bytes.is_empty() {
+                    // Fragments only: the read buffer goes, the stamp stays.
+                    inbound.bytes = Vec::new();
+                }
+                // What is held began in this read if a whole unit came
+                // before it; otherwise it goes on from before. The reading
+                // is this read's, or a later one's for input held back:
+                // never before the bytes arrived (see `Clock`).
+                if whole || inbound.since == 0 {
+                    inbound.since = now;
+                }
+                Some(inbound)
+            } else {
+                None
+            };
         }
         flow
     }
 
+    /// The most one incomplete unit can need: a request head, or a frame
+    /// of the largest message with the longest header.
+    fn inbound_bound(&self) -> usize {
+        let frame = self.limits.max_message + myriad_protocol::ws::MAX_HEADER_LEN;
+        frame.max(self.shared.config.max_request_head)
+    }
+
     /// Consumes whole requests and frames from the front of `buf`; returns
-    /// how far it got. Once an HTTP transport is open the client has nothing
-    /// more to say on it but its next request (see `after_request`).
-    fn parse(&mut self, id: ConnId, buf: &mut [u8]) -> (Flow, usize) {
+    /// how far it got, and sets `whole` once it consumed a whole unit (a
+    /// request, a message, or a control frame between messages). Once an
+    /// HTTP transport is open the client has nothing more to say on it but
+    /// its next request (see `after_request`).
+    fn parse(&mut self, id: ConnId, buf: &mut [u8], whole: &mut bool) -> (Flow, usize) {
         let mut used = 0;
         loop {
             let Some(conn) = self.conns.get_mut(id as usize) else {
@@ -169,7 +210,10 @@ impl Worker {
             }
             match conn.phase {
                 Phase::Request => match self.on_request(id, &buf[used..]) {
-                    Some(n) => used += n,
+                    Some(n) => {
+                        used += n;
+                        *whole = true;
+                    }
                     None => return (Flow::Continue, used),
                 },
                 // Answering the peer's close, or refused at handshake: the
@@ -183,6 +227,14 @@ impl Worker {
                     let (flow, n) = self.next_frame(id, &mut reader, &mut buf[used..]);
                     reader.release();
                     if let Some(conn) = self.conns.get_mut(id as usize) {
+                        if n > 0 {
+                            // A whole frame: the peer is live, and any frame
+                            // answers a ping. The reading is the read's that
+                            // brought it, or later (see `Clock`).
+                            conn.last_heard = self.clock.now;
+                            conn.ping_sent = 0;
+                            *whole |= !reader.in_message();
+                        }
                         conn.reader = reader;
                     }
                     used += n;
@@ -292,5 +344,45 @@ impl Worker {
                 }
             }
         }
+    }
+}
+
+/// Appends `fresh` to `buffered`, doubling its room as `Vec` would but
+/// not past `bound` unless these bytes need more: the room a connection
+/// holds stays within one largest unit and one read, where doubling alone
+/// could reach twice that.
+fn append_bounded(buffered: &mut Vec<u8>, fresh: &[u8], bound: usize) {
+    let needed = buffered.len() + fresh.len();
+    if needed > buffered.capacity() {
+        let target = (buffered.capacity() * 2).clamp(needed, bound.max(needed));
+        buffered.reserve_exact(target - buffered.len());
+    }
+    buffered.extend_from_slice(fresh);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::append_bounded;
+
+    #[test]
+    fn held_input_doubles_but_never_past_its_bound() {
+        let mut buffered = Vec::new();
+        append_bounded(&mut buffered, &[1; 100], 1_000);
+        append_bounded(&mut buffered, &[2; 1], 1_000);
+        assert!(
+            buffered.capacity() >= 200,
+            "doubles: {}",
+            buffered.capacity()
+        );
+        for _ in 0..8 {
+            append_bounded(&mut buffered, &[3; 100], 1_000);
+            assert!(buffered.capacity() <= 1_000, "{}", buffered.capacity());
+        }
+        // Bytes that need more than the bound get exactly what they need.
+        append_bounded(&mut buffered, &[4; 500], 1_000);
+        assert_eq!(buffered.len(), 1_401);
+        assert!(buffered.capacity() < 1_500, "{}", buffered.capacity());
+        assert_eq!(buffered[0], 1);
+        assert_eq!(buffered[1_400], 4);
     }
 }

@@ -128,6 +128,10 @@ impl Worker {
                     let conn = &mut self.conns[id as usize];
                     conn.enter(phase, now);
                     conn.last_message = now;
+                    // The request was whole, so the peer is live; a ping
+                    // a long-poll left on a kept-alive connection is moot.
+                    conn.last_heard = now;
+                    conn.ping_sent = 0;
                     self.send(id, Bytes::from(switching_protocols(upgrade.key, None)));
                     // The echo endpoint carries no pub/sub, so no feeds.
                     if phase == Phase::PubSub {
