@@ -223,3 +223,26 @@ fn readers_that_keep_up_slowly_pause_the_publisher_instead_of_being_cut() {
         assert_eq!(offsets, (1..=600).collect::<Vec<u64>>());
     }
 }
+
+#[test]
+fn bytes_queued_for_a_stalled_reader_are_reported_and_drain_to_zero() {
+    // Memory by structure: what waits for sockets shows in /stats and
+    // /metrics (as of each worker's once-a-second sweep), within the
+    // connection's max_outbound_bytes, and goes once the reader reads.
+    let node = Node::start(&["--workers", "1", "--max-outbound-bytes", "1048576"]);
+    let mut slow = node.stalled_subscriber("queued");
+    let data = json!("q".repeat(4_000));
+    for _ in 0..100 {
+        node.publish("queued", &data);
+    }
+    let stats = node.wait_for_stats("bytes queued reported", |s| {
+        s["memory"]["outbound_bytes"].as_u64().unwrap() > 100_000
+    });
+    let queued = stats["memory"]["outbound_bytes"].as_u64().unwrap();
+    assert!(queued <= 1_048_576, "{stats:#}");
+    assert!(node.metric_sum("myriad_outbound_bytes") > 0);
+    for n in 1..=100 {
+        assert_eq!(recv(&mut slow)["offset"], n);
+    }
+    node.wait_for_stats("the queue drained", |s| s["memory"]["outbound_bytes"] == 0);
+}

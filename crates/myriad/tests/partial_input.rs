@@ -96,16 +96,6 @@ fn begin_large_frame(node: &Node, subject: &str) -> Ws {
     ws
 }
 
-/// The worker-labelled series `name` from `/metrics`, summed.
-fn metric_sum(node: &Node, name: &str) -> u64 {
-    let (status, text) = node.http("GET", "/metrics", &[], "");
-    assert_eq!(status, 200);
-    text.lines()
-        .filter(|line| line.starts_with(&format!("{name}{{")))
-        .map(|line| line.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
-        .sum()
-}
-
 #[test]
 fn a_trickled_frame_does_not_answer_the_heartbeat() {
     // The partial-message deadline is off: only the heartbeat can end it.
@@ -250,7 +240,7 @@ fn bytes_held_for_an_incomplete_frame_are_reported() {
     let held = |s: &Value| s["partial_input_bytes"].as_u64().unwrap();
     let stats = node.wait_for_stats("the partial frame counted", |s| held(s) >= 30_000);
     assert!(held(&stats) <= largest_frame, "{stats:#}");
-    let exposed = metric_sum(&node, "myriad_partial_input_bytes");
+    let exposed = node.metric_sum("myriad_partial_input_bytes");
     assert!((30_000..=largest_frame).contains(&exposed), "{exposed}");
 
     // Once the frame is whole, it is a publish like any other and nothing
@@ -260,7 +250,7 @@ fn bytes_held_for_an_incomplete_frame_are_reported() {
     let delivery = recv(&mut ws);
     assert_eq!(delivery["subject"], "held");
     node.wait_for_stats("nothing held", |s| held(s) == 0);
-    assert_eq!(metric_sum(&node, "myriad_partial_input_bytes"), 0);
+    assert_eq!(node.metric_sum("myriad_partial_input_bytes"), 0);
 }
 
 #[test]

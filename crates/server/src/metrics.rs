@@ -164,6 +164,9 @@ pub struct WorkerMetrics {
     /// Bytes held for messages and requests not yet whole, summed by the
     /// worker's sweep.
     pub partial_input_bytes: Gauge,
+    /// Bytes queued for sockets and not yet written, summed by the
+    /// worker's sweep.
+    pub outbound_bytes: Gauge,
 }
 
 /// What history holds, mirrored from the engine when metrics are read.
@@ -280,6 +283,12 @@ impl Metrics {
             "Bytes client connections hold for input not yet whole (a frame or request \
              split across reads, the fragments of a message), summed once a second",
         );
+        let outbound_bytes: Family<WorkerLabel, Gauge> = registered(
+            r,
+            "outbound_bytes",
+            "Bytes queued for client sockets and not yet written (each within \
+             max_outbound_bytes), summed once a second",
+        );
         let transport_connections: Family<TransportLabel, Gauge> = registered(
             r,
             "transport_connections",
@@ -318,6 +327,7 @@ impl Metrics {
                     tls_handshakes: tls_handshakes.get_or_create(&label).clone(),
                     reads_paused: reads_paused.get_or_create(&label).clone(),
                     partial_input_bytes: partial_input_bytes.get_or_create(&label).clone(),
+                    outbound_bytes: outbound_bytes.get_or_create(&label).clone(),
                 }
             })
             .collect();
@@ -564,6 +574,7 @@ impl Metrics {
             s.socket_writes += w.writes.get();
             s.tls_handshakes += w.tls_handshakes.get();
             s.partial_input_bytes += w.partial_input_bytes.get().max(0) as u64;
+            s.outbound_bytes += w.outbound_bytes.get().max(0) as u64;
             for (total, t) in s.transports.iter_mut().zip(&w.transports) {
                 total.connections += t.connections.get().max(0) as u64;
                 total.messages_out += t.messages_out.get();
@@ -648,6 +659,7 @@ pub struct Snapshot {
     pub socket_writes: u64,
     pub tls_handshakes: u64,
     pub partial_input_bytes: u64,
+    pub outbound_bytes: u64,
     pub tls_reloads: u64,
     pub publishes: u64,
     pub publishes_unrouted: u64,

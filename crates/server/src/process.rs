@@ -19,18 +19,31 @@ impl Usage {
     }
 }
 
-/// Where the node's resident memory goes, by structure: what `/stats`
-/// `memory` and the status page show.
+/// What the node's structures hold, as they count it themselves.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct Memory {
-    pub rss_bytes: u64,
+pub struct Held {
     /// Everything charged to `history_max_bytes`, against it.
     pub history_bytes: u64,
     pub history_max_bytes: u64,
     /// What the engine keeps for subjects with subscribers.
     pub subject_bytes: u64,
-    /// The rest: code, connections and their queues, the allocator's free
-    /// memory.
+    /// Input not yet whole (`max_partial_input_bytes` per worker).
+    pub partial_input_bytes: u64,
+    /// Bytes queued for sockets, each queue within `max_outbound_bytes`:
+    /// mostly handles to frames shared with history and other queues, so
+    /// not memory of their own, and not taken out of `other_bytes`.
+    pub outbound_bytes: u64,
+}
+
+/// Where the node's resident memory goes, by structure: what `/stats`
+/// `memory` and the status page show.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct Memory {
+    pub rss_bytes: u64,
+    #[serde(flatten)]
+    pub held: Held,
+    /// The rest: code, connections and their sessions, the allocator's
+    /// free memory.
     pub other_bytes: u64,
     /// What the rest grew by since the node started, per open connection
     /// (`None` with none open): the cost of a connection, with history and
@@ -41,21 +54,13 @@ pub struct Memory {
 impl Memory {
     /// The breakdown of `rss_bytes` on a node that started at
     /// `baseline_rss_bytes` and holds `connections`.
-    pub fn new(
-        rss_bytes: u64,
-        baseline_rss_bytes: u64,
-        history: (u64, u64),
-        subject_bytes: u64,
-        connections: u64,
-    ) -> Memory {
-        let (history_bytes, history_max_bytes) = history;
-        let other_bytes = rss_bytes.saturating_sub(history_bytes + subject_bytes);
+    pub fn new(rss_bytes: u64, baseline_rss_bytes: u64, held: Held, connections: u64) -> Memory {
+        let own = held.history_bytes + held.subject_bytes + held.partial_input_bytes;
+        let other_bytes = rss_bytes.saturating_sub(own);
         let grown = other_bytes.saturating_sub(baseline_rss_bytes);
         Memory {
             rss_bytes,
-            history_bytes,
-            history_max_bytes,
-            subject_bytes,
+            held,
             other_bytes,
             per_connection: (connections > 0).then(|| grown as f64 / connections as f64),
         }

@@ -207,7 +207,7 @@ impl Sample {
         let usage = process::usage();
         Sample {
             at: Instant::now(),
-            memory: shared.memory(&usage, &engine, metrics.connections),
+            memory: shared.memory(&usage, &engine, &metrics),
             metrics,
             engine,
             usage,
@@ -307,7 +307,16 @@ mod tests {
                 cpu_seconds,
             },
             // 1,000 of it at start, 600 in history: 600 per connection.
-            memory: process::Memory::new(4_000, 1_000, (600, 10_000), 0, 4),
+            memory: process::Memory::new(
+                4_000,
+                1_000,
+                process::Held {
+                    history_bytes: 600,
+                    history_max_bytes: 10_000,
+                    ..Default::default()
+                },
+                4,
+            ),
         }
     }
 

@@ -201,6 +201,17 @@ impl Node {
         line.rsplit(' ').next().unwrap().parse().unwrap()
     }
 
+    /// The series of a labelled metric family `name` (per worker, say)
+    /// from `GET /metrics`, summed.
+    pub fn metric_sum(&self, name: &str) -> u64 {
+        let (status, text) = self.http("GET", "/metrics", &[], "");
+        assert_eq!(status, 200);
+        text.lines()
+            .filter(|line| line.starts_with(&format!("{name}{{")))
+            .map(|line| line.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum()
+    }
+
     /// Publishes through the HTTP API; returns the response JSON.
     pub fn publish(&self, subject: &str, data: &Value) -> Value {
         let body = serde_json::json!({"subject": subject, "data": data}).to_string();

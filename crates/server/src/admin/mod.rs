@@ -486,7 +486,7 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
             "evictions": history.evictions,
             "evicted_positions": history.evicted_positions,
         },
-        "memory": shared.memory(&usage, &engine, s.connections),
+        "memory": shared.memory(&usage, &engine, &s),
         "slow_consumer_disconnects": s.closed(CloseReason::SlowConsumer),
         "admin": {
             "connections": s.admin_connections,

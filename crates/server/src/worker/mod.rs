@@ -128,14 +128,20 @@ impl Shared {
         &self,
         usage: &crate::process::Usage,
         engine: &crate::engine::EngineStats,
-        connections: u64,
+        metrics: &crate::metrics::Snapshot,
     ) -> crate::process::Memory {
+        let held = crate::process::Held {
+            history_bytes: engine.history.bytes,
+            history_max_bytes: self.config.history_max_bytes as u64,
+            subject_bytes: engine.subject_bytes,
+            partial_input_bytes: metrics.partial_input_bytes,
+            outbound_bytes: metrics.outbound_bytes,
+        };
         crate::process::Memory::new(
             usage.rss_bytes,
             self.baseline_rss_bytes,
-            (engine.history.bytes, self.config.history_max_bytes as u64),
-            engine.subject_bytes,
-            connections,
+            held,
+            metrics.connections,
         )
     }
 }
@@ -900,10 +906,11 @@ impl Worker {
         let mut to_ping = Vec::new();
         // Summed here rather than kept up to date on every read: the read
         // path stays as it was, and the gauge is at most a second old.
-        let mut partial_bytes = 0;
+        let (mut partial_bytes, mut outbound_bytes) = (0, 0);
         self.abuse.refill();
         for (id, conn) in self.conns.iter_mut() {
             partial_bytes += conn.partial_bytes();
+            outbound_bytes += conn.pending_bytes();
             let request_due = passed(now, conn.since, request_timeout);
             let verdict = match conn.phase {
                 // Between long-polls, a quiet kept-alive connection just ends.
@@ -1045,9 +1052,11 @@ impl Worker {
             }
         }
         let held = self.enforce_partial_budget(partial_bytes);
-        self.metrics
-            .partial_input_bytes
-            .set(i64::try_from(held).unwrap_or(i64::MAX));
+        let gauge = |bytes: usize| i64::try_from(bytes).unwrap_or(i64::MAX);
+        self.metrics.partial_input_bytes.set(gauge(held));
+        // As of the sweep: queues drain between sweeps, and a queue is
+        // bounded by max_outbound_bytes whatever this says.
+        self.metrics.outbound_bytes.set(gauge(outbound_bytes));
     }
 
     /// Past `max_partial_input_bytes`, closes the open connections that have
