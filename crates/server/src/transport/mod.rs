@@ -91,6 +91,13 @@ pub trait Transport: Sync {
     /// The bytes carrying one protocol v1 reply (a JSON object) to `session`.
     fn reply(&self, json: &[u8], session: &Session) -> Bytes;
 
+    /// For a session that keeps a cursor: what it is sent once the engine
+    /// has answered every subject of its opening request (the cursor has
+    /// just [settled](Session::cursor_settled)). By default nothing.
+    fn opened(&self, _session: &Session) -> Option<Bytes> {
+        None
+    }
+
     /// Whether a subscription that went live unasked (no request id) is
     /// announced with a `subscribed` reply, given its recovery outcome and
     /// whether it is a user's feed (which the server may add unasked). By

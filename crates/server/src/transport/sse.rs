@@ -10,8 +10,21 @@
 //! own position, so the event is the same for every recipient and built
 //! once per worker; a stream of several subjects gets the shared `data:`
 //! line plus an `id:` line of its own. Protocol replies are named events
-//! (`event: subscribed`, `event: close`) whose id also carries the cursor,
-//! so a stream that has seen no publication yet still resumes where it was.
+//! (`event: subscribed`, `event: close`).
+//!
+//! The opening writes the cursor once. A cursor has one entry per subject,
+//! so an id on each of N `subscribed` events would make the opening N²
+//! bytes (2.5 MB for 500 subjects, past `max_outbound_bytes`). Until the
+//! engine has answered every subject, events carry no id (a one-subject
+//! stream's publications excepted: their id is the whole cursor anyway);
+//! then one event with only an id hands out the cursor, so a stream that
+//! has seen no publication yet still resumes where it was. An event with
+//! no data sets the browser's last event id without reaching the page (the
+//! standard's "dispatch the event", step 1). A stream cut during its
+//! opening thus reconnects with the id it opened with, as if the opening
+//! had not happened: nothing is skipped, and what it had delivered comes
+//! again (each message names its subject and position, so repeats can be
+//! told). Afterwards every event that moves the cursor carries it.
 //!
 //! The body is delimited by the connection's end (no chunked encoding):
 //! the last event names why the server ended it, then the socket closes.
@@ -46,7 +59,7 @@ impl ServerSentEvents {
         out.extend_from_slice(b"\ndata: ");
         push_one_line(&mut out, json);
         out.push(b'\n');
-        if let Some(session) = session.filter(|s| s.keeps_cursor()) {
+        if let Some(session) = session.filter(|s| s.cursor_settled()) {
             out.extend_from_slice(b"id: ");
             session.write_cursor(&mut out);
             out.push(b'\n');
@@ -94,14 +107,16 @@ impl Transport for ServerSentEvents {
             // The cursor of a one-subject stream is the position in the form.
             return (form.clone(), None);
         }
+        let data = form.slice(..Self::data_line_len(publication));
+        if !session.cursor_settled() {
+            // Still opening: the cursor is handed out once, at its end.
+            return (data, Some(Bytes::from_static(b"\n")));
+        }
         let mut id = Vec::with_capacity(8 + 40 * session.cursor_len());
         id.extend_from_slice(b"id: ");
         session.write_cursor(&mut id);
         id.extend_from_slice(b"\n\n");
-        (
-            form.slice(..Self::data_line_len(publication)),
-            Some(Bytes::from(id)),
-        )
+        (data, Some(Bytes::from(id)))
     }
 
     fn reply(&self, json: &[u8], session: &Session) -> Bytes {
@@ -112,6 +127,15 @@ impl Transport for ServerSentEvents {
             .and_then(|op| std::str::from_utf8(op).ok())
             .unwrap_or("reply");
         Self::event(name, json, Some(session))
+    }
+
+    fn opened(&self, session: &Session) -> Option<Bytes> {
+        // An id and no data: the browser keeps the id, the page sees nothing.
+        let mut out = Vec::with_capacity(8 + 40 * session.cursor_len());
+        out.extend_from_slice(b"id: ");
+        session.write_cursor(&mut out);
+        out.extend_from_slice(b"\n\n");
+        Some(Bytes::from(out))
     }
 
     fn heartbeat(&self) -> Bytes {
@@ -162,6 +186,12 @@ mod tests {
         session.subscriptions.push(Arc::from("a"));
         session.subscriptions.push(Arc::from("b"));
         session.advance("b", p.position);
+        // While the stream opens: the shared data line, no id.
+        let (data, end) = sse.addressed(&form, &p, &session);
+        assert!(data.starts_with(b"data: {") && data.ends_with(b"}\n"));
+        assert_eq!(data.as_ptr(), form.as_ptr(), "shared, not copied");
+        assert_eq!(&end.unwrap()[..], b"\n");
+        assert!(!session.answered() && session.answered());
         let (data, id) = sse.addressed(&form, &p, &session);
         assert!(data.starts_with(b"data: {") && data.ends_with(b"}\n"));
         assert_eq!(
@@ -171,11 +201,36 @@ mod tests {
     }
 
     #[test]
+    fn the_opening_hands_out_the_cursor_once() {
+        let sse = ServerSentEvents;
+        let mut session = Session::default();
+        session.keep_cursor(&[None, Some(Position::new(Epoch(1), 4))]);
+        for (name, offset) in [("a", 7), ("b", 4)] {
+            session.subscriptions.push(Arc::from(name));
+            session.advance(name, Position::new(Epoch(1), offset));
+            let json = format!(r#"{{"op":"subscribed","subject":"{name}"}}"#);
+            let reply = sse.reply(json.as_bytes(), &session);
+            assert!(!reply.windows(3).any(|w| w == b"id:"), "no id yet");
+            session.answered();
+        }
+        assert_eq!(
+            &sse.opened(&session).unwrap()[..],
+            b"id: 0000000000000001:7,0000000000000001:4\n\n"
+        );
+        let reply = sse.reply(br#"{"op":"subscribed","subject":"a"}"#, &session);
+        assert!(
+            reply.ends_with(b"\nid: 0000000000000001:7,0000000000000001:4\n\n"),
+            "replies after the opening carry the cursor"
+        );
+    }
+
+    #[test]
     fn replies_heartbeats_and_endings() {
         let sse = ServerSentEvents;
         let mut session = Session::default();
         session.keep_cursor(&[Some(Position::new(Epoch(2), 5))]);
         session.subscriptions.push(Arc::from("a"));
+        session.answered();
         let reply = sse.reply(br#"{"op":"subscribed","subject":"a"}"#, &session);
         assert_eq!(
             &reply[..],

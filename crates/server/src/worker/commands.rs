@@ -320,6 +320,7 @@ impl Worker {
                 self.send(id, more);
             }
         }
+        self.answered(id);
         let conn = &mut self.conns[id as usize];
         if conn.has_flag(flags::HELD) {
             // A long-poll may be ready now: this was what it waited for.
@@ -382,6 +383,19 @@ impl Worker {
         }
         self.detach(subject);
         self.refuse(id, request, ErrorCode::Unavailable, &error.to_string());
+        self.answered(id);
+    }
+
+    /// The engine answered one subject of `id`'s opening request: after
+    /// the last one, the transport may hand out the cursor (once, instead
+    /// of with every announcement; see `transport::sse`).
+    fn answered(&mut self, id: ConnId) {
+        let conn = &mut self.conns[id as usize];
+        if conn.session.answered() {
+            if let Some(bytes) = conn.transport.get().opened(&conn.session) {
+                self.send(id, bytes);
+            }
+        }
     }
 
     /// The engine's answer to a publish or history request.
