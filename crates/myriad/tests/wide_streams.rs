@@ -13,6 +13,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use common::Node;
+use myriad_testkit::RedisServer;
 use serde_json::{json, Value};
 
 /// The longest cursor entry (`epoch:offset` with 16 hex digits and 20
@@ -323,4 +324,45 @@ fn the_widest_http_stream_resumes_with_since_built_from_its_positions() {
         }
     }
     assert!(recovered >= 2, "s1's replay follows its subscribed");
+}
+
+/// A Redis that restarts empty breaks every subject of a wide stream at
+/// once: each is told (`subscribed`, `"recovered":false`), and the stream
+/// is not cut for it. One cursor per announcement would be N² bytes again.
+#[test]
+fn a_wide_stream_whose_every_subject_breaks_at_once_is_told_and_not_cut() {
+    let mut redis = RedisServer::start();
+    let node = Node::in_cluster_of(&[&redis], "wide", &["--max-request-head", "65536"]);
+    let subjects = 1_024;
+    let opening = open_sse(&node, 65_536, ('w', subjects), None);
+    let before: Vec<String> = opening.cursor.split(',').map(str::to_owned).collect();
+    let mut reader = opening.reader;
+    redis.restart();
+    let mut broken = 0;
+    let mut bytes = 0;
+    let cursor = loop {
+        let (lines, size) = next_event(&mut reader);
+        bytes += size;
+        assert_ne!(field(&lines, "event: "), Some("close"), "cut: {lines:?}");
+        match field(&lines, "data: ") {
+            Some(data) => {
+                let value: Value = serde_json::from_str(data).unwrap();
+                assert_eq!(value["recovered"], false, "{value}");
+                broken += 1;
+            }
+            None if lines.iter().all(|l| l.starts_with(':')) => {} // a heartbeat
+            None if broken == subjects => break field(&lines, "id: ").unwrap().to_owned(),
+            None => assert!(field(&lines, "id: ").is_some(), "{lines:?}"),
+        }
+    };
+    assert!(
+        bytes < 150 * subjects,
+        "{bytes} bytes to tell {subjects} breaks"
+    );
+    let after: Vec<&str> = cursor.split(',').collect();
+    assert_eq!(after.len(), subjects);
+    assert!(after
+        .iter()
+        .zip(&before)
+        .all(|(a, b)| a != b && a.ends_with(":0")));
 }

@@ -100,6 +100,9 @@ struct Cursor {
     /// pieces: a stream of N subjects would otherwise write N cursors of N
     /// entries while it opens (see `transport::sse`).
     unanswered: u32,
+    /// The cursor moved where no event carried it (the opening ended, a
+    /// stream broke): the worker hands it out once its turn is done.
+    owed: bool,
 }
 
 /// A connection's subscriptions, cursor and identity.
@@ -154,6 +157,7 @@ impl Session {
         self.cursor = Some(Box::new(Cursor {
             positions: start.iter().copied().collect(),
             unanswered: u32::try_from(start.len()).unwrap_or(u32::MAX),
+            owed: false,
         }));
     }
 
@@ -168,6 +172,25 @@ impl Session {
             }
             _ => false,
         }
+    }
+
+    /// Records that the client must be told the cursor, which moved with
+    /// no event carrying it. True if it was not owed already.
+    pub fn owe_cursor(&mut self) -> bool {
+        match self.cursor.as_mut() {
+            Some(cursor) if !cursor.owed => {
+                cursor.owed = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the cursor was owed; it is not any more.
+    pub fn take_owed_cursor(&mut self) -> bool {
+        self.cursor
+            .as_mut()
+            .is_some_and(|c| std::mem::take(&mut c.owed))
     }
 
     /// Whether the session keeps a cursor and every subject it opened with
@@ -251,5 +274,8 @@ mod tests {
         assert!(s.cursor_settled());
         assert!(!s.answered(), "told once");
         assert!(s.cursor_settled());
+        assert!(!s.take_owed_cursor());
+        assert!(s.owe_cursor() && !s.owe_cursor(), "owed once");
+        assert!(s.take_owed_cursor() && !s.take_owed_cursor());
     }
 }

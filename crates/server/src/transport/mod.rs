@@ -91,10 +91,12 @@ pub trait Transport: Sync {
     /// The bytes carrying one protocol v1 reply (a JSON object) to `session`.
     fn reply(&self, json: &[u8], session: &Session) -> Bytes;
 
-    /// For a session that keeps a cursor: what it is sent once the engine
-    /// has answered every subject of its opening request (the cursor has
-    /// just [settled](Session::cursor_settled)). By default nothing.
-    fn opened(&self, _session: &Session) -> Option<Bytes> {
+    /// For a session that keeps a cursor: the bytes that tell the client
+    /// the cursor alone, sent at the end of a worker's turn in which it
+    /// moved with no event carrying it (the engine answered the last
+    /// subject of the opening request, subjects' streams broke). By default
+    /// nothing: the cursor travels otherwise.
+    fn cursor(&self, _session: &Session) -> Option<Bytes> {
         None
     }
 

@@ -24,7 +24,11 @@
 //! opening thus reconnects with the id it opened with, as if the opening
 //! had not happened: nothing is skipped, and what it had delivered comes
 //! again (each message names its subject and position, so repeats can be
-//! told). Afterwards every event that moves the cursor carries it.
+//! told). Afterwards each publication carries the cursor. Replies never
+//! do: one that moves it (a `subscribed` telling that a subject's stream
+//! broke) leaves it owed, and the worker sends it in an id-only event at
+//! the end of its turn, once for all the subjects that broke together
+//! (a Redis that restarted empty breaks them all).
 //!
 //! The body is delimited by the connection's end (no chunked encoding):
 //! the last event names why the server ended it, then the socket closes.
@@ -51,20 +55,16 @@ impl ServerSentEvents {
         b"data: ".len() + publication.envelope().len() + 1
     }
 
-    /// A named event carrying `json`, with the session's cursor as its id.
-    fn event(name: &str, json: &[u8], session: Option<&Session>) -> Bytes {
+    /// A named event carrying `json`. It has no id: a reply that moves the
+    /// cursor (a `subscribed`) leaves it owed, and the worker hands it out
+    /// once its turn is done (see [`Transport::cursor`]).
+    fn event(name: &str, json: &[u8]) -> Bytes {
         let mut out = Vec::with_capacity(32 + name.len() + json.len());
         out.extend_from_slice(b"event: ");
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b"\ndata: ");
         push_one_line(&mut out, json);
-        out.push(b'\n');
-        if let Some(session) = session.filter(|s| s.cursor_settled()) {
-            out.extend_from_slice(b"id: ");
-            session.write_cursor(&mut out);
-            out.push(b'\n');
-        }
-        out.push(b'\n');
+        out.extend_from_slice(b"\n\n");
         Bytes::from(out)
     }
 }
@@ -119,17 +119,17 @@ impl Transport for ServerSentEvents {
         (data, Some(Bytes::from(id)))
     }
 
-    fn reply(&self, json: &[u8], session: &Session) -> Bytes {
+    fn reply(&self, json: &[u8], _session: &Session) -> Bytes {
         // Every reply starts `{"op":"NAME"`; the op names the event.
         let name = json
             .strip_prefix(b"{\"op\":\"")
             .and_then(|rest| rest.split(|&b| b == b'"').next())
             .and_then(|op| std::str::from_utf8(op).ok())
             .unwrap_or("reply");
-        Self::event(name, json, Some(session))
+        Self::event(name, json)
     }
 
-    fn opened(&self, session: &Session) -> Option<Bytes> {
+    fn cursor(&self, session: &Session) -> Option<Bytes> {
         // An id and no data: the browser keeps the id, the page sees nothing.
         let mut out = Vec::with_capacity(8 + 40 * session.cursor_len());
         out.extend_from_slice(b"id: ");
@@ -144,7 +144,7 @@ impl Transport for ServerSentEvents {
 
     fn close(&self, reason: CloseReason) -> Option<Bytes> {
         let notice = close_notice(reason)?;
-        Some(Self::event("close", notice.as_bytes(), None))
+        Some(Self::event("close", notice.as_bytes()))
     }
 }
 
@@ -210,17 +210,12 @@ mod tests {
             session.advance(name, Position::new(Epoch(1), offset));
             let json = format!(r#"{{"op":"subscribed","subject":"{name}"}}"#);
             let reply = sse.reply(json.as_bytes(), &session);
-            assert!(!reply.windows(3).any(|w| w == b"id:"), "no id yet");
+            assert!(!reply.windows(3).any(|w| w == b"id:"), "a reply has no id");
             session.answered();
         }
         assert_eq!(
-            &sse.opened(&session).unwrap()[..],
+            &sse.cursor(&session).unwrap()[..],
             b"id: 0000000000000001:7,0000000000000001:4\n\n"
-        );
-        let reply = sse.reply(br#"{"op":"subscribed","subject":"a"}"#, &session);
-        assert!(
-            reply.ends_with(b"\nid: 0000000000000001:7,0000000000000001:4\n\n"),
-            "replies after the opening carry the cursor"
         );
     }
 
@@ -234,7 +229,11 @@ mod tests {
         let reply = sse.reply(br#"{"op":"subscribed","subject":"a"}"#, &session);
         assert_eq!(
             &reply[..],
-            b"event: subscribed\ndata: {\"op\":\"subscribed\",\"subject\":\"a\"}\nid: 0000000000000002:5\n\n"
+            b"event: subscribed\ndata: {\"op\":\"subscribed\",\"subject\":\"a\"}\n\n"
+        );
+        assert_eq!(
+            &sse.cursor(&session).unwrap()[..],
+            b"id: 0000000000000002:5\n\n"
         );
         assert_eq!(&sse.heartbeat()[..], b": heartbeat\n\n");
         let close = sse.close(CloseReason::SlowConsumer).unwrap();
