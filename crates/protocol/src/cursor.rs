@@ -16,7 +16,17 @@
 use std::io::Write;
 use thiserror::Error;
 
-use crate::position::{Epoch, Position};
+use crate::position::{Epoch, Position, EPOCH_LEN};
+
+/// The longest entry: a 16-digit epoch, `:`, and an offset of up to 20
+/// digits (`u64::MAX`).
+pub const MAX_ENTRY_LEN: usize = EPOCH_LEN + 1 + 20;
+
+/// The longest cursor of `subjects` entries. A request that leaves room
+/// for it can be resumed whatever positions its subjects reach.
+pub fn max_cursor_len(subjects: usize) -> usize {
+    (subjects * (MAX_ENTRY_LEN + 1)).saturating_sub(1)
+}
 
 /// Why a cursor string was refused.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -110,6 +120,15 @@ mod tests {
             parse_cursor("0123456789abcdef:17,", 2).unwrap(),
             vec![Some(p), None]
         );
+    }
+
+    #[test]
+    fn the_longest_cursor_is_bounded() {
+        let last = Some(Position::new(Epoch(u64::MAX), u64::MAX));
+        for n in [1, 2, 500] {
+            assert_eq!(written(&vec![last; n]).len(), max_cursor_len(n), "{n}");
+        }
+        assert_eq!(max_cursor_len(0), 0);
     }
 
     #[test]

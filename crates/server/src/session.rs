@@ -90,8 +90,20 @@ impl Session {
     }
 }
 
-/// The position reached in each subscription, in subscription order.
-type Cursor = SmallVec<[Option<Position>; 1]>;
+/// What a session keeps for a transport that resumes by cursor.
+#[derive(Debug)]
+struct Cursor {
+    /// The position reached in each subscription, in subscription order.
+    positions: SmallVec<[Option<Position>; 1]>,
+    /// Subjects of the opening request whose subscription the engine has
+    /// not answered yet. Until it is 0 the cursor is not handed out in
+    /// pieces: a stream of N subjects would otherwise write N cursors of N
+    /// entries while it opens (see `transport::sse`).
+    unanswered: u32,
+    /// The cursor moved where no event carried it (the opening ended, a
+    /// stream broke): the worker hands it out once its turn is done.
+    owed: bool,
+}
 
 /// A connection's subscriptions, cursor and identity.
 #[derive(Debug, Default)]
@@ -116,7 +128,7 @@ impl Session {
     pub fn remove(&mut self, subject: &str) -> Option<Arc<str>> {
         let i = self.subscriptions.iter().position(|s| &**s == subject)?;
         if let Some(cursor) = self.cursor.as_mut() {
-            cursor.remove(i);
+            cursor.positions.remove(i);
         }
         Some(self.subscriptions.remove(i))
     }
@@ -142,7 +154,49 @@ impl Session {
             self.subscriptions.is_empty(),
             "cursor set before subscribing"
         );
-        self.cursor = Some(Box::new(start.iter().copied().collect()));
+        self.cursor = Some(Box::new(Cursor {
+            positions: start.iter().copied().collect(),
+            unanswered: u32::try_from(start.len()).unwrap_or(u32::MAX),
+            owed: false,
+        }));
+    }
+
+    /// Records that the engine answered one subject of the opening request
+    /// (attached or refused). True for the last one: from then on the
+    /// cursor is [settled](Self::cursor_settled).
+    pub fn answered(&mut self) -> bool {
+        match self.cursor.as_mut() {
+            Some(cursor) if cursor.unanswered > 0 => {
+                cursor.unanswered -= 1;
+                cursor.unanswered == 0
+            }
+            _ => false,
+        }
+    }
+
+    /// Records that the client must be told the cursor, which moved with
+    /// no event carrying it. True if it was not owed already.
+    pub fn owe_cursor(&mut self) -> bool {
+        match self.cursor.as_mut() {
+            Some(cursor) if !cursor.owed => {
+                cursor.owed = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the cursor was owed; it is not any more.
+    pub fn take_owed_cursor(&mut self) -> bool {
+        self.cursor
+            .as_mut()
+            .is_some_and(|c| std::mem::take(&mut c.owed))
+    }
+
+    /// Whether the session keeps a cursor and every subject it opened with
+    /// has been answered, so the cursor is worth telling after each change.
+    pub fn cursor_settled(&self) -> bool {
+        self.cursor.as_ref().is_some_and(|c| c.unanswered == 0)
     }
 
     /// Whether this session keeps a cursor.
@@ -152,7 +206,7 @@ impl Session {
 
     /// How many subjects the cursor covers (0 without one).
     pub fn cursor_len(&self) -> usize {
-        self.cursor.as_ref().map_or(0, |c| c.len())
+        self.cursor.as_ref().map_or(0, |c| c.positions.len())
     }
 
     /// Records that the client has been told `subject` up to `position`,
@@ -163,7 +217,7 @@ impl Session {
             return;
         };
         if let Some(i) = self.subscriptions.iter().position(|s| &**s == subject) {
-            cursor[i] = Some(position);
+            cursor.positions[i] = Some(position);
         }
     }
 
@@ -171,7 +225,7 @@ impl Session {
     /// without one.
     pub fn write_cursor(&self, out: &mut Vec<u8>) {
         if let Some(cursor) = &self.cursor {
-            write_cursor(cursor, out);
+            write_cursor(&cursor.positions, out);
         }
     }
 }
@@ -207,5 +261,21 @@ mod tests {
         assert_eq!(&*s.take_all()[0], "b");
         assert!(!s.keeps_cursor());
         assert_eq!(text(&s), "");
+    }
+
+    #[test]
+    fn the_cursor_settles_once_every_subject_is_answered() {
+        let mut s = Session::default();
+        assert!(!s.answered() && !s.cursor_settled(), "no cursor kept");
+        s.keep_cursor(&[None, None]);
+        assert!(!s.cursor_settled());
+        assert!(!s.answered(), "one of two");
+        assert!(s.answered(), "the last one");
+        assert!(s.cursor_settled());
+        assert!(!s.answered(), "told once");
+        assert!(s.cursor_settled());
+        assert!(!s.take_owed_cursor());
+        assert!(s.owe_cursor() && !s.owe_cursor(), "owed once");
+        assert!(s.take_owed_cursor() && !s.take_owed_cursor());
     }
 }

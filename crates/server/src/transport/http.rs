@@ -7,7 +7,7 @@
 
 use myriad_graph::{UserId, UserIdError};
 use myriad_protocol::close::{CloseReason, HttpEnding};
-use myriad_protocol::cursor::{parse_cursor, CursorError};
+use myriad_protocol::cursor::{max_cursor_len, parse_cursor, CursorError};
 use myriad_protocol::handshake::{http_response, reason_phrase, RequestHead};
 use myriad_protocol::message::{encode_close_notice, encode_http_error};
 use myriad_protocol::position::Position;
@@ -63,6 +63,17 @@ pub enum RequestError {
     RepeatedSubject(String),
     #[error("{count} subjects pass the limit of {limit}")]
     TooManySubjects { count: usize, limit: usize },
+    #[error(
+        "{subjects} subjects need room for a cursor of up to {cursor} bytes to resume; \
+         this request with it would be {needed} bytes, past max_request_head ({limit}): \
+         use fewer subjects per stream, shorter headers, or a larger max_request_head"
+    )]
+    CursorWouldNotFit {
+        subjects: usize,
+        cursor: usize,
+        needed: usize,
+        limit: usize,
+    },
     #[error("{source_name}: {error}")]
     InvalidPosition {
         source_name: &'static str,
@@ -86,7 +97,7 @@ pub enum RequestError {
 
 impl RequestError {
     /// Every metric label, `request_` and the code.
-    pub const LABELS: [&'static str; 14] = [
+    pub const LABELS: [&'static str; 15] = [
         "request_method_not_allowed",
         "request_body_not_allowed",
         "request_unknown_parameter",
@@ -94,6 +105,7 @@ impl RequestError {
         "request_missing_subject",
         "request_invalid_subject",
         "request_too_many_subscriptions",
+        "request_cursor_would_not_fit",
         "request_invalid_position",
         "request_invalid_user",
         "request_unknown_user",
@@ -122,6 +134,9 @@ impl RequestError {
             RequestError::InvalidToken(_) => 401,
             RequestError::Forbidden(_) | RequestError::OriginNotAllowed(_) => 403,
             RequestError::RateLimited => 429,
+            // RFC 6585 §5: the request that resumes it would carry header
+            // fields (or a URL) past the limit.
+            RequestError::CursorWouldNotFit { .. } => 431,
             _ => 400,
         }
     }
@@ -138,6 +153,7 @@ impl RequestError {
                 "invalid_subject"
             }
             RequestError::TooManySubjects { .. } => "too_many_subscriptions",
+            RequestError::CursorWouldNotFit { .. } => "cursor_would_not_fit",
             RequestError::InvalidPosition { .. } => "invalid_position",
             RequestError::InvalidUser(_) => "invalid_user",
             RequestError::UnknownUser(_) => "unknown_user",
@@ -265,6 +281,7 @@ pub fn parse_stream_request(
     if subjects.is_empty() {
         return Err(RequestError::NoSubject);
     }
+    check_resume_room(head, subjects.len(), config)?;
     let resume = match (head.last_event_id, since.as_deref()) {
         (Some(id), _) => Some(("Last-Event-ID", id)),
         (None, Some(since)) => Some(("since", since)),
@@ -280,6 +297,47 @@ pub fn parse_stream_request(
         since,
         token,
     })
+}
+
+/// What a cursor adds to a request, framing included, at most: as a
+/// browser sends it, `Last-Event-ID: ` and CRLF (as `&since=`, 7 bytes).
+const RESUME_FRAMING: usize = "Last-Event-ID: \r\n".len();
+
+/// Refuses a stream that could not be resumed. The request that resumes it
+/// is this one carrying the stream's cursor, which holds an entry per
+/// subject and grows with the offsets; unless the longest cursor of these
+/// subjects fits under `max_request_head` beside the rest of the head, the
+/// node would hand out a cursor that its own limit refuses (431), and a
+/// browser would lose its place for good. So the room is asked for at
+/// open, whatever cursor this request itself carries.
+fn check_resume_room(
+    head: &RequestHead<'_>,
+    subjects: usize,
+    config: &Config,
+) -> Result<(), RequestError> {
+    // Take out the cursor this request carries, with the least framing it
+    // can have, so the rest is never underestimated.
+    let since: usize = head
+        .query
+        .unwrap_or("")
+        .split('&')
+        .filter(|p| p.starts_with("since="))
+        .map(|p| p.len() + 1)
+        .sum();
+    let last_event_id = head
+        .last_event_id
+        .map_or(0, |id| "Last-Event-ID:\r\n".len() + id.len());
+    let cursor = max_cursor_len(subjects);
+    let needed = head.header_len.saturating_sub(since + last_event_id) + RESUME_FRAMING + cursor;
+    if needed > config.max_request_head {
+        return Err(RequestError::CursorWouldNotFit {
+            subjects,
+            cursor,
+            needed,
+            limit: config.max_request_head,
+        });
+    }
+    Ok(())
 }
 
 /// The CORS headers every HTTP transport response carries, from
@@ -483,6 +541,54 @@ mod tests {
         let head = parse_request(text.as_bytes(), 8192).unwrap().unwrap();
         let e = parse_stream_request(&head, &config).unwrap_err();
         assert_eq!(e.code(), "too_many_subscriptions");
+    }
+
+    #[test]
+    fn every_stream_admitted_can_be_resumed_with_its_longest_cursor() {
+        let config = Config {
+            max_request_head: 1024,
+            ..Config::default()
+        };
+        let target = |n: usize| {
+            let query: Vec<String> = (0..n).map(|i| format!("subject=s{i}")).collect();
+            format!("/sse?{}", query.join("&"))
+        };
+        let text =
+            |n: usize, extra: &str| format!("GET {} HTTP/1.1\r\nHost: x\r\n{extra}\r\n", target(n));
+        let parse = |text: &str| {
+            let head = parse_request(text.as_bytes(), 65_536).unwrap().unwrap();
+            (head.header_len, parse_stream_request(&head, &config))
+        };
+        // The widest stream this node admits...
+        let widest = (1..100)
+            .take_while(|&n| parse(&text(n, "")).1.is_ok())
+            .last()
+            .unwrap();
+        assert!(widest >= 10, "{widest}");
+        let e = parse(&text(widest + 1, "")).1.unwrap_err();
+        assert_eq!(
+            (e.status(), e.label()),
+            (431, "request_cursor_would_not_fit")
+        );
+        let response = String::from_utf8(e.response(&config)).unwrap();
+        assert!(response.starts_with("HTTP/1.1 431 "), "{response}");
+        assert!(response.contains("max_request_head (1024)"), "{response}");
+        // ...is resumed with the longest cursor its subjects can have, by
+        // Last-Event-ID or by since, within max_request_head.
+        let last = Some(Position::new(Epoch(u64::MAX), u64::MAX));
+        let mut cursor = Vec::new();
+        myriad_protocol::cursor::write_cursor(&vec![last; widest], &mut cursor);
+        let cursor = String::from_utf8(cursor).unwrap();
+        let (len, resumed) = parse(&text(widest, &format!("Last-Event-ID: {cursor}\r\n")));
+        assert!(len <= 1024, "{len}");
+        assert_eq!(resumed.unwrap().since, vec![last; widest]);
+        let since = format!(
+            "GET {}&since={cursor} HTTP/1.1\r\nHost: x\r\n\r\n",
+            target(widest)
+        );
+        let (len, resumed) = parse(&since);
+        assert!(len <= 1024, "{len}");
+        assert_eq!(resumed.unwrap().since, vec![last; widest]);
     }
 
     #[test]

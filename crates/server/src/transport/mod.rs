@@ -91,6 +91,15 @@ pub trait Transport: Sync {
     /// The bytes carrying one protocol v1 reply (a JSON object) to `session`.
     fn reply(&self, json: &[u8], session: &Session) -> Bytes;
 
+    /// For a session that keeps a cursor: the bytes that tell the client
+    /// the cursor alone, sent at the end of a worker's turn in which it
+    /// moved with no event carrying it (the engine answered the last
+    /// subject of the opening request, subjects' streams broke). By default
+    /// nothing: the cursor travels otherwise.
+    fn cursor(&self, _session: &Session) -> Option<Bytes> {
+        None
+    }
+
     /// Whether a subscription that went live unasked (no request id) is
     /// announced with a `subscribed` reply, given its recovery outcome and
     /// whether it is a user's feed (which the server may add unasked). By

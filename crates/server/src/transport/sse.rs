@@ -10,8 +10,25 @@
 //! own position, so the event is the same for every recipient and built
 //! once per worker; a stream of several subjects gets the shared `data:`
 //! line plus an `id:` line of its own. Protocol replies are named events
-//! (`event: subscribed`, `event: close`) whose id also carries the cursor,
-//! so a stream that has seen no publication yet still resumes where it was.
+//! (`event: subscribed`, `event: close`).
+//!
+//! The opening writes the cursor once. A cursor has one entry per subject,
+//! so an id on each of N `subscribed` events would make the opening N²
+//! bytes (2.5 MB for 500 subjects, past `max_outbound_bytes`). Until the
+//! engine has answered every subject, events carry no id (a one-subject
+//! stream's publications excepted: their id is the whole cursor anyway);
+//! then one event with only an id hands out the cursor, so a stream that
+//! has seen no publication yet still resumes where it was. An event with
+//! no data sets the browser's last event id without reaching the page (the
+//! standard's "dispatch the event", step 1). A stream cut during its
+//! opening thus reconnects with the id it opened with, as if the opening
+//! had not happened: nothing is skipped, and what it had delivered comes
+//! again (each message names its subject and position, so repeats can be
+//! told). Afterwards each publication carries the cursor. Replies never
+//! do: one that moves it (a `subscribed` telling that a subject's stream
+//! broke) leaves it owed, and the worker sends it in an id-only event at
+//! the end of its turn, once for all the subjects that broke together
+//! (a Redis that restarted empty breaks them all).
 //!
 //! The body is delimited by the connection's end (no chunked encoding):
 //! the last event names why the server ended it, then the socket closes.
@@ -38,20 +55,16 @@ impl ServerSentEvents {
         b"data: ".len() + publication.envelope().len() + 1
     }
 
-    /// A named event carrying `json`, with the session's cursor as its id.
-    fn event(name: &str, json: &[u8], session: Option<&Session>) -> Bytes {
+    /// A named event carrying `json`. It has no id: a reply that moves the
+    /// cursor (a `subscribed`) leaves it owed, and the worker hands it out
+    /// once its turn is done (see [`Transport::cursor`]).
+    fn event(name: &str, json: &[u8]) -> Bytes {
         let mut out = Vec::with_capacity(32 + name.len() + json.len());
         out.extend_from_slice(b"event: ");
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b"\ndata: ");
         push_one_line(&mut out, json);
-        out.push(b'\n');
-        if let Some(session) = session.filter(|s| s.keeps_cursor()) {
-            out.extend_from_slice(b"id: ");
-            session.write_cursor(&mut out);
-            out.push(b'\n');
-        }
-        out.push(b'\n');
+        out.extend_from_slice(b"\n\n");
         Bytes::from(out)
     }
 }
@@ -94,24 +107,35 @@ impl Transport for ServerSentEvents {
             // The cursor of a one-subject stream is the position in the form.
             return (form.clone(), None);
         }
+        let data = form.slice(..Self::data_line_len(publication));
+        if !session.cursor_settled() {
+            // Still opening: the cursor is handed out once, at its end.
+            return (data, Some(Bytes::from_static(b"\n")));
+        }
         let mut id = Vec::with_capacity(8 + 40 * session.cursor_len());
         id.extend_from_slice(b"id: ");
         session.write_cursor(&mut id);
         id.extend_from_slice(b"\n\n");
-        (
-            form.slice(..Self::data_line_len(publication)),
-            Some(Bytes::from(id)),
-        )
+        (data, Some(Bytes::from(id)))
     }
 
-    fn reply(&self, json: &[u8], session: &Session) -> Bytes {
+    fn reply(&self, json: &[u8], _session: &Session) -> Bytes {
         // Every reply starts `{"op":"NAME"`; the op names the event.
         let name = json
             .strip_prefix(b"{\"op\":\"")
             .and_then(|rest| rest.split(|&b| b == b'"').next())
             .and_then(|op| std::str::from_utf8(op).ok())
             .unwrap_or("reply");
-        Self::event(name, json, Some(session))
+        Self::event(name, json)
+    }
+
+    fn cursor(&self, session: &Session) -> Option<Bytes> {
+        // An id and no data: the browser keeps the id, the page sees nothing.
+        let mut out = Vec::with_capacity(8 + 40 * session.cursor_len());
+        out.extend_from_slice(b"id: ");
+        session.write_cursor(&mut out);
+        out.extend_from_slice(b"\n\n");
+        Some(Bytes::from(out))
     }
 
     fn heartbeat(&self) -> Bytes {
@@ -120,7 +144,7 @@ impl Transport for ServerSentEvents {
 
     fn close(&self, reason: CloseReason) -> Option<Bytes> {
         let notice = close_notice(reason)?;
-        Some(Self::event("close", notice.as_bytes(), None))
+        Some(Self::event("close", notice.as_bytes()))
     }
 }
 
@@ -162,6 +186,12 @@ mod tests {
         session.subscriptions.push(Arc::from("a"));
         session.subscriptions.push(Arc::from("b"));
         session.advance("b", p.position);
+        // While the stream opens: the shared data line, no id.
+        let (data, end) = sse.addressed(&form, &p, &session);
+        assert!(data.starts_with(b"data: {") && data.ends_with(b"}\n"));
+        assert_eq!(data.as_ptr(), form.as_ptr(), "shared, not copied");
+        assert_eq!(&end.unwrap()[..], b"\n");
+        assert!(!session.answered() && session.answered());
         let (data, id) = sse.addressed(&form, &p, &session);
         assert!(data.starts_with(b"data: {") && data.ends_with(b"}\n"));
         assert_eq!(
@@ -171,15 +201,39 @@ mod tests {
     }
 
     #[test]
+    fn the_opening_hands_out_the_cursor_once() {
+        let sse = ServerSentEvents;
+        let mut session = Session::default();
+        session.keep_cursor(&[None, Some(Position::new(Epoch(1), 4))]);
+        for (name, offset) in [("a", 7), ("b", 4)] {
+            session.subscriptions.push(Arc::from(name));
+            session.advance(name, Position::new(Epoch(1), offset));
+            let json = format!(r#"{{"op":"subscribed","subject":"{name}"}}"#);
+            let reply = sse.reply(json.as_bytes(), &session);
+            assert!(!reply.windows(3).any(|w| w == b"id:"), "a reply has no id");
+            session.answered();
+        }
+        assert_eq!(
+            &sse.cursor(&session).unwrap()[..],
+            b"id: 0000000000000001:7,0000000000000001:4\n\n"
+        );
+    }
+
+    #[test]
     fn replies_heartbeats_and_endings() {
         let sse = ServerSentEvents;
         let mut session = Session::default();
         session.keep_cursor(&[Some(Position::new(Epoch(2), 5))]);
         session.subscriptions.push(Arc::from("a"));
+        session.answered();
         let reply = sse.reply(br#"{"op":"subscribed","subject":"a"}"#, &session);
         assert_eq!(
             &reply[..],
-            b"event: subscribed\ndata: {\"op\":\"subscribed\",\"subject\":\"a\"}\nid: 0000000000000002:5\n\n"
+            b"event: subscribed\ndata: {\"op\":\"subscribed\",\"subject\":\"a\"}\n\n"
+        );
+        assert_eq!(
+            &sse.cursor(&session).unwrap()[..],
+            b"id: 0000000000000002:5\n\n"
         );
         assert_eq!(&sse.heartbeat()[..], b": heartbeat\n\n");
         let close = sse.close(CloseReason::SlowConsumer).unwrap();

@@ -320,6 +320,7 @@ impl Worker {
                 self.send(id, more);
             }
         }
+        self.answered(id);
         let conn = &mut self.conns[id as usize];
         if conn.has_flag(flags::HELD) {
             // A long-poll may be ready now: this was what it waited for.
@@ -342,8 +343,14 @@ impl Worker {
                 continue;
             }
             conn.session.advance(&broken.subject, broken.position);
+            let settled = conn.session.cursor_settled();
             if conn.transport.get().announces(Some(false), feed) {
                 self.send_reply(id, reply.as_bytes());
+            }
+            // A Redis that restarted empty breaks every subject at once: one
+            // cursor after them all, not one per subject (N² bytes).
+            if settled {
+                self.owe_cursor(id);
             }
         }
     }
@@ -382,6 +389,41 @@ impl Worker {
         }
         self.detach(subject);
         self.refuse(id, request, ErrorCode::Unavailable, &error.to_string());
+        self.answered(id);
+    }
+
+    /// The engine answered one subject of `id`'s opening request: after
+    /// the last one the cursor is owed (once, instead of with every
+    /// announcement; see `transport::sse`).
+    fn answered(&mut self, id: ConnId) {
+        if self.conns[id as usize].session.answered() {
+            self.owe_cursor(id);
+        }
+    }
+
+    /// `id`'s cursor moved with no event carrying it: it is handed out at
+    /// the end of the turn, once however many moves the turn made.
+    fn owe_cursor(&mut self, id: ConnId) {
+        if self.conns[id as usize].session.owe_cursor() {
+            self.cursors_owed.push(id);
+        }
+    }
+
+    /// Sends each owed cursor, after everything this turn queued for its
+    /// connection.
+    pub(super) fn hand_out_cursors(&mut self) {
+        for id in std::mem::take(&mut self.cursors_owed) {
+            let Some(conn) = self.conns.get_mut(id as usize) else {
+                continue;
+            };
+            // A slot reused since owes only what its new session owes.
+            if !conn.session.take_owed_cursor() || !conn.phase.is_open() {
+                continue;
+            }
+            if let Some(bytes) = conn.transport.get().cursor(&conn.session) {
+                self.send(id, bytes);
+            }
+        }
     }
 
     /// The engine's answer to a publish or history request.

@@ -259,6 +259,9 @@ pub struct Worker {
     /// Held long-polls that got something this turn: answered at its end
     /// unless a subscription is still attaching.
     answering: Vec<ConnId>,
+    /// Sessions whose cursor moved this turn with no event carrying it:
+    /// each is sent it once, at the turn's end (see `hand_out_cursors`).
+    cursors_owed: Vec<ConnId>,
     /// Workers this turn's publishes handed deliveries to, woken once the
     /// turn's reading is done.
     wakeups: Wakeups,
@@ -334,6 +337,7 @@ impl Worker {
             deferred_reads: Vec::new(),
             slow: Vec::new(),
             answering: Vec::new(),
+            cursors_owed: Vec::new(),
             wakeups: Wakeups::default(),
             queued_frames: 0,
             drained: false,
@@ -395,6 +399,7 @@ impl Worker {
             self.resume_deferred_reads();
             self.shared.hub.wake(std::mem::take(&mut self.wakeups));
             self.take_events();
+            self.hand_out_cursors();
             self.settle_answers();
             self.flush_dirty();
 
