@@ -27,10 +27,14 @@ pub fn name_bytes(name: &str) -> usize {
 }
 
 /// One entry of a `hashbrown` map from a subject's name to a `V`, named
-/// `name`: its slot at the table's fullest (7 of 8 slots used, one control
-/// byte each) and its name.
+/// `name`: its slot at the table's emptiest (one control byte each), and
+/// its name. A table doubles when 7 of 8 slots are used, so just after it
+/// grew only 7 of 16 are: counting every entry at that load keeps what a
+/// budget admits within the budget whatever the table's moment (measured:
+/// at the fullest load the node outgrew a 256 MiB budget by 62 MiB,
+/// docs/benchmarks.md, *Subjects nobody subscribes to*).
 pub fn named_entry_bytes<V>(name: &str) -> usize {
-    (size_of::<(Arc<str>, V)>() + 1) * 8 / 7 + name_bytes(name)
+    (size_of::<(Arc<str>, V)>() + 1) * 16 / 7 + name_bytes(name)
 }
 
 /// An entry of a B-tree map or set: its key (and value), in nodes about
