@@ -349,6 +349,21 @@ fn past_the_queue_high_water_a_publisher_waits_for_redis_instead_of_being_refuse
 /// out: the 503 says its outcome is unknown, apart from what was published
 /// before it and what was not tried after it; and it is in fact published
 /// once Redis wakes.
+/// Publishes `data` on `subject` through `node`'s API, again and again
+/// until the node takes it (its Redis answers again), within 30 s.
+fn publish_once_back(node: &Node, subject: &str, data: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let body = json!({"subject": subject, "data": data}).to_string();
+    loop {
+        let (status, reply) = node.http("POST", "/api/publish", &node.key_headers(), &body);
+        if status == 200 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never came back: {reply}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn an_api_publish_that_timed_out_is_reported_of_unknown_outcome() {
     let redis = RedisServer::start();
@@ -390,16 +405,7 @@ fn an_api_publish_that_timed_out_is_reported_of_unknown_outcome() {
     );
     // Back once Redis answers again: the first item was published when
     // Redis woke, the second never was.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let body = json!({"subject": "u", "data": 3}).to_string();
-    loop {
-        let (status, reply) = a.http("POST", "/api/publish", &a.key_headers(), &body);
-        if status == 200 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "never came back: {reply}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    publish_once_back(&a, "u", 3);
     assert_eq!(take(&mut ws, 2), [(2, 1), (3, 3)]);
 }
 
@@ -463,16 +469,7 @@ fn a_stalled_redis_gets_timeouts_and_a_bounded_queue_never_a_hang() {
     assert_eq!(busy, kinds["redis_busy"]);
     redis.resume();
     // Back by itself once Redis answers again; the subscription too.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let body = json!({"subject": "s", "data": 0}).to_string();
-    loop {
-        let (status, reply) = a.http("POST", "/api/publish", &a.key_headers(), &body);
-        if status == 200 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "never came back: {reply}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    publish_once_back(&a, "s", 0);
     // A publish that timed out had reached Redis, which ran it when it
     // woke: its outcome was unknown, as `redis_timeout` says. Those come
     // first, then the new one.
