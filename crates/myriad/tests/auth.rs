@@ -333,6 +333,60 @@ fn every_algorithm_and_key_source_verifies() {
 }
 
 #[test]
+fn sighup_reloads_the_token_key_files_and_a_bad_one_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = make_key(dir.path(), "a", &["-algorithm", "ED25519"]);
+    let b = make_key(dir.path(), "b", &["-algorithm", "ED25519"]);
+    let in_force = dir.path().join("token.pub");
+    std::fs::copy(&a.public, &in_force).unwrap();
+    let node = Node::start(&[
+        "--workers",
+        "2",
+        "--token-public-key",
+        in_force.to_str().unwrap(),
+    ]);
+    let eddsa = |key: &KeyFiles| {
+        sign_with(
+            Header::new(Algorithm::EdDSA),
+            &EncodingKey::from_ed_pem(&key.private).unwrap(),
+            &claims(5, &["r"], &[]),
+        )
+    };
+    let opens = |token: &str| open(&node, "/ws", &[("Authorization", &bearer(token))]);
+    let (token_a, token_b) = (eddsa(&a), eddsa(&b));
+    let mut before = opens(&token_a).unwrap();
+    assert_eq!(opens(&token_b).unwrap_err().0, 401, "B is not a key yet");
+
+    // Replaced the way operations.md says: a new file renamed over the old.
+    let staged = dir.path().join("token.pub.new");
+    std::fs::copy(&b.public, &staged).unwrap();
+    std::fs::rename(&staged, &in_force).unwrap();
+    node.hang_up();
+    node.wait_for_stats("the reload", |s| s["token_key_reloads"] == 1);
+    let mut after = opens(&token_b).unwrap();
+    assert_eq!(opens(&token_a).unwrap_err().0, 401, "A is gone");
+    // A connection opened with A keeps what its token granted.
+    let ok = ask(&mut before, json!({"op": "subscribe", "subject": "r"}));
+    assert_eq!(ok["op"], "subscribed", "{ok}");
+
+    std::fs::write(&in_force, "not a key").unwrap();
+    node.hang_up();
+    let stats = node.wait_for_stats("the failed reload", |s| {
+        s["errors"]["token_keys_reload_failed"] == 1
+    });
+    assert_eq!(stats["token_key_reloads"], 1, "{stats:#}");
+    assert!(opens(&token_b).is_ok(), "B stays in force");
+    assert_eq!(opens(&token_a).unwrap_err().0, 401);
+    let ok = ask(&mut after, json!({"op": "subscribe", "subject": "r"}));
+    assert_eq!(ok["op"], "subscribed", "{ok}");
+    assert_eq!(
+        node.metric("myriad_token_key_reloads_total"),
+        1,
+        "the metric counts what /stats does"
+    );
+}
+
+#[test]
 fn bad_tokens_are_refused_with_their_reason() {
     let node = token_node(&["--token-audience", "myriad"]);
     let good = json!({"sub": "3", "exp": now() + 60, "aud": "myriad"});

@@ -378,13 +378,14 @@ pub struct Config {
     pub allowed_origins: Vec<String>,
 
     /// Secret that connection tokens may be signed with (HS256), at least
-    /// 32 bytes. Any token key makes the node check tokens.
+    /// 32 bytes. Any token key makes the node check tokens. Not a file, so
+    /// not read again on SIGHUP.
     #[arg(long, env = "MYRIAD_TOKEN_HMAC_SECRET", hide_env_values = true)]
     pub token_hmac_secret: Option<String>,
 
     /// PEM file of a public key tokens may be signed for: RSA (RS256),
     /// P-256 (ES256) or Ed25519 (EdDSA). Repeatable; comma-separated in
-    /// the environment.
+    /// the environment. Read again on SIGHUP.
     #[arg(
         long = "token-public-key",
         env = "MYRIAD_TOKEN_PUBLIC_KEYS",
@@ -393,6 +394,7 @@ pub struct Config {
     pub token_public_keys: Vec<PathBuf>,
 
     /// JWKS file (a JSON Web Key Set) of token keys, matched by `kid`.
+    /// Read again on SIGHUP.
     #[arg(long, env = "MYRIAD_TOKEN_JWKS")]
     pub token_jwks: Option<PathBuf>,
 

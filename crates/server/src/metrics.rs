@@ -93,6 +93,8 @@ pub enum ErrorKind {
     /// `refresh` command (labelled `token_<reason>`, see
     /// `auth::TokenError::label`).
     Token(&'static str),
+    /// A SIGHUP reload of the token key files failed; the keys in force stay.
+    TokenKeysReloadFailed,
 }
 
 impl ErrorKind {
@@ -135,6 +137,7 @@ impl ErrorKind {
             ErrorKind::AdminHeaderTimeout => "admin_header_timeout",
             ErrorKind::AdminBodyTimeout => "admin_body_timeout",
             ErrorKind::Graph(label) | ErrorKind::Token(label) => label,
+            ErrorKind::TokenKeysReloadFailed => "token_keys_reload_failed",
         }
     }
 }
@@ -189,6 +192,7 @@ pub struct Metrics {
     engine_round_trips: Counter<u64, AtomicU64>,
     engine_waiting_attaches: Gauge,
     tls_reloads: Counter<u64, AtomicU64>,
+    token_key_reloads: Counter<u64, AtomicU64>,
     sockets_aborted: Counter<u64, AtomicU64>,
     feeds: FeedMetrics,
     admin: AdminMetrics,
@@ -353,6 +357,11 @@ impl Metrics {
             "tls_reloads",
             "TLS certificate reloads (SIGHUP) that took effect",
         );
+        let token_key_reloads = registered(
+            r,
+            "token_key_reloads",
+            "Token key file reloads (SIGHUP) that took effect",
+        );
         let sockets_aborted = registered(
             r,
             "sockets_aborted",
@@ -438,6 +447,7 @@ impl Metrics {
             engine_round_trips,
             engine_waiting_attaches,
             tls_reloads,
+            token_key_reloads,
             sockets_aborted,
             feeds,
             admin,
@@ -460,6 +470,11 @@ impl Metrics {
     /// A SIGHUP reload put new certificate files in force.
     pub fn tls_reloaded(&self) {
         self.tls_reloads.inc();
+    }
+
+    /// A SIGHUP reload put new token key files in force.
+    pub fn token_keys_reloaded(&self) {
+        self.token_key_reloads.inc();
     }
 
     /// Counts a socket reset at a deadline rather than closed, so that the
@@ -563,6 +578,7 @@ impl Metrics {
         s.publishes = self.publishes.get();
         s.publishes_unrouted = self.publishes_unrouted.get();
         s.tls_reloads = self.tls_reloads.get();
+        s.token_key_reloads = self.token_key_reloads.get();
         s.closes = CloseReason::ALL
             .iter()
             .map(|r| {
@@ -617,6 +633,7 @@ impl ErrorKind {
                 ErrorKind::AdminOverCapacity,
                 ErrorKind::AdminHeaderTimeout,
                 ErrorKind::AdminBodyTimeout,
+                ErrorKind::TokenKeysReloadFailed,
             ]
             .map(ErrorKind::label),
         );
@@ -637,6 +654,7 @@ pub struct Snapshot {
     pub socket_writes: u64,
     pub tls_handshakes: u64,
     pub tls_reloads: u64,
+    pub token_key_reloads: u64,
     pub publishes: u64,
     pub publishes_unrouted: u64,
     pub admin_connections: u64,

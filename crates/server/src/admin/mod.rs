@@ -427,6 +427,7 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
         "socket_writes": s.socket_writes,
         "tls_handshakes": s.tls_handshakes,
         "tls_reloads": s.tls_reloads,
+        "token_key_reloads": s.token_key_reloads,
         "publishes": s.publishes,
         "publishes_unrouted": s.publishes_unrouted,
         "round_trips": engine.round_trips,
