@@ -366,6 +366,27 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_CLIENT_SUBSCRIBE_BURST", default_value_t = 0)]
     pub client_subscribe_burst: u32,
 
+    /// `connect` and `refresh` commands a connection may send per second,
+    /// on average: each costs a signature check. More are refused with
+    /// `rate_limited`, unchecked. 0 = no limit. An honest client sends one
+    /// `connect` and a `refresh` every few minutes.
+    #[arg(long, env = "MYRIAD_CLIENT_TOKEN_RATE", default_value_t = 1)]
+    pub client_token_rate: u32,
+
+    /// `connect` and `refresh` commands a connection may send at once
+    /// before the rate applies; 0 = the same as the rate.
+    #[arg(long, env = "MYRIAD_CLIENT_TOKEN_BURST", default_value_t = 5)]
+    pub client_token_burst: u32,
+
+    /// Failed token checks one source address (IPv6: one /64) may cause
+    /// per minute, across workers and connections, wherever the token came
+    /// (the opening request, `connect`, `refresh`); past them its tokens
+    /// are refused with `rate_limited` (HTTP 429) before any signature
+    /// check, until the minute's bucket refills. 0 = no limit (the
+    /// default: behind a proxy every client has the proxy's address).
+    #[arg(long, env = "MYRIAD_TOKEN_FAILURES_PER_IP", default_value_t = 0)]
+    pub token_failures_per_ip: u32,
+
     /// Origins (`https://app.example`) whose pages may open connections
     /// (WebSocket and the HTTP transports); `*` allows all. Empty: every
     /// origin on a loopback listener, otherwise only the node's own (the

@@ -167,6 +167,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let shared = Arc::new(Shared {
         auth,
         peers: peers::PeerCounts::default(),
+        token_failures: peers::TokenFailures::new(config.token_failures_per_ip),
         feeds,
         engine: open_engine(&config, Arc::clone(&hub), redis_tls)?,
         hub,

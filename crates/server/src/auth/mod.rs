@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-pub use token::{Access, TokenError, Verified};
+pub use token::{Access, TokenError, TokenLimit, Verified};
 
 use crate::config::Config;
 use crate::namespace::{access_policy, AccessPolicy, Namespaces};
