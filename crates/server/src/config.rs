@@ -104,6 +104,20 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_ADMIN_MAX_CONNECTIONS", default_value_t = 128)]
     pub admin_max_connections: usize,
 
+    /// Of admin_max_connections, how many may be held by connections that
+    /// have not yet sent a request carrying the admin or publish key. Past
+    /// it, or at the cap, the oldest such connection not in the middle of
+    /// a request is closed to make room for a new one, and an idle one is
+    /// closed after admin_header_timeout rather than admin_idle_timeout:
+    /// whoever reaches the port cannot hold every slot. At most
+    /// admin_max_connections.
+    #[arg(
+        long,
+        env = "MYRIAD_ADMIN_UNAUTHENTICATED_CONNECTIONS",
+        default_value_t = 32
+    )]
+    pub admin_unauthenticated_connections: usize,
+
     /// Seconds an admin request may take from its first byte to the end of
     /// its head; then the connection is closed.
     #[arg(long, env = "MYRIAD_ADMIN_HEADER_TIMEOUT", default_value_t = 10)]
@@ -650,6 +664,10 @@ impl Config {
         }
         if self.admin_max_connections == 0 {
             return invalid("admin_max_connections must be at least 1".into());
+        }
+        if self.admin_unauthenticated_connections == 0 {
+            // Every connection starts unauthenticated: none could stay.
+            return invalid("admin_unauthenticated_connections must be at least 1".into());
         }
         if self.admin_header_timeout == 0
             || self.admin_body_timeout == 0

@@ -202,6 +202,7 @@ pub struct Metrics {
 struct AdminMetrics {
     connections: Gauge,
     idle_closes: Counter<u64, AtomicU64>,
+    unauthenticated_closes: Counter<u64, AtomicU64>,
 }
 
 /// The follow graph's series.
@@ -429,6 +430,11 @@ impl Metrics {
                 "admin_connections",
                 "Open connections of the admin listener",
             ),
+            unauthenticated_closes: registered(
+                r,
+                "admin_unauthenticated_closes",
+                "Admin connections that had presented no key, closed to make room for a new connection",
+            ),
             idle_closes: registered(
                 r,
                 "admin_idle_closes",
@@ -510,6 +516,10 @@ impl Metrics {
         self.admin.connections.clone()
     }
 
+    pub fn admin_unauthenticated_closed(&self) {
+        self.admin.unauthenticated_closes.inc();
+    }
+
     pub fn admin_idle_closed(&self) {
         self.admin.idle_closes.inc();
     }
@@ -575,6 +585,7 @@ impl Metrics {
         }
         s.admin_connections = self.admin.connections.get().max(0) as u64;
         s.admin_idle_closes = self.admin.idle_closes.get();
+        s.admin_unauthenticated_closes = self.admin.unauthenticated_closes.get();
         s.publishes = self.publishes.get();
         s.publishes_unrouted = self.publishes_unrouted.get();
         s.tls_reloads = self.tls_reloads.get();
@@ -659,6 +670,7 @@ pub struct Snapshot {
     pub publishes_unrouted: u64,
     pub admin_connections: u64,
     pub admin_idle_closes: u64,
+    pub admin_unauthenticated_closes: u64,
     pub closes: Vec<(&'static str, u64)>,
     pub errors: Vec<(&'static str, u64)>,
     /// Indexed by `TransportKind::index`.

@@ -446,6 +446,7 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
             "connections": s.admin_connections,
             "max_connections": shared.config.admin_max_connections,
             "idle_closes": s.admin_idle_closes,
+            "unauthenticated_closes": s.admin_unauthenticated_closes,
         },
         "graph": {
             "users": graph.users_known,
