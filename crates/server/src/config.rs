@@ -470,6 +470,15 @@ pub struct Config {
     pub log: String,
 }
 
+impl Config {
+    /// Whether any token key setting is given: the node checks tokens.
+    pub fn token_keys_configured(&self) -> bool {
+        self.token_hmac_secret.is_some()
+            || !self.token_public_keys.is_empty()
+            || self.token_jwks.is_some()
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         /// Parses an empty command line so the defaults live in one place: the attributes above.

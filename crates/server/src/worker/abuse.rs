@@ -86,7 +86,13 @@ impl AbuseLimits {
             token_failures: config.token_failures_per_ip > 0,
             publish: Rate::new(config.client_publish_rate, config.client_publish_burst),
             subscribe: Rate::new(config.client_subscribe_rate, config.client_subscribe_burst),
-            token: Rate::new(config.client_token_rate, config.client_token_burst),
+            // Only a node with a token key checks tokens: elsewhere the
+            // bucket would cost every connection 4 bytes for nothing.
+            token: if config.token_keys_configured() {
+                Rate::new(config.client_token_rate, config.client_token_burst)
+            } else {
+                Rate::new(0, 0)
+            },
             peers: Vec::new(),
             tokens: Vec::new(),
         }
@@ -255,6 +261,7 @@ mod tests {
     fn token_checks_have_their_bucket_and_failures_keep_the_address() {
         let mut l = AbuseLimits::new(&Config {
             token_failures_per_ip: 10,
+            token_hmac_secret: Some("0123456789abcdef0123456789abcdef".into()),
             ..Config::default()
         });
         let ip: IpAddr = "10.0.0.3".parse().unwrap();
@@ -268,5 +275,6 @@ mod tests {
         let mut off = limits(0, (0, 0), (0, 0));
         off.admit(0, ip, &PeerCounts::default());
         assert_eq!(off.address(0), None, "no address limit, no address kept");
+        assert!(off.tokens.is_empty(), "no token key: no token bucket");
     }
 }
