@@ -187,14 +187,18 @@ fn admin_connections_cannot_starve_the_client_listener_of_descriptors() {
 
     // As many admin connections as the node has descriptors: the first
     // ones fill the cap and stay; every one past it is answered 503 at once.
+    // Each held one has made a request (on a node without keys any request
+    // counts as showing one), so none is closed to make room for the next.
     let mut held = Vec::new();
     let mut refused = 0;
     for _ in 0..OPEN_FILES {
-        let mut conn = TcpStream::connect(node.admin).unwrap();
         if held.len() + 1 < ADMIN_CAP {
+            let mut conn = KeepAlive::open(node.admin);
+            assert_eq!(conn.get("/healthz", &[]).0, 200);
             held.push(conn);
             continue;
         }
+        let mut conn = TcpStream::connect(node.admin).unwrap();
         conn.set_read_timeout(Some(GENEROUS)).unwrap();
         let mut answer = String::new();
         conn.read_to_string(&mut answer).unwrap();
@@ -202,15 +206,10 @@ fn admin_connections_cannot_starve_the_client_listener_of_descriptors() {
         assert!(answer.contains(r#""code":"over_capacity""#), "{answer}");
         refused += 1;
     }
-    // Held connections are open: one of them can still be served.
-    let mut last = held.pop().unwrap();
-    last.set_read_timeout(Some(GENEROUS)).unwrap();
-    last.write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
-        .unwrap();
-    let mut ok = [0u8; 12];
-    last.read_exact(&mut ok).unwrap();
-    assert_eq!(&ok, b"HTTP/1.1 200");
-    held.push(last);
+    // Held connections are open: each can still be served.
+    for conn in &mut held {
+        assert_eq!(conn.get("/healthz", &[]).0, 200);
+    }
 
     // Every client the node admits still gets in, and the next ones get 503.
     let clients: Vec<_> = (0..max).map(|_| node.connect()).collect();
@@ -287,4 +286,92 @@ fn client_refusals_past_their_room_are_closed_at_once() {
     let stats = node.wait_for_stats("the refused counted out", |s| s["connections"] == 2);
     assert_eq!(errors(&stats, "over_capacity"), ROOM as u64, "{stats:#}");
     drop(admitted);
+}
+
+/// Whether the node has closed `stream`: a read sees its end (or a reset)
+/// rather than waiting.
+fn closed_by_node(stream: &mut TcpStream) -> bool {
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let deadline = Instant::now() + GENEROUS;
+    let mut buf = [0u8; 64];
+    while Instant::now() < deadline {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => return true,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return false
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    false
+}
+
+#[test]
+fn idle_connections_without_a_key_cannot_keep_a_key_holder_out() {
+    let node = Node::start(&[
+        "--workers",
+        "1",
+        "--admin-key",
+        "an-admin-key-of-at-least-32-bytes!!",
+        "--admin-max-connections",
+        "4",
+        "--admin-unauthenticated-connections",
+        "2",
+        // Long enough that no idle connection leaves on its own.
+        "--admin-header-timeout",
+        "60",
+    ]);
+    let key = node.key_headers();
+    // Two connections that have shown the key hold their slots.
+    let mut holders: Vec<KeepAlive> = (0..2).map(|_| KeepAlive::open(node.admin)).collect();
+    for holder in &mut holders {
+        assert_eq!(holder.get("/stats", &key).0, 200);
+    }
+    // Idle connections from anyone fill the rest, and go on arriving.
+    let mut idle: Vec<TcpStream> = (0..10)
+        .map(|_| TcpStream::connect(node.admin).unwrap())
+        .collect();
+    // A key's holder still gets in (before this change: 503), and so does
+    // whoever asks without one, each in place of the oldest idle connection.
+    let (status, body) = node.http("GET", "/stats", &key, "");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(node.http("GET", "/stats", &[], "").0, 401);
+    for holder in &mut holders {
+        assert_eq!(
+            holder.get("/stats", &key).0,
+            200,
+            "never closed to make room"
+        );
+    }
+    // Two slots for connections without a key: the eight older idle ones
+    // made room for the two newer, and the request with the key for the
+    // tenth (the one without found a place free).
+    idle.truncate(9);
+    assert!(
+        idle.iter_mut().all(closed_by_node),
+        "the older ones are closed"
+    );
+    let stats = node.stats();
+    let closes = stats["admin"]["unauthenticated_closes"].as_u64().unwrap();
+    assert!(closes >= 9, "{stats:#}");
+    let (_, metrics) = holders[0].get("/metrics", &key);
+    let counted = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("myriad_admin_unauthenticated_closes_total "))
+        .expect("the metric");
+    assert!(counted.parse::<u64>().unwrap() >= closes, "{counted}");
+
+    // A cap full of connections that have shown the key refuses, as before.
+    let mut more: Vec<KeepAlive> = (0..2).map(|_| KeepAlive::open(node.admin)).collect();
+    for holder in &mut more {
+        assert_eq!(holder.get("/stats", &key).0, 200);
+    }
+    assert_eq!(node.http("GET", "/stats", &key, "").0, 503);
+    let (_, body) = holders[0].get("/stats", &key);
+    let stats: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(errors(&stats, "admin_over_capacity"), 1, "{stats:#}");
 }

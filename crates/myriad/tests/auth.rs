@@ -333,6 +333,60 @@ fn every_algorithm_and_key_source_verifies() {
 }
 
 #[test]
+fn sighup_reloads_the_token_key_files_and_a_bad_one_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = make_key(dir.path(), "a", &["-algorithm", "ED25519"]);
+    let b = make_key(dir.path(), "b", &["-algorithm", "ED25519"]);
+    let in_force = dir.path().join("token.pub");
+    std::fs::copy(&a.public, &in_force).unwrap();
+    let node = Node::start(&[
+        "--workers",
+        "2",
+        "--token-public-key",
+        in_force.to_str().unwrap(),
+    ]);
+    let eddsa = |key: &KeyFiles| {
+        sign_with(
+            Header::new(Algorithm::EdDSA),
+            &EncodingKey::from_ed_pem(&key.private).unwrap(),
+            &claims(5, &["r"], &[]),
+        )
+    };
+    let opens = |token: &str| open(&node, "/ws", &[("Authorization", &bearer(token))]);
+    let (token_a, token_b) = (eddsa(&a), eddsa(&b));
+    let mut before = opens(&token_a).unwrap();
+    assert_eq!(opens(&token_b).unwrap_err().0, 401, "B is not a key yet");
+
+    // Replaced the way operations.md says: a new file renamed over the old.
+    let staged = dir.path().join("token.pub.new");
+    std::fs::copy(&b.public, &staged).unwrap();
+    std::fs::rename(&staged, &in_force).unwrap();
+    node.hang_up();
+    node.wait_for_stats("the reload", |s| s["token_key_reloads"] == 1);
+    let mut after = opens(&token_b).unwrap();
+    assert_eq!(opens(&token_a).unwrap_err().0, 401, "A is gone");
+    // A connection opened with A keeps what its token granted.
+    let ok = ask(&mut before, json!({"op": "subscribe", "subject": "r"}));
+    assert_eq!(ok["op"], "subscribed", "{ok}");
+
+    std::fs::write(&in_force, "not a key").unwrap();
+    node.hang_up();
+    let stats = node.wait_for_stats("the failed reload", |s| {
+        s["errors"]["token_keys_reload_failed"] == 1
+    });
+    assert_eq!(stats["token_key_reloads"], 1, "{stats:#}");
+    assert!(opens(&token_b).is_ok(), "B stays in force");
+    assert_eq!(opens(&token_a).unwrap_err().0, 401);
+    let ok = ask(&mut after, json!({"op": "subscribe", "subject": "r"}));
+    assert_eq!(ok["op"], "subscribed", "{ok}");
+    assert_eq!(
+        node.metric("myriad_token_key_reloads_total"),
+        1,
+        "the metric counts what /stats does"
+    );
+}
+
+#[test]
 fn bad_tokens_are_refused_with_their_reason() {
     let node = token_node(&["--token-audience", "myriad"]);
     let good = json!({"sub": "3", "exp": now() + 60, "aud": "myriad"});
@@ -385,6 +439,131 @@ fn bad_tokens_are_refused_with_their_reason() {
     // `?user=` cannot stand in for a token.
     let (status, _) = open(&node, "/ws?user=3", &[]).unwrap_err();
     assert_eq!(status, 400);
+}
+
+/// Sends every command in one go (ids 1, 2, …) and returns the replies to
+/// them, in order.
+fn replies_to(ws: &mut Ws, commands: &[Value]) -> Vec<Value> {
+    for (i, command) in commands.iter().enumerate() {
+        let mut command = command.clone();
+        command["id"] = json!(i + 1);
+        ws.write(tungstenite::Message::text(command.to_string()))
+            .unwrap();
+    }
+    ws.flush().unwrap();
+    let mut replies = Vec::new();
+    while replies.len() < commands.len() {
+        let reply = recv(ws);
+        if reply["id"].is_u64() {
+            replies.push(reply);
+        }
+    }
+    replies
+}
+
+fn count_code(replies: &[Value], code: &str) -> usize {
+    replies.iter().filter(|r| r["code"] == code).count()
+}
+
+#[test]
+fn connect_and_refresh_past_the_token_rate_are_refused_unchecked_and_counted() {
+    // The defaults: client_token_rate 1, client_token_burst 5.
+    let node = token_node(&[]);
+    let bad = sign_with(
+        Header::default(),
+        &EncodingKey::from_secret(b"not-the-secret-the-node-knows-at-all"),
+        &claims(4, &["r"], &[]),
+    );
+    let mut ws = node.connect();
+    let connects = vec![json!({"op": "connect", "token": bad}); 100];
+    let replies = replies_to(&mut ws, &connects);
+    let (checked, limited) = (
+        count_code(&replies, "invalid_token"),
+        count_code(&replies, "rate_limited"),
+    );
+    assert_eq!(checked + limited, 100, "{replies:?}");
+    assert!(checked >= 5, "the burst is checked: {checked}");
+    assert!(limited >= 50, "refills are one a second: {checked} checked");
+    let stats = node.stats();
+    assert_eq!(stats["errors"]["token_signature"], checked as u64);
+    assert_eq!(
+        stats["errors"]["token_rate_limited"], limited as u64,
+        "{stats:#}"
+    );
+
+    // An honest client: one connect, then refreshes minutes apart, is
+    // nowhere near the limit; nor is one that opened with its token.
+    let token = hs256(&claims(4, &["r"], &[]));
+    let mut honest = node.connect();
+    for op in ["connect", "refresh"] {
+        assert_eq!(
+            ask(&mut honest, json!({"op": op, "token": token}))["op"],
+            "ok"
+        );
+    }
+    let mut opened = open(&node, "/ws", &[("Authorization", &bearer(&token))]).unwrap();
+    let refreshed = ask(&mut opened, json!({"op": "refresh", "token": token}));
+    assert_eq!(refreshed["op"], "ok", "{refreshed}");
+}
+
+/// Opens `/ws?token=…` from source address `from`; the WebSocket, or the
+/// refusal's status.
+fn open_from(node: &Node, from: &str, token: &str) -> Result<Ws, u16> {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let source: std::net::SocketAddr = format!("{from}:0").parse().unwrap();
+    socket.bind(&source.into()).unwrap();
+    socket.connect(&node.ws.into()).unwrap();
+    let stream: TcpStream = socket.into();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let url = node.url(&format!("/ws?token={token}"));
+    match tungstenite::client(url, tungstenite::stream::MaybeTlsStream::Plain(stream)) {
+        Ok((ws, _)) => Ok(ws),
+        Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(response))) => {
+            Err(response.status().as_u16())
+        }
+        Err(e) => panic!("connect: {e}"),
+    }
+}
+
+#[test]
+fn failed_token_checks_are_bounded_per_address_across_connections() {
+    let node = token_node(&["--token-failures-per-ip", "10"]);
+    let bad = sign_with(
+        Header::default(),
+        &EncodingKey::from_secret(b"not-the-secret-the-node-knows-at-all"),
+        &claims(4, &["r"], &[]),
+    );
+    // A new connection for every bad token: each is refused, and so each
+    // costs a check until the address has spent its failures.
+    let statuses: Vec<u16> = (0..40)
+        .map(|_| open_from(&node, "127.0.0.1", &bad).unwrap_err())
+        .collect();
+    let checked = statuses.iter().filter(|s| **s == 401).count();
+    let limited = statuses.iter().filter(|s| **s == 429).count();
+    assert_eq!(checked + limited, 40, "{statuses:?}");
+    assert!(checked >= 10, "a minute's failures are checked: {checked}");
+    assert!(limited >= 20, "one more every 6 s: {checked} checked");
+    // The address's good tokens wait too, and so does `connect`, on any
+    // connection from it.
+    let good = hs256(&claims(4, &["r"], &[]));
+    assert_eq!(open_from(&node, "127.0.0.1", &good).err(), Some(429));
+    let mut ws = node.connect();
+    let reply = ask(&mut ws, json!({"op": "connect", "token": good}));
+    assert_eq!(error_code(&reply), "rate_limited", "{reply}");
+    // Another address is checked as usual.
+    let mut other = open_from(&node, "127.0.0.2", &good).expect("another address");
+    let ok = ask(&mut other, json!({"op": "subscribe", "subject": "r"}));
+    assert_eq!(ok["op"], "subscribed", "{ok}");
+
+    let stats = node.stats();
+    assert_eq!(stats["errors"]["token_signature"], checked as u64);
+    assert_eq!(
+        stats["errors"]["token_address_limited"],
+        limited as u64 + 2,
+        "{stats:#}"
+    );
 }
 
 #[test]

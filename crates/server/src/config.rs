@@ -104,6 +104,20 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_ADMIN_MAX_CONNECTIONS", default_value_t = 128)]
     pub admin_max_connections: usize,
 
+    /// Of admin_max_connections, how many may be held by connections that
+    /// have not yet sent a request carrying the admin or publish key. Past
+    /// it, or at the cap, the oldest such connection not in the middle of
+    /// a request is closed to make room for a new one, and an idle one is
+    /// closed after admin_header_timeout rather than admin_idle_timeout:
+    /// whoever reaches the port cannot hold every slot. At most
+    /// admin_max_connections.
+    #[arg(
+        long,
+        env = "MYRIAD_ADMIN_UNAUTHENTICATED_CONNECTIONS",
+        default_value_t = 32
+    )]
+    pub admin_unauthenticated_connections: usize,
+
     /// Seconds an admin request may take from its first byte to the end of
     /// its head; then the connection is closed.
     #[arg(long, env = "MYRIAD_ADMIN_HEADER_TIMEOUT", default_value_t = 10)]
@@ -379,6 +393,27 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_CLIENT_SUBSCRIBE_BURST", default_value_t = 0)]
     pub client_subscribe_burst: u32,
 
+    /// `connect` and `refresh` commands a connection may send per second,
+    /// on average: each costs a signature check. More are refused with
+    /// `rate_limited`, unchecked. 0 = no limit. An honest client sends one
+    /// `connect` and a `refresh` every few minutes.
+    #[arg(long, env = "MYRIAD_CLIENT_TOKEN_RATE", default_value_t = 1)]
+    pub client_token_rate: u32,
+
+    /// `connect` and `refresh` commands a connection may send at once
+    /// before the rate applies; 0 = the same as the rate.
+    #[arg(long, env = "MYRIAD_CLIENT_TOKEN_BURST", default_value_t = 5)]
+    pub client_token_burst: u32,
+
+    /// Failed token checks one source address (IPv6: one /64) may cause
+    /// per minute, across workers and connections, wherever the token came
+    /// (the opening request, `connect`, `refresh`); past them its tokens
+    /// are refused with `rate_limited` (HTTP 429) before any signature
+    /// check, until the minute's bucket refills. 0 = no limit (the
+    /// default: behind a proxy every client has the proxy's address).
+    #[arg(long, env = "MYRIAD_TOKEN_FAILURES_PER_IP", default_value_t = 0)]
+    pub token_failures_per_ip: u32,
+
     /// Origins (`https://app.example`) whose pages may open connections
     /// (WebSocket and the HTTP transports); `*` allows all. Empty: every
     /// origin on a loopback listener, otherwise only the node's own (the
@@ -394,13 +429,14 @@ pub struct Config {
     pub allowed_origins: Vec<String>,
 
     /// Secret that connection tokens may be signed with (HS256), at least
-    /// 32 bytes. Any token key makes the node check tokens.
+    /// 32 bytes. Any token key makes the node check tokens. Not a file, so
+    /// not read again on SIGHUP.
     #[arg(long, env = "MYRIAD_TOKEN_HMAC_SECRET", hide_env_values = true)]
     pub token_hmac_secret: Option<String>,
 
     /// PEM file of a public key tokens may be signed for: RSA (RS256),
     /// P-256 (ES256) or Ed25519 (EdDSA). Repeatable; comma-separated in
-    /// the environment.
+    /// the environment. Read again on SIGHUP.
     #[arg(
         long = "token-public-key",
         env = "MYRIAD_TOKEN_PUBLIC_KEYS",
@@ -409,6 +445,7 @@ pub struct Config {
     pub token_public_keys: Vec<PathBuf>,
 
     /// JWKS file (a JSON Web Key Set) of token keys, matched by `kid`.
+    /// Read again on SIGHUP.
     #[arg(long, env = "MYRIAD_TOKEN_JWKS")]
     pub token_jwks: Option<PathBuf>,
 
@@ -447,6 +484,15 @@ pub struct Config {
     /// Log filter (tracing EnvFilter syntax), e.g. "info" or "myriad_server=debug".
     #[arg(long, env = "MYRIAD_LOG", default_value = "info")]
     pub log: String,
+}
+
+impl Config {
+    /// Whether any token key setting is given: the node checks tokens.
+    pub fn token_keys_configured(&self) -> bool {
+        self.token_hmac_secret.is_some()
+            || !self.token_public_keys.is_empty()
+            || self.token_jwks.is_some()
+    }
 }
 
 impl Default for Config {
@@ -647,6 +693,10 @@ impl Config {
         }
         if self.admin_max_connections == 0 {
             return invalid("admin_max_connections must be at least 1".into());
+        }
+        if self.admin_unauthenticated_connections == 0 {
+            // Every connection starts unauthenticated: none could stay.
+            return invalid("admin_unauthenticated_connections must be at least 1".into());
         }
         if self.admin_header_timeout == 0
             || self.admin_body_timeout == 0

@@ -2,7 +2,8 @@
 //!
 //! Map of the crate, outside in:
 //! - [`auth`]: connection tokens, their grants and each namespace's access
-//!   policy: who may do what with a subject.
+//!   policy: who may do what with a subject; [`reloadable`]: what SIGHUP
+//!   reads again (token keys, TLS certificates) and swaps in whole.
 //! - [`config`]: every setting, its default and its sources; [`namespace`]:
 //!   per-prefix settings.
 //! - [`listener`]: one `SO_REUSEPORT` client listener per worker; [`fds`]:
@@ -48,6 +49,7 @@ pub mod process;
 pub mod publication;
 pub mod redis_tls;
 pub mod registry;
+pub mod reloadable;
 pub mod session;
 pub mod status;
 pub mod tls;
@@ -165,6 +167,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let shared = Arc::new(Shared {
         auth,
         peers: peers::PeerCounts::default(),
+        token_failures: peers::TokenFailures::new(config.token_failures_per_ip),
         feeds,
         engine: open_engine(&config, Arc::clone(&hub), redis_tls)?,
         hub,
@@ -329,7 +332,7 @@ fn admission_cap(config: &Config) -> Result<usize, ServeError> {
 }
 
 /// SIGTERM or SIGINT starts graceful shutdown; a second one exits at once.
-/// SIGHUP reloads the TLS certificate and key.
+/// SIGHUP reloads the TLS certificate and key, and the token key files.
 fn spawn_signal_watcher(shared: Arc<Shared>) -> Result<(), ServeError> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])
@@ -341,6 +344,7 @@ fn spawn_signal_watcher(shared: Arc<Shared>) -> Result<(), ServeError> {
             for signal in signals.forever() {
                 if signal == SIGHUP {
                     reload_certificates(&shared);
+                    reload_token_keys(&shared);
                 } else if stopping {
                     error!("second signal: exiting without waiting for clients");
                     std::process::exit(130);
@@ -375,6 +379,29 @@ fn reload_certificates(shared: &Shared) {
                 .metrics
                 .error(metrics::ErrorKind::Tls(tls::TlsFailure::ReloadFailed));
             error!(error = %e, "TLS reload failed; the previous certificate stays in use");
+        }
+    }
+}
+
+/// Reads the token key files again, as [`reload_certificates`] does the
+/// certificate: token checks from then on use the new keys, connections
+/// already open keep what their token granted. Files that fail to load
+/// leave the keys in force, and are logged and counted.
+fn reload_token_keys(shared: &Shared) {
+    match shared.auth.reload_keys() {
+        Ok(auth::KeysReload::NoFiles) => {
+            info!("SIGHUP: no token key file configured, nothing to reload");
+        }
+        Ok(auth::KeysReload::Reloaded) => {
+            shared.metrics.token_keys_reloaded();
+            let files: Vec<_> = shared.auth.key_files().map(|p| p.display()).collect();
+            info!(files = ?files, "token keys reloaded");
+        }
+        Err(e) => {
+            shared
+                .metrics
+                .error(metrics::ErrorKind::TokenKeysReloadFailed);
+            error!(error = %e, "token key reload failed; the previous keys stay in use");
         }
     }
 }

@@ -93,6 +93,8 @@ pub enum ErrorKind {
     /// `refresh` command (labelled `token_<reason>`, see
     /// `auth::TokenError::label`).
     Token(&'static str),
+    /// A SIGHUP reload of the token key files failed; the keys in force stay.
+    TokenKeysReloadFailed,
 }
 
 impl ErrorKind {
@@ -135,6 +137,7 @@ impl ErrorKind {
             ErrorKind::AdminHeaderTimeout => "admin_header_timeout",
             ErrorKind::AdminBodyTimeout => "admin_body_timeout",
             ErrorKind::Graph(label) | ErrorKind::Token(label) => label,
+            ErrorKind::TokenKeysReloadFailed => "token_keys_reload_failed",
         }
     }
 }
@@ -195,6 +198,7 @@ pub struct Metrics {
     engine_round_trips: Counter<u64, AtomicU64>,
     engine_waiting_attaches: Gauge,
     tls_reloads: Counter<u64, AtomicU64>,
+    token_key_reloads: Counter<u64, AtomicU64>,
     sockets_aborted: Counter<u64, AtomicU64>,
     feeds: FeedMetrics,
     admin: AdminMetrics,
@@ -204,6 +208,7 @@ pub struct Metrics {
 struct AdminMetrics {
     connections: Gauge,
     idle_closes: Counter<u64, AtomicU64>,
+    unauthenticated_closes: Counter<u64, AtomicU64>,
 }
 
 /// The follow graph's series.
@@ -373,6 +378,11 @@ impl Metrics {
             "tls_reloads",
             "TLS certificate reloads (SIGHUP) that took effect",
         );
+        let token_key_reloads = registered(
+            r,
+            "token_key_reloads",
+            "Token key file reloads (SIGHUP) that took effect",
+        );
         let sockets_aborted = registered(
             r,
             "sockets_aborted",
@@ -440,6 +450,11 @@ impl Metrics {
                 "admin_connections",
                 "Open connections of the admin listener",
             ),
+            unauthenticated_closes: registered(
+                r,
+                "admin_unauthenticated_closes",
+                "Admin connections that had presented no key, closed to make room for a new connection",
+            ),
             idle_closes: registered(
                 r,
                 "admin_idle_closes",
@@ -458,6 +473,7 @@ impl Metrics {
             engine_round_trips,
             engine_waiting_attaches,
             tls_reloads,
+            token_key_reloads,
             sockets_aborted,
             feeds,
             admin,
@@ -480,6 +496,11 @@ impl Metrics {
     /// A SIGHUP reload put new certificate files in force.
     pub fn tls_reloaded(&self) {
         self.tls_reloads.inc();
+    }
+
+    /// A SIGHUP reload put new token key files in force.
+    pub fn token_keys_reloaded(&self) {
+        self.token_key_reloads.inc();
     }
 
     /// Counts a socket reset at a deadline rather than closed, so that the
@@ -513,6 +534,10 @@ impl Metrics {
     /// handle, raising it on accept and lowering it when dropped.
     pub fn admin_connections(&self) -> Gauge {
         self.admin.connections.clone()
+    }
+
+    pub fn admin_unauthenticated_closed(&self) {
+        self.admin.unauthenticated_closes.inc();
     }
 
     pub fn admin_idle_closed(&self) {
@@ -582,9 +607,11 @@ impl Metrics {
         }
         s.admin_connections = self.admin.connections.get().max(0) as u64;
         s.admin_idle_closes = self.admin.idle_closes.get();
+        s.admin_unauthenticated_closes = self.admin.unauthenticated_closes.get();
         s.publishes = self.publishes.get();
         s.publishes_unrouted = self.publishes_unrouted.get();
         s.tls_reloads = self.tls_reloads.get();
+        s.token_key_reloads = self.token_key_reloads.get();
         s.closes = CloseReason::ALL
             .iter()
             .map(|r| {
@@ -639,6 +666,7 @@ impl ErrorKind {
                 ErrorKind::AdminOverCapacity,
                 ErrorKind::AdminHeaderTimeout,
                 ErrorKind::AdminBodyTimeout,
+                ErrorKind::TokenKeysReloadFailed,
             ]
             .map(ErrorKind::label),
         );
@@ -661,10 +689,12 @@ pub struct Snapshot {
     pub partial_input_bytes: u64,
     pub outbound_bytes: u64,
     pub tls_reloads: u64,
+    pub token_key_reloads: u64,
     pub publishes: u64,
     pub publishes_unrouted: u64,
     pub admin_connections: u64,
     pub admin_idle_closes: u64,
+    pub admin_unauthenticated_closes: u64,
     pub closes: Vec<(&'static str, u64)>,
     pub errors: Vec<(&'static str, u64)>,
     /// Indexed by `TransportKind::index`.

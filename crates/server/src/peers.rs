@@ -1,5 +1,6 @@
-//! Open client connections per source address, across every worker: the
-//! count `max_connections_per_ip` is checked against.
+//! Per source address, across every worker: open client connections (the
+//! count `max_connections_per_ip` is checked against) and failed token
+//! checks ([`TokenFailures`], held to `token_failures_per_ip`).
 //!
 //! Connections from one address land on any worker (`SO_REUSEPORT`), so the
 //! count is shared, sharded by address so that accepting workers rarely
@@ -17,6 +18,7 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::net::IpAddr;
 use std::sync::Mutex;
+use std::time::Instant;
 
 use foldhash::fast::RandomState;
 
@@ -32,10 +34,6 @@ pub struct PeerKey(u64);
 const IPV4_KEYS: u64 = 0xff00_0000_0000_0000;
 
 impl PeerKey {
-    /// Not an address: a slot refused at accept. Multicast too, and outside
-    /// the IPv4 keys (which leave bits 32-55 clear).
-    pub const REFUSED: PeerKey = PeerKey(u64::MAX);
-
     pub fn of(ip: IpAddr) -> PeerKey {
         let v4 = |v4| PeerKey(IPV4_KEYS | u64::from(u32::from(v4)));
         match ip {
@@ -105,6 +103,113 @@ impl PeerCounts {
     }
 }
 
+/// Addresses one shard of [`TokenFailures`] remembers: 64 Ki in all, 16
+/// bytes each. An attacker with more addresses than that (IPv6 /64s are
+/// cheap) is not remembered past them, and each of its checks is still
+/// one signature check; forgetting instead of refusing keeps such a flood
+/// from locking every other address out.
+const FAILURE_ADDRESSES_PER_SHARD: usize = 1024;
+
+/// Failed token checks per source address, across every worker: each
+/// address has a token bucket `per_minute` deep that refills at
+/// `per_minute` a minute; a failure spends a token, and an address with
+/// none left has its tokens refused before any signature is checked.
+///
+/// The bucket is kept as one instant, when it will be full again (the
+/// "theoretical arrival time" of GCRA), so a shared bucket needs neither a
+/// timer nor a sweep: an address whose instant has passed holds a full
+/// bucket and can be forgotten.
+pub struct TokenFailures {
+    /// Milliseconds one token takes to come back; 0 when the limit is off.
+    interval: u64,
+    /// How far ahead of now a full bucket's instant may run before the
+    /// address is refused: a minute, less one interval.
+    tolerance: u64,
+    start: Instant,
+    /// Per address, when its bucket is full again, in ms since `start`.
+    shards: Box<[Mutex<HashMap<PeerKey, u64, RandomState>>]>,
+    /// Picks a key's shard, as [`PeerCounts`] does and for its reasons.
+    spread: RandomState,
+}
+
+impl TokenFailures {
+    /// A limit of `per_minute` failures a minute per address; 0 = off.
+    pub fn new(per_minute: u32) -> TokenFailures {
+        let interval = if per_minute == 0 {
+            0
+        } else {
+            (60_000 / u64::from(per_minute)).max(1)
+        };
+        TokenFailures {
+            interval,
+            tolerance: 60_000u64.saturating_sub(interval),
+            start: Instant::now(),
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            spread: RandomState::default(),
+        }
+    }
+
+    pub fn on(&self) -> bool {
+        self.interval > 0
+    }
+
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn shard(&self, key: PeerKey) -> std::sync::MutexGuard<'_, HashMap<PeerKey, u64, RandomState>> {
+        // Nothing runs under this lock but arithmetic and the map.
+        self.shards[self.shard_index(key)]
+            .lock()
+            .expect("token failure lock poisoned")
+    }
+
+    fn shard_index(&self, key: PeerKey) -> usize {
+        self.spread.hash_one(key) as usize % SHARDS
+    }
+
+    /// Whether `key` may have a token checked now.
+    pub fn allows(&self, key: PeerKey) -> bool {
+        self.allows_at(key, self.now())
+    }
+
+    fn allows_at(&self, key: PeerKey, now: u64) -> bool {
+        !self.on()
+            || self
+                .shard(key)
+                .get(&key)
+                .is_none_or(|full_at| full_at.saturating_sub(now) <= self.tolerance)
+    }
+
+    /// Spends one of `key`'s tokens: a check from it failed.
+    pub fn failed(&self, key: PeerKey) {
+        self.failed_at(key, self.now());
+    }
+
+    fn failed_at(&self, key: PeerKey, now: u64) {
+        if !self.on() {
+            return;
+        }
+        let mut shard = self.shard(key);
+        if shard.len() >= FAILURE_ADDRESSES_PER_SHARD && !shard.contains_key(&key) {
+            shard.retain(|_, full_at| *full_at > now);
+            if shard.len() >= FAILURE_ADDRESSES_PER_SHARD {
+                return;
+            }
+        }
+        let full_at = shard.entry(key).or_insert(now);
+        *full_at = (*full_at).max(now) + self.interval;
+    }
+
+    /// Addresses remembered, full buckets not yet forgotten included.
+    pub fn addresses(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().expect("token failure lock poisoned").len())
+            .sum()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,7 +240,6 @@ mod tests {
         // An IPv4 address and the /64 whose bits it would be apart.
         assert_ne!(key("10.0.0.1"), key("::a00:1:0:0:0"));
         assert_ne!(key("::1"), key("0.0.0.0"));
-        assert_ne!(key("255.255.255.255"), PeerKey::REFUSED);
     }
 
     #[test]
@@ -154,5 +258,49 @@ mod tests {
         assert!(!counts.try_add(a, 1) && !counts.try_add(b, 1));
         assert_eq!(counts.addresses(), 2);
         assert_eq!(std::mem::size_of::<PeerKey>(), 8, "a worker's slot");
+    }
+
+    #[test]
+    fn an_address_fails_a_minute_s_worth_at_once_then_one_per_interval() {
+        let failures = TokenFailures::new(3);
+        let a = PeerKey::of("10.0.0.1".parse().unwrap());
+        let b = PeerKey::of("10.0.0.2".parse().unwrap());
+        for _ in 0..3 {
+            assert!(failures.allows_at(a, 0));
+            failures.failed_at(a, 0);
+        }
+        assert!(!failures.allows_at(a, 0), "three failures spent the bucket");
+        assert!(failures.allows_at(b, 0), "other addresses are apart");
+        assert!(!failures.allows_at(a, 19_999));
+        assert!(failures.allows_at(a, 20_000), "one token back after 20 s");
+        failures.failed_at(a, 20_000);
+        assert!(!failures.allows_at(a, 20_000));
+        assert!(!TokenFailures::new(0).on());
+        failures.failed_at(b, 0);
+        assert_eq!(failures.addresses(), 2);
+    }
+
+    #[test]
+    fn a_full_shard_forgets_addresses_whose_bucket_is_full_again() {
+        let failures = TokenFailures::new(60);
+        // Keys that all land in one shard.
+        let one_shard: Vec<PeerKey> = (0u64..)
+            .map(PeerKey)
+            .filter(|&k| failures.shard_index(k) == 0)
+            .take(FAILURE_ADDRESSES_PER_SHARD + 1)
+            .collect();
+        let key = |i: usize| one_shard[i.min(FAILURE_ADDRESSES_PER_SHARD)];
+        for i in 0..FAILURE_ADDRESSES_PER_SHARD {
+            failures.failed_at(key(i), 0);
+        }
+        failures.failed_at(key(5_000), 500);
+        assert_eq!(
+            failures.addresses(),
+            FAILURE_ADDRESSES_PER_SHARD,
+            "full: not remembered"
+        );
+        failures.failed_at(key(5_000), 1_001);
+        assert_eq!(failures.addresses(), 1, "refilled buckets forgotten");
+        assert!(failures.allows_at(key(0), 1_001));
     }
 }

@@ -118,6 +118,41 @@ pub fn check(
     }
 }
 
+/// The node's keys, as the connection cap (`super::conn`) asks whether a
+/// request carries one.
+pub struct Keys {
+    admin: Option<String>,
+    publish: Option<String>,
+}
+
+impl Keys {
+    pub fn new(config: &Config) -> Keys {
+        Keys {
+            admin: config.admin_key.clone(),
+            publish: config.publish_key.clone(),
+        }
+    }
+
+    /// Whether a request carries the admin key or the publish key, in a
+    /// form `check` would take for it (so Basic only on `GET` and `HEAD`),
+    /// whatever endpoint it asks for. On a node without keys every request
+    /// does: anyone who reaches it may use it all (loopback only).
+    pub fn carried_by(&self, method: &Method, headers: &HeaderMap) -> bool {
+        let Some(admin) = self.admin.as_deref() else {
+            return true;
+        };
+        let safe = method == Method::GET || method == Method::HEAD;
+        let Some(given) = given_key(headers, safe) else {
+            return false;
+        };
+        constant_time_eq(&given, admin.as_bytes())
+            | self
+                .publish
+                .as_deref()
+                .is_some_and(|key| constant_time_eq(&given, key.as_bytes()))
+    }
+}
+
 /// The key a request carries, in any of the accepted forms; Basic only if
 /// `basic` allows it.
 fn given_key(headers: &HeaderMap, basic: bool) -> Option<Vec<u8>> {
@@ -164,6 +199,23 @@ mod tests {
             admin_key: admin.map(str::to_owned),
             ..Config::default()
         }
+    }
+
+    #[test]
+    fn a_key_is_carried_whatever_the_endpoint_and_basic_only_on_reads() {
+        let keys = Keys::new(&config(Some("pk"), Some("ak")));
+        let basic = |pair: &str| {
+            let encoded = base64::engine::general_purpose::STANDARD.encode(pair);
+            headers("authorization", &format!("Basic {encoded}"))
+        };
+        assert!(keys.carried_by(&Method::POST, &headers("x-api-key", "pk")));
+        assert!(keys.carried_by(&Method::GET, &headers("x-api-key", "ak")));
+        assert!(keys.carried_by(&Method::GET, &basic("u:ak")));
+        assert!(!keys.carried_by(&Method::POST, &basic("u:ak")));
+        assert!(!keys.carried_by(&Method::GET, &headers("x-api-key", "nope")));
+        assert!(!keys.carried_by(&Method::GET, &HeaderMap::new()));
+        let open = Keys::new(&config(None, None));
+        assert!(open.carried_by(&Method::GET, &HeaderMap::new()));
     }
 
     #[test]

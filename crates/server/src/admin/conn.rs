@@ -2,8 +2,16 @@
 //! may take, so that a client that never finishes a request, or never
 //! leaves, cannot keep a connection, or a descriptor, for ever.
 //!
-//! Owns the cap (`admin_max_connections`: a connection past it is answered
-//! 503 and closed at once) and each connection's stage, with its deadline:
+//! Owns the cap (`admin_max_connections`) and the share of it open to
+//! connections that have not yet sent a request carrying a key
+//! (`admin_unauthenticated_connections`): when either is full, the oldest
+//! such connection waiting for a request is closed to make room for the
+//! new one (`myriad_admin_unauthenticated_closes_total`), so that whoever
+//! reaches the port cannot hold every slot; only when none can be closed
+//! is the new one answered 503 and closed at once. A slot passes to the
+//! newcomer as soon as its holder is told to close, so for the moment its
+//! task takes to run the listener holds one descriptor more per such
+//! handover. Also each connection's stage, with its deadline:
 //!
 //! - *head*, from accept, or from the first byte of a request that follows
 //!   another, until hyper has the request's head: `admin_header_timeout`,
@@ -11,7 +19,8 @@
 //! - *busy*, while the request is served: no deadline here; the handler
 //!   that reads a body keeps `admin_body_timeout` itself and answers 408;
 //! - *idle*, from a whole reply until the next request's first byte:
-//!   `admin_idle_timeout`, then closed (`myriad_admin_idle_closes_total`).
+//!   `admin_idle_timeout` (`admin_header_timeout` until a request on it
+//!   has carried a key), then closed (`myriad_admin_idle_closes_total`).
 //!   A peer that does not read its reply is cut by the same deadline;
 //! - *streaming*, while a `/status/events` reply lives: no deadline (the
 //!   streams are capped by `max_status_streams`); idle once it ends.
@@ -27,6 +36,7 @@
 //!
 //! It must not route or answer requests: that is `mod.rs`.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io::{self, Read, Write};
@@ -45,65 +55,140 @@ use hyper_util::server::graceful::Watcher;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tracing::debug;
 
+use super::access::Keys;
 use crate::config::Config;
 use crate::metrics::{ErrorKind, Metrics};
 use crate::tls::TlsFailure;
 
-/// The cap on open admin connections.
+/// The cap on open admin connections, and the share of it that
+/// connections which have presented no key may hold.
 pub(super) struct Admission {
-    slots: Arc<Semaphore>,
+    table: Arc<Mutex<Table>>,
     max: usize,
+    /// `admin_unauthenticated_connections`, at most `max`.
+    share: usize,
+    keys: Arc<Keys>,
     open: Gauge,
 }
 
-/// One admitted connection's place under the cap, given back when dropped.
+/// Who holds the slots. Locked only for a few map operations, never across
+/// an `.await`; the admin runtime has one thread, so it is never contended.
+#[derive(Default)]
+struct Table {
+    /// Connections holding a slot.
+    open: usize,
+    /// The ones that have not yet sent a request carrying a key, by the
+    /// order they were accepted in (ids only grow): the oldest first.
+    unauthenticated: BTreeMap<u64, Arc<Watch>>,
+    next: u64,
+}
+
+impl Table {
+    fn lock(table: &Mutex<Table>) -> std::sync::MutexGuard<'_, Table> {
+        table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One admitted connection's place under the cap, given back when dropped
+/// (or already, if it was closed to make room).
 pub(super) struct Slot {
-    _permit: OwnedSemaphorePermit,
+    id: u64,
+    watch: Arc<Watch>,
+    table: Arc<Mutex<Table>>,
+    keys: Arc<Keys>,
     open: Gauge,
+}
+
+impl Slot {
+    /// A request arrived: if it carries a key, the connection leaves the
+    /// unauthenticated share for good.
+    fn request(&self, method: &hyper::Method, headers: &hyper::HeaderMap) {
+        if !self.watch.state().authenticated && self.keys.carried_by(method, headers) {
+            self.watch.state().authenticated = true;
+            Table::lock(&self.table).unauthenticated.remove(&self.id);
+        }
+    }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.open.dec();
+        let mut table = Table::lock(&self.table);
+        table.unauthenticated.remove(&self.id);
+        if !self.watch.state().evicted {
+            table.open -= 1;
+            self.open.dec();
+        }
     }
 }
 
 impl Admission {
     pub(super) fn new(config: &Config, metrics: &Metrics) -> Admission {
         Admission {
-            slots: Arc::new(Semaphore::new(config.admin_max_connections)),
+            table: Arc::default(),
             max: config.admin_max_connections,
+            share: config
+                .admin_unauthenticated_connections
+                .min(config.admin_max_connections),
+            keys: Arc::new(Keys::new(config)),
             open: metrics.admin_connections(),
         }
     }
 
     /// Connections open now.
     pub(super) fn open(&self) -> usize {
-        self.max - self.slots.available_permits()
+        Table::lock(&self.table).open
     }
 
     /// A place for `stream`, or `None` at the cap, once the peer has been
     /// told so (503) and the refusal counted; the caller then drops it.
+    ///
+    /// A new connection has presented no key yet. When the cap or the
+    /// unauthenticated share is full, the oldest connection that has
+    /// presented none and is not in the middle of a request is closed to
+    /// make room: its slot passes to the newcomer at once, and its task,
+    /// woken, drops the socket. A connection that shows a key within the
+    /// time `share` more connections take to arrive is never closed this
+    /// way, so someone holding idle connections open cannot keep a key's
+    /// holder out; only a cap full of connections that have shown a key,
+    /// or are busy, refuses.
     pub(super) fn admit(&self, stream: &TcpStream, metrics: &Metrics) -> Option<Slot> {
-        match Arc::clone(&self.slots).try_acquire_owned() {
-            Ok(permit) => {
-                self.open.inc();
-                Some(Slot {
-                    _permit: permit,
-                    open: self.open.clone(),
-                })
-            }
-            Err(_) => {
+        let mut table = Table::lock(&self.table);
+        if table.open >= self.max || table.unauthenticated.len() >= self.share {
+            let oldest = table
+                .unauthenticated
+                .iter()
+                .find(|(_, watch)| watch.evictable())
+                .map(|(id, _)| *id);
+            let Some(oldest) = oldest else {
+                drop(table);
                 metrics.error(ErrorKind::AdminOverCapacity);
                 refuse(stream, self.max);
-                None
-            }
+                return None;
+            };
+            let watch = table.unauthenticated.remove(&oldest).expect("just found");
+            watch.evict();
+            table.open -= 1;
+            self.open.dec();
+            metrics.admin_unauthenticated_closed();
         }
+        let id = table.next;
+        table.next += 1;
+        table.open += 1;
+        let watch = Arc::new(Watch::new());
+        table.unauthenticated.insert(id, Arc::clone(&watch));
+        self.open.inc();
+        Some(Slot {
+            id,
+            watch,
+            table: Arc::clone(&self.table),
+            keys: Arc::clone(&self.keys),
+            open: self.open.clone(),
+        })
     }
 }
 
@@ -161,6 +246,12 @@ enum Stage {
 struct State {
     stage: Stage,
     since: Instant,
+    /// A request on it carried a key: idle, it keeps `admin_idle_timeout`,
+    /// and it is never closed to make room.
+    authenticated: bool,
+    /// Closed to make room for a newer connection: its slot is no longer
+    /// its own.
+    evicted: bool,
 }
 
 /// One connection's stage, told by its socket (a request's first byte),
@@ -180,6 +271,8 @@ impl Watch {
             state: Mutex::new(State {
                 stage: Stage::Head,
                 since: Instant::now(),
+                authenticated: false,
+                evicted: false,
             }),
             changed: Notify::new(),
         }
@@ -190,10 +283,22 @@ impl Watch {
     }
 
     fn enter(&self, stage: Stage) {
-        *self.state() = State {
-            stage,
-            since: Instant::now(),
-        };
+        let mut state = self.state();
+        state.stage = stage;
+        state.since = Instant::now();
+        drop(state);
+        self.changed.notify_one();
+    }
+
+    /// Whether closing it now cuts no request short: it is waiting for
+    /// one, or for the rest of one's head.
+    fn evictable(&self) -> bool {
+        matches!(self.state().stage, Stage::Head | Stage::Idle)
+    }
+
+    /// Tells its watchdog to close it.
+    fn evict(&self) {
+        self.state().evicted = true;
         self.changed.notify_one();
     }
 
@@ -204,11 +309,14 @@ impl Watch {
         }
     }
 
-    /// The stage and when it overstays, if it has a deadline.
+    /// The stage and when it overstays, if it has a deadline. A connection
+    /// that has shown no key has nothing to keep alive for: idle, it gets
+    /// the head's short deadline.
     fn deadline(&self, timeouts: Timeouts) -> Option<(Stage, Instant)> {
         let state = self.state();
         let limit = match state.stage {
             Stage::Head => timeouts.header,
+            Stage::Idle if !state.authenticated => timeouts.header,
             Stage::Idle => timeouts.idle,
             Stage::Busy | Stage::Streaming => return None,
         };
@@ -347,15 +455,18 @@ pub(super) async fn serve<H, F, S>(
     F: Future<Output = Response<Either<Full<Bytes>, S>>> + Send + 'static,
     S: Body<Data = Bytes, Error = Infallible> + Unpin + Send + 'static,
 {
-    let watch = Arc::new(Watch::new());
+    let slot = Arc::new(slot);
+    let watch = Arc::clone(&slot.watch);
     let watched = Watched {
         stream,
         watch: Arc::clone(&watch),
     };
     let service = {
         let watch = Arc::clone(&watch);
-        service_fn(move |req| {
+        let slot = Arc::clone(&slot);
+        service_fn(move |req: Request<Incoming>| {
             // Called as soon as hyper has the head.
+            slot.request(req.method(), req.headers());
             watch.enter(Stage::Busy);
             let reply = handler(req);
             let watch = Arc::clone(&watch);
@@ -398,7 +509,11 @@ pub(super) async fn serve<H, F, S>(
                 }
                 break;
             }
-            () = changed => {}
+            () = changed => {
+                if watch.state().evicted {
+                    break;
+                }
+            }
             () = overstayed => {
                 // Still in that stage? The deadline is read afresh: a stage
                 // entered since has its own.

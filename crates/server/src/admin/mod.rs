@@ -474,6 +474,7 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
         "tls_handshakes": s.tls_handshakes,
         "partial_input_bytes": s.partial_input_bytes,
         "tls_reloads": s.tls_reloads,
+        "token_key_reloads": s.token_key_reloads,
         "publishes": s.publishes,
         "publishes_unrouted": s.publishes_unrouted,
         "round_trips": engine.round_trips,
@@ -492,6 +493,7 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
             "connections": s.admin_connections,
             "max_connections": shared.config.admin_max_connections,
             "idle_closes": s.admin_idle_closes,
+            "unauthenticated_closes": s.admin_unauthenticated_closes,
         },
         "graph": {
             "users": graph.users_known,

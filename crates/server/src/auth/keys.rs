@@ -56,6 +56,45 @@ pub enum KeyError {
     },
     #[error("token_hmac_secret must be at least 32 bytes (HS256 is only as strong as its secret)")]
     ShortSecret,
+    /// A reload found no key at all (an empty JWKS, say): the node would
+    /// refuse every token, so the keys in force stay.
+    #[error("the token key files hold no key")]
+    NoKeys,
+}
+
+/// Where the keys come from: the settings, kept so that SIGHUP can read
+/// the files again.
+#[derive(Debug, Clone, Default)]
+pub struct KeySources {
+    /// Given as a setting's value, not a file: read once, at start.
+    pub hmac_secret: Option<String>,
+    pub pem_files: Vec<PathBuf>,
+    pub jwks_file: Option<PathBuf>,
+}
+
+impl KeySources {
+    /// Whether any key comes from a file, that is, whether a reload can
+    /// change anything.
+    pub fn has_files(&self) -> bool {
+        !self.pem_files.is_empty() || self.jwks_file.is_some()
+    }
+
+    /// Reads every key, the files as they are now.
+    pub fn load(&self) -> Result<Vec<VerifyKey>, KeyError> {
+        load(
+            self.hmac_secret.as_deref(),
+            &self.pem_files,
+            self.jwks_file.as_deref(),
+        )
+    }
+
+    /// The files, for logs.
+    pub fn files(&self) -> impl Iterator<Item = &Path> {
+        self.pem_files
+            .iter()
+            .map(PathBuf::as_path)
+            .chain(self.jwks_file.as_deref())
+    }
 }
 
 /// Loads every configured key.

@@ -15,18 +15,25 @@
 //!
 //! The worker keeps a connection's [`Access`] in its session identity and
 //! closes it when the token expires, in its once-a-second sweep.
+//!
+//! SIGHUP reads the key files again ([`Auth::reload_keys`]): new token
+//! checks use the new keys, connections already open keep the access
+//! their token gave them until it expires.
 
 pub mod grants;
 pub mod keys;
 pub mod token;
 
+use std::sync::Arc;
+
 use thiserror::Error;
 
-pub use token::{Access, TokenError, Verified};
+pub use token::{Access, TokenError, TokenLimit, Verified};
 
 use crate::config::Config;
 use crate::namespace::{access_policy, AccessPolicy, Namespaces};
-use keys::KeyError;
+use crate::reloadable::Reloadable;
+use keys::{KeyError, KeySources};
 use token::{Expectations, Verifier};
 
 /// What a client asks to do with a subject.
@@ -65,37 +72,55 @@ pub enum Forbidden {
     NotGranted { verb: &'static str, subject: String },
 }
 
+/// What a SIGHUP did to the token keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeysReload {
+    /// No key comes from a file: nothing to read again.
+    NoFiles,
+    /// The files were read and their keys are in force.
+    Reloaded,
+}
+
 /// The node's token verifier and access policy.
 pub struct Auth {
-    /// `None` when no key is configured: tokens are not checked.
-    verifier: Option<Verifier>,
+    /// `None` when no key is configured: tokens are not checked. Whether
+    /// the node checks tokens is decided once, at start (the anonymous
+    /// default follows from it); a reload changes only the keys.
+    verifier: Option<Reloadable<Verifier>>,
+    sources: KeySources,
+    expect: Expectations,
     policies: Namespaces<AccessPolicy>,
 }
 
 impl Auth {
     /// Loads the keys `config` names and resolves each namespace's policy.
     pub fn from_config(config: &Config) -> Result<Auth, KeyError> {
-        let keys = keys::load(
-            config.token_hmac_secret.as_deref(),
-            &config.token_public_keys,
-            config.token_jwks.as_deref(),
-        )?;
-        let verifier = (!keys.is_empty()).then(|| {
-            let expect = Expectations {
-                audience: config.token_audience.clone(),
-                issuer: config.token_issuer.clone(),
-                leeway: u64::from(config.token_leeway),
-                max_subject_len: config.max_subject_len,
-            };
-            Verifier::new(keys, expect)
-        });
+        let sources = KeySources {
+            hmac_secret: config.token_hmac_secret.clone(),
+            pem_files: config.token_public_keys.clone(),
+            jwks_file: config.token_jwks.clone(),
+        };
+        let keys = sources.load()?;
+        let expect = Expectations {
+            audience: config.token_audience.clone(),
+            issuer: config.token_issuer.clone(),
+            leeway: u64::from(config.token_leeway),
+            max_subject_len: config.max_subject_len,
+        };
+        let verifier = (!keys.is_empty())
+            .then(|| Reloadable::new(Arc::new(Verifier::new(keys, expect.clone()))));
         let node = AccessPolicy {
             anonymous: config.anonymous.unwrap_or(verifier.is_none()),
             publish: config.client_publish,
             history: config.client_history,
         };
         let policies = Namespaces::new(node, &config.namespace, access_policy);
-        Ok(Auth { verifier, policies })
+        Ok(Auth {
+            verifier,
+            sources,
+            expect,
+            policies,
+        })
     }
 
     /// Whether this node checks tokens (some key is configured).
@@ -103,11 +128,38 @@ impl Auth {
         self.verifier.is_some()
     }
 
+    /// Verifies `token` with the keys in force. A read lock per check, not
+    /// a per-worker view: the signature check it precedes costs far more.
     pub fn verify(&self, token: &str) -> Result<Verified, TokenError> {
         self.verifier
             .as_ref()
             .ok_or(TokenError::Disabled)?
+            .current()
             .verify(token)
+    }
+
+    /// Reads the key files again (SIGHUP). On success every token check
+    /// from then on uses the new keys; on failure, or if the files hold no
+    /// key at all, the keys in force stay. The HMAC secret, a setting's
+    /// value rather than a file, stays as it was read at start.
+    pub fn reload_keys(&self) -> Result<KeysReload, KeyError> {
+        let Some(verifier) = &self.verifier else {
+            return Ok(KeysReload::NoFiles);
+        };
+        if !self.sources.has_files() {
+            return Ok(KeysReload::NoFiles);
+        }
+        let keys = self.sources.load()?;
+        if keys.is_empty() {
+            return Err(KeyError::NoKeys);
+        }
+        verifier.replace(Arc::new(Verifier::new(keys, self.expect.clone())));
+        Ok(KeysReload::Reloaded)
+    }
+
+    /// The files token keys are read from.
+    pub fn key_files(&self) -> impl Iterator<Item = &std::path::Path> {
+        self.sources.files()
     }
 
     /// Whether a connection holding `access` (`None`: no token) may do
@@ -236,6 +288,57 @@ mod tests {
         // The node-wide setting can open everything to anonymous clients.
         let open_node = auth(Some(true), Vec::new());
         assert_eq!(open_node.check(Action::Publish, "x", None), Ok(()));
+    }
+
+    #[test]
+    fn a_key_reload_swaps_whole_sets_and_keeps_the_last_good_one() {
+        use jsonwebtoken::{encode, EncodingKey, Header};
+        let dir = tempfile::tempdir().unwrap();
+        let jwks = dir.path().join("keys.jwks");
+        let set = |secret: &[u8]| {
+            let k =
+                base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, secret);
+            serde_json::json!({"keys": [{"kty": "oct", "k": k}]}).to_string()
+        };
+        let (a, b) = (
+            b"key-a-of-at-least-thirty-two-bytes!!",
+            b"key-b-of-at-least-thirty-two-bytes!!",
+        );
+        let claims = serde_json::json!({"sub": "1", "exp": token::unix_now() + 60});
+        let token = |secret: &[u8]| {
+            encode(
+                &Header::default(),
+                &claims,
+                &EncodingKey::from_secret(secret),
+            )
+            .unwrap()
+        };
+        std::fs::write(&jwks, set(a)).unwrap();
+        let node = Auth::from_config(&Config {
+            token_jwks: Some(jwks.clone()),
+            ..Config::default()
+        })
+        .unwrap();
+        assert!(node.verify(&token(a)).is_ok());
+        assert_eq!(node.verify(&token(b)), Err(TokenError::Signature));
+
+        std::fs::write(&jwks, set(b)).unwrap();
+        assert_eq!(node.reload_keys().unwrap(), KeysReload::Reloaded);
+        assert!(node.verify(&token(b)).is_ok());
+        assert_eq!(node.verify(&token(a)), Err(TokenError::Signature));
+
+        // An empty set would refuse every token; a broken one is unreadable.
+        std::fs::write(&jwks, r#"{"keys": []}"#).unwrap();
+        assert!(matches!(node.reload_keys(), Err(KeyError::NoKeys)));
+        std::fs::write(&jwks, "{").unwrap();
+        assert!(matches!(node.reload_keys(), Err(KeyError::Jwks { .. })));
+        assert!(node.verify(&token(b)).is_ok(), "the last good keys stay");
+
+        // A secret given as a setting has no file to read again.
+        assert_eq!(
+            auth(None, vec![]).reload_keys().unwrap(),
+            KeysReload::NoFiles
+        );
     }
 
     #[test]

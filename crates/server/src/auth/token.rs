@@ -65,11 +65,28 @@ pub enum TokenError {
     UserChanged { held: UserId, new: UserId },
     #[error("refresh replaces a token and this connection has none: use connect")]
     NoneToRefresh,
+    /// Refused before its signature was checked: a limit on token checks
+    /// was reached. The client is told `rate_limited` (HTTP 429), not
+    /// `invalid_token`: the token may be good, and worth sending later.
+    #[error("{0}")]
+    RateLimited(TokenLimit),
+}
+
+/// The limits on token checks, each a token bucket.
+#[derive(Debug, Error, Clone, Copy, PartialEq, Eq)]
+pub enum TokenLimit {
+    /// `client_token_rate`: `connect` and `refresh` commands on one
+    /// connection.
+    #[error("connect and refresh past client_token_rate")]
+    Connection,
+    /// `token_failures_per_ip`: failed checks from one source address.
+    #[error("failed token checks from this address past token_failures_per_ip")]
+    Address,
 }
 
 impl TokenError {
     /// Every metric label, `token_` and the reason.
-    pub const LABELS: [&'static str; 14] = [
+    pub const LABELS: [&'static str; 16] = [
         "token_disabled",
         "token_malformed",
         "token_algorithm",
@@ -84,6 +101,8 @@ impl TokenError {
         "token_grant",
         "token_user_changed",
         "token_none_to_refresh",
+        "token_rate_limited",
+        "token_address_limited",
     ];
 
     /// The label this refusal is counted under in `myriad_errors_total`.
@@ -103,6 +122,8 @@ impl TokenError {
             TokenError::Grant(_) => "token_grant",
             TokenError::UserChanged { .. } => "token_user_changed",
             TokenError::NoneToRefresh => "token_none_to_refresh",
+            TokenError::RateLimited(TokenLimit::Connection) => "token_rate_limited",
+            TokenError::RateLimited(TokenLimit::Address) => "token_address_limited",
         }
     }
 }

@@ -6,12 +6,12 @@
 //! one; otherwise the previous certificate stays in use. Connections hold
 //! no reference to it once their handshake is done, and a handshake in
 //! progress keeps the configuration it started with, so a reload drops
-//! nothing. Workers read the current configuration through an
-//! [`Acceptor`], which takes the lock only after a reload changed it.
+//! nothing (`crate::reloadable` holds the swap, shared with the token
+//! keys). Workers read the current configuration through an [`Acceptor`],
+//! which takes the lock only after a reload changed it.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::Arc;
 
 use rustls::crypto::ring as provider;
 use rustls::pki_types::pem::{self, PemObject};
@@ -19,6 +19,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::NoServerSessionStorage;
 use rustls::ServerConfig;
 use thiserror::Error;
+
+use crate::reloadable::{Reloadable, View};
 
 /// Where the certificate chain and its private key are.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,9 +109,7 @@ pub fn read_key(path: &Path) -> Result<(Vec<u8>, PrivateKeyDer<'static>), CertEr
 #[derive(Debug)]
 pub struct Certificates {
     files: TlsFiles,
-    current: RwLock<Arc<ServerConfig>>,
-    /// Bumped by every reload that changed `current`.
-    generation: AtomicU64,
+    current: Arc<Reloadable<ServerConfig>>,
 }
 
 impl Certificates {
@@ -118,24 +118,20 @@ impl Certificates {
         let config = server_config(&files)?;
         Ok(Certificates {
             files,
-            current: RwLock::new(config),
-            generation: AtomicU64::new(0),
+            current: Arc::new(Reloadable::new(config)),
         })
     }
 
     /// Reads the files again. On success new handshakes use them; on
     /// failure nothing changes.
     pub fn reload(&self) -> Result<(), CertError> {
-        let config = server_config(&self.files)?;
-        // A panic while holding this lock cannot leave the Arc half-written.
-        *self.current.write().unwrap_or_else(PoisonError::into_inner) = config;
-        self.generation.fetch_add(1, Ordering::Release);
+        self.current.replace(server_config(&self.files)?);
         Ok(())
     }
 
     /// The configuration new handshakes start from.
     pub fn current(&self) -> Arc<ServerConfig> {
-        Arc::clone(&self.current.read().unwrap_or_else(PoisonError::into_inner))
+        self.current.current()
     }
 
     pub fn files(&self) -> &TlsFiles {
@@ -143,33 +139,22 @@ impl Certificates {
     }
 }
 
-/// A worker's view of the configuration: a copy of the `Arc`, refreshed
-/// only when the generation moved, so that accepting a connection costs an
-/// atomic load, not a lock.
+/// A worker's view of the configuration: accepting a connection costs an
+/// atomic load, not a lock (see [`View`]).
 pub struct Acceptor {
-    certs: Arc<Certificates>,
-    config: Arc<ServerConfig>,
-    generation: u64,
+    view: View<ServerConfig>,
 }
 
 impl Acceptor {
     pub fn new(certs: Arc<Certificates>) -> Acceptor {
-        let generation = certs.generation.load(Ordering::Acquire);
         Acceptor {
-            config: certs.current(),
-            certs,
-            generation,
+            view: View::new(Arc::clone(&certs.current)),
         }
     }
 
     /// The configuration a new handshake starts from.
     pub fn config(&mut self) -> Arc<ServerConfig> {
-        let generation = self.certs.generation.load(Ordering::Acquire);
-        if generation != self.generation {
-            self.config = self.certs.current();
-            self.generation = generation;
-        }
-        Arc::clone(&self.config)
+        Arc::clone(self.view.get())
     }
 }
 

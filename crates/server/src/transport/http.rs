@@ -131,6 +131,7 @@ impl RequestError {
         match self {
             RequestError::MethodNotAllowed => 405,
             RequestError::UnknownUser(_) => 404,
+            RequestError::InvalidToken(TokenError::RateLimited(_)) => 429,
             RequestError::InvalidToken(_) => 401,
             RequestError::Forbidden(_) | RequestError::OriginNotAllowed(_) => 403,
             RequestError::RateLimited => 429,
@@ -158,6 +159,7 @@ impl RequestError {
             RequestError::InvalidUser(_) => "invalid_user",
             RequestError::UnknownUser(_) => "unknown_user",
             RequestError::UserWithoutToken => "user_without_token",
+            RequestError::InvalidToken(TokenError::RateLimited(_)) => "rate_limited",
             RequestError::InvalidToken(_) => "invalid_token",
             RequestError::Forbidden(_) => "forbidden",
             RequestError::OriginNotAllowed(_) => "origin_not_allowed",
@@ -170,6 +172,9 @@ impl RequestError {
         let mut headers = cors_headers(config);
         match self {
             RequestError::MethodNotAllowed => headers.push(("Allow", "GET, OPTIONS")),
+            RequestError::InvalidToken(TokenError::RateLimited(_)) => {
+                headers.push(("Retry-After", "1"))
+            }
             // RFC 6750 §3: the scheme, and that the token was the problem.
             RequestError::InvalidToken(_) => {
                 headers.push(("WWW-Authenticate", "Bearer error=\"invalid_token\""))
@@ -412,6 +417,7 @@ pub fn push_one_line(out: &mut Vec<u8>, json: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::TokenLimit;
     use myriad_protocol::handshake::parse_request;
     use myriad_protocol::position::Epoch;
 
@@ -454,6 +460,13 @@ mod tests {
         assert_eq!((token.status(), token.label()), (401, "token_expired"));
         let response = String::from_utf8(token.response(&Config::default())).unwrap();
         assert!(response.contains("WWW-Authenticate: Bearer error=\"invalid_token\""));
+        let limited = RequestError::InvalidToken(TokenError::RateLimited(TokenLimit::Address));
+        assert_eq!(
+            (limited.status(), limited.code(), limited.label()),
+            (429, "rate_limited", "token_address_limited")
+        );
+        let response = String::from_utf8(limited.response(&Config::default())).unwrap();
+        assert!(response.contains("Retry-After: 1"), "{response}");
     }
 
     #[test]

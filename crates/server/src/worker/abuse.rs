@@ -1,11 +1,13 @@
 //! Abuse limits on the client listener, none with a timer per connection:
 //! connections per source address (counted at accept, across workers, and
-//! refused with 429 when the request arrives), and two token buckets per
-//! connection, one for publishes and one for subscription changes, which
-//! the once-a-second sweep refills. Their per-connection state lives in
-//! side tables indexed by slab slot, like `Worker::lives`, and exists only
-//! while its limit is on: a node without limits pays nothing per
-//! connection.
+//! refused with 429 when the request arrives), and three token buckets per
+//! connection, for publishes, subscription changes and token checks
+//! (`connect`, `refresh`), which the once-a-second sweep refills. Their
+//! per-connection state lives in side tables indexed by slab slot, like
+//! `Worker::lives`, and exists only while its limit is on: a node without
+//! limits pays nothing per connection. The address of each connection is
+//! kept while either address limit is on: the connection count, or the
+//! failed token checks (`crate::peers::TokenFailures`, shared).
 
 use std::net::IpAddr;
 
@@ -21,6 +23,11 @@ pub(super) enum Bucket {
     /// Subscription changes: one token per subject subscribed or
     /// unsubscribed, so subscribe churn drains it as fast as subscribing.
     Subscribe,
+    /// `connect` and `refresh`: one token each, checked or not. A token in
+    /// the opening request is not charged: a refused one ends its
+    /// connection, so it costs one check per connection, which the
+    /// per-address bound on failures covers.
+    Token,
 }
 
 /// A token bucket's refill rate per second and its depth; off at rate 0.
@@ -45,17 +52,29 @@ impl Rate {
 struct Tokens {
     publish: u32,
     subscribe: u32,
+    token: u32,
+}
+
+/// A slot's source address, and what its address count says.
+#[derive(Debug, Clone, Copy)]
+struct Peer {
+    key: PeerKey,
+    /// Counted in the connection count under `key`, uncounted when the
+    /// connection goes; false when it was over the limit at accept (its
+    /// request gets 429) or the count is off.
+    counted: bool,
 }
 
 pub(super) struct AbuseLimits {
     per_ip: u32,
+    /// Whether `token_failures_per_ip` is on: connections keep their
+    /// address for it.
+    token_failures: bool,
     publish: Rate,
     subscribe: Rate,
-    /// Per slab slot, while `per_ip` is on: the key its connection is
-    /// counted under (uncounted when it goes), or [`PeerKey::REFUSED`] when
-    /// it was over the limit at accept and not counted (its request gets
-    /// 429). A key rather than an enum keeps a slot at 8 bytes.
-    peers: Vec<PeerKey>,
+    token: Rate,
+    /// Per slab slot, while `per_ip` or `token_failures` is on.
+    peers: Vec<Peer>,
     /// Per slab slot, while a rate is on.
     tokens: Vec<Tokens>,
 }
@@ -64,8 +83,16 @@ impl AbuseLimits {
     pub(super) fn new(config: &Config) -> AbuseLimits {
         AbuseLimits {
             per_ip: config.max_connections_per_ip,
+            token_failures: config.token_failures_per_ip > 0,
             publish: Rate::new(config.client_publish_rate, config.client_publish_burst),
             subscribe: Rate::new(config.client_subscribe_rate, config.client_subscribe_burst),
+            // Only a node with a token key checks tokens: elsewhere the
+            // bucket would cost every connection 4 bytes for nothing.
+            token: if config.token_keys_configured() {
+                Rate::new(config.client_token_rate, config.client_token_burst)
+            } else {
+                Rate::new(0, 0)
+            },
             peers: Vec::new(),
             tokens: Vec::new(),
         }
@@ -76,16 +103,18 @@ impl AbuseLimits {
     pub(super) fn admit(&mut self, id: ConnId, ip: IpAddr, counts: &PeerCounts) -> bool {
         let slot = id as usize;
         let mut admitted = true;
-        if self.per_ip > 0 {
+        if self.per_ip > 0 || self.token_failures {
             let key = PeerKey::of(ip);
-            admitted = counts.try_add(key, self.per_ip);
-            let peer = if admitted { key } else { PeerKey::REFUSED };
-            grow(&mut self.peers, slot, PeerKey::REFUSED)[slot] = peer;
+            let counted = self.per_ip > 0 && counts.try_add(key, self.per_ip);
+            admitted = self.per_ip == 0 || counted;
+            let peer = Peer { key, counted };
+            grow(&mut self.peers, slot, peer)[slot] = peer;
         }
-        if self.publish.on() || self.subscribe.on() {
+        if self.publish.on() || self.subscribe.on() || self.token.on() {
             let full = Tokens {
                 publish: self.publish.burst,
                 subscribe: self.subscribe.burst,
+                token: self.token.burst,
             };
             grow(&mut self.tokens, slot, full)[slot] = full;
         }
@@ -94,14 +123,18 @@ impl AbuseLimits {
 
     /// Whether `id` came from an address that was at its limit.
     pub(super) fn over_ip_limit(&self, id: ConnId) -> bool {
-        self.per_ip > 0 && self.peers[id as usize] == PeerKey::REFUSED
+        self.per_ip > 0 && !self.peers[id as usize].counted
+    }
+
+    /// `id`'s source address, while a limit needs it.
+    pub(super) fn address(&self, id: ConnId) -> Option<PeerKey> {
+        self.peers.get(id as usize).map(|p| p.key)
     }
 
     /// Uncounts `id`'s address as the connection goes.
     pub(super) fn release(&mut self, id: ConnId, counts: &PeerCounts) {
-        match self.peers.get(id as usize) {
-            Some(&key) if key != PeerKey::REFUSED => counts.remove(key),
-            _ => {}
+        if let Some(peer) = self.peers.get(id as usize).filter(|p| p.counted) {
+            counts.remove(peer.key);
         }
     }
 
@@ -131,6 +164,7 @@ impl AbuseLimits {
         match bucket {
             Bucket::Publish if self.publish.on() => Some(&mut tokens.publish),
             Bucket::Subscribe if self.subscribe.on() => Some(&mut tokens.subscribe),
+            Bucket::Token if self.token.on() => Some(&mut tokens.token),
             _ => None,
         }
     }
@@ -138,8 +172,12 @@ impl AbuseLimits {
     /// The sweep's second: every bucket gains its rate, up to its depth.
     /// Slots of closed connections are refilled too; `admit` resets them.
     pub(super) fn refill(&mut self) {
-        let (publish, subscribe) = (self.publish, self.subscribe);
+        let (publish, subscribe, token) = (self.publish, self.subscribe, self.token);
         for tokens in &mut self.tokens {
+            tokens.token = tokens
+                .token
+                .saturating_add(token.per_second)
+                .min(token.burst);
             tokens.publish = tokens
                 .publish
                 .saturating_add(publish.per_second)
@@ -217,5 +255,26 @@ mod tests {
         l.admit(0, ip, &counts);
         assert!(!l.over_ip_limit(0));
         assert!(limits(0, (0, 0), (0, 0)).tokens.is_empty());
+    }
+
+    #[test]
+    fn token_checks_have_their_bucket_and_failures_keep_the_address() {
+        let mut l = AbuseLimits::new(&Config {
+            token_failures_per_ip: 10,
+            token_hmac_secret: Some("0123456789abcdef0123456789abcdef".into()),
+            ..Config::default()
+        });
+        let ip: IpAddr = "10.0.0.3".parse().unwrap();
+        assert!(l.admit(4, ip, &PeerCounts::default()));
+        assert_eq!(l.address(4), Some(PeerKey::of(ip)));
+        assert!(!l.over_ip_limit(4), "the connection count is off");
+        let taken = (0..10).filter(|_| l.take(4, Bucket::Token, 1)).count();
+        assert_eq!(taken, 5, "the default burst");
+        l.refill();
+        assert!(l.take(4, Bucket::Token, 1) && !l.take(4, Bucket::Token, 1));
+        let mut off = limits(0, (0, 0), (0, 0));
+        off.admit(0, ip, &PeerCounts::default());
+        assert_eq!(off.address(0), None, "no address limit, no address kept");
+        assert!(off.tokens.is_empty(), "no token key: no token bucket");
     }
 }

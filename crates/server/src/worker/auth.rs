@@ -3,11 +3,20 @@
 //! on a subject passes (see `crate::auth` for the rules themselves).
 //! Expiry is found by the once-a-second sweep (`Worker::sweep`), which
 //! closes the connection with 4501.
+//!
+//! Every token a connection presents is checked here, within two limits
+//! (each check costs a signature verification, and a refused `connect`
+//! leaves its connection open to try again): `connect` and `refresh`
+//! spend the connection's token bucket (`client_token_rate`), and a source
+//! address past `token_failures_per_ip` failed checks has its tokens
+//! refused unchecked, wherever they came from, so that opening many
+//! connections does not buy more checks.
 
 use myriad_protocol::message::ErrorCode;
 
+use super::abuse::Bucket;
 use super::Worker;
-use crate::auth::{Action, TokenError};
+use crate::auth::{Action, TokenError, TokenLimit, Verified};
 use crate::metrics::ErrorKind;
 use crate::registry::ConnId;
 
@@ -42,7 +51,7 @@ impl Worker {
             self.refuse(id, request, ErrorCode::AlreadyConnected, &detail);
             return;
         }
-        match self.shared.auth.verify(token) {
+        match self.verify_command_token(id, token) {
             Ok(verified) => {
                 self.open_as_user(id, verified.user, Some(verified.access));
                 self.acknowledge(id, request);
@@ -57,8 +66,8 @@ impl Worker {
     /// the client subscribed beyond its grants is refused, and the old
     /// token stays, expiry and all.
     pub(super) fn refresh(&mut self, id: ConnId, request: Option<u64>, token: &str) {
-        let session = &self.conns[id as usize].session;
-        let Some(held) = session
+        let Some(held) = self.conns[id as usize]
+            .session
             .identity
             .as_ref()
             .filter(|i| i.access.is_some())
@@ -66,7 +75,7 @@ impl Worker {
         else {
             return self.refuse_token(id, request, &TokenError::NoneToRefresh);
         };
-        let verified = match self.shared.auth.verify(token) {
+        let verified = match self.verify_command_token(id, token) {
             Ok(v) if v.user != held => Err(TokenError::UserChanged { held, new: v.user }),
             other => other,
         };
@@ -74,6 +83,7 @@ impl Worker {
             Ok(v) => v,
             Err(e) => return self.refuse_token(id, request, &e),
         };
+        let session = &self.conns[id as usize].session;
         let lost = session.subscriptions.iter().find(|s| {
             !session.is_graph_feed(s)
                 && self
@@ -96,10 +106,45 @@ impl Worker {
         self.acknowledge(id, request);
     }
 
-    /// Answers a refused token with `invalid_token`, counted under its
-    /// reason (`token_…`) rather than the code.
+    /// Checks the token of a `connect` or `refresh`: one of the
+    /// connection's `client_token_rate` tokens, then [`Self::verify_token`].
+    fn verify_command_token(&mut self, id: ConnId, token: &str) -> Result<Verified, TokenError> {
+        if self.shared.auth.checks_tokens() && !self.abuse.take(id, Bucket::Token, 1) {
+            return Err(TokenError::RateLimited(TokenLimit::Connection));
+        }
+        self.verify_token(id, token)
+    }
+
+    /// Checks a token connection `id` presents, unless its source address
+    /// is past `token_failures_per_ip`; a refusal spends one of the
+    /// address's failures. On a node that checks no tokens nothing is
+    /// verified (`token_disabled`), so nothing is limited.
+    pub(super) fn verify_token(&self, id: ConnId, token: &str) -> Result<Verified, TokenError> {
+        let auth = &self.shared.auth;
+        let failures = &self.shared.token_failures;
+        let address = self.abuse.address(id).filter(|_| failures.on());
+        let Some(address) = address.filter(|_| auth.checks_tokens()) else {
+            return auth.verify(token);
+        };
+        if !failures.allows(address) {
+            return Err(TokenError::RateLimited(TokenLimit::Address));
+        }
+        let verified = auth.verify(token);
+        if verified.is_err() {
+            failures.failed(address);
+        }
+        verified
+    }
+
+    /// Answers a refused token with `invalid_token`, or `rate_limited` when
+    /// a limit refused it unchecked, counted under its reason (`token_…`)
+    /// rather than the code.
     fn refuse_token(&mut self, id: ConnId, request: Option<u64>, error: &TokenError) {
         self.shared.metrics.error(ErrorKind::Token(error.label()));
-        self.reply_error(id, request, ErrorCode::InvalidToken, &error.to_string());
+        let code = match error {
+            TokenError::RateLimited(_) => ErrorCode::RateLimited,
+            _ => ErrorCode::InvalidToken,
+        };
+        self.reply_error(id, request, code, &error.to_string());
     }
 }

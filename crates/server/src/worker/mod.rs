@@ -58,7 +58,7 @@ use crate::hub::{Event, Hub, Wakeups};
 use crate::link::{Link, LinkError, Tls, SEAL_BYTES};
 use crate::metrics::{ErrorKind, Metrics, WorkerMetrics};
 use crate::outbound::Flushed;
-use crate::peers::PeerCounts;
+use crate::peers::{PeerCounts, TokenFailures};
 use crate::registry::{ConnId, Registry};
 use crate::tls::{self, Acceptor, Certificates, Handshake, TlsFailure};
 use crate::transport::http::error_response;
@@ -101,6 +101,8 @@ pub struct Shared {
     pub auth: Auth,
     /// Open connections per source address (`max_connections_per_ip`).
     pub peers: PeerCounts,
+    /// Failed token checks per source address (`token_failures_per_ip`).
+    pub token_failures: TokenFailures,
     /// The follow graph's keeper, presence and known users.
     pub feeds: Feeds,
     pub metrics: Arc<Metrics>,

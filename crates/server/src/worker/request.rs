@@ -112,7 +112,7 @@ impl Worker {
         match endpoint {
             Endpoint::WebSocket(phase) => match head.upgrade() {
                 Ok(upgrade) => {
-                    let who = match self.upgrade_credentials(&head) {
+                    let who = match self.upgrade_credentials(id, &head) {
                         Ok(who) => who,
                         Err(e) => {
                             self.refuse_request(
@@ -165,7 +165,7 @@ impl Worker {
             }
             Endpoint::Http(kind) => {
                 let admitted = parse_stream_request(&head, config)
-                    .and_then(|r| self.admit_stream(&head, r))
+                    .and_then(|r| self.admit_stream(id, &head, r))
                     .and_then(|(request, who)| {
                         // Each request subscribes anew, so a loop of polls
                         // spends subscription changes like subscribes do.
@@ -193,15 +193,19 @@ impl Worker {
     /// Who a WebSocket upgrade says it is: its token (`Authorization:
     /// Bearer`, or `?token=`), or, on a node that checks no tokens, the
     /// known user of `?user=`.
-    fn upgrade_credentials(&self, head: &RequestHead<'_>) -> Result<Credentials, RequestError> {
+    fn upgrade_credentials(
+        &self,
+        id: ConnId,
+        head: &RequestHead<'_>,
+    ) -> Result<Credentials, RequestError> {
         let query = parse_upgrade_query(head.query)?;
         let auth = &self.shared.auth;
         if query.user.is_some() && auth.checks_tokens() {
             return Err(RequestError::UserWithoutToken);
         }
         if let Some(token) = head.bearer.or(query.token.as_deref()) {
-            return auth
-                .verify(token)
+            return self
+                .verify_token(id, token)
                 .map(Credentials::Token)
                 .map_err(RequestError::InvalidToken);
         }
@@ -218,12 +222,16 @@ impl Worker {
     /// it asks for.
     fn admit_stream(
         &self,
+        id: ConnId,
         head: &RequestHead<'_>,
         request: StreamRequest,
     ) -> Result<(StreamRequest, Option<Verified>), RequestError> {
         let auth = &self.shared.auth;
         let verified = match head.bearer.or(request.token.as_deref()) {
-            Some(token) => Some(auth.verify(token).map_err(RequestError::InvalidToken)?),
+            Some(token) => Some(
+                self.verify_token(id, token)
+                    .map_err(RequestError::InvalidToken)?,
+            ),
             None => None,
         };
         let access = verified.as_ref().map(|v| &v.access);
