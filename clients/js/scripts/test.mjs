@@ -15,7 +15,7 @@ const files = dirs.flatMap((d) =>
     .map((f) => `build/test/${d}/${f}`),
 );
 try {
-  execFileSync(process.execPath, ["--enable-source-maps", "--test", "--test-concurrency=1", ...files], { stdio: "inherit" });
+  execFileSync(process.execPath, ["--enable-source-maps", "--test", "--test-concurrency=1", "--test-timeout=120000", ...files], { stdio: "inherit" });
 } catch {
   process.exit(1);
 }
