@@ -200,6 +200,11 @@ export class Client extends Emitter<ClientEvents> {
 
   /** @internal */
   attach(sub: Subscription): void {
+    const held = this.subs.get(sub.subject);
+    if (this.state === "closed" || (held && held !== sub)) {
+      const error = this.state === "closed" ? new MyriadError("client_closed", "the client is closed") : new MyriadError("already_subscribed", `${sub.subject} is already held`);
+      return sub.setState("unsubscribed", { type: "error", error });
+    }
     this.subs.set(sub.subject, sub);
     if (this.state === "connected") this.sendSubscribe(sub, 0);
   }

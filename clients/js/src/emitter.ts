@@ -25,7 +25,8 @@ export class Emitter<Events extends object> {
 
   /** @internal */
   emit<K extends keyof Events>(name: K, payload: Events[K]): void {
-    for (const listener of this.listeners[name] ?? []) {
+    // A copy: a listener added or removed by a listener waits for the next event.
+    for (const listener of [...(this.listeners[name] ?? [])]) {
       try {
         listener(payload);
       } catch (error) {

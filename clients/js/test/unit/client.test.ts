@@ -517,3 +517,36 @@ test("a subscribe refused for good unsubscribes; a passing refusal is retried", 
   assert.equal(server.last.ops("subscribe").filter((f) => f.subject === "open").length, 2);
   assert.throws(() => client.subscribe("open"), (e: MyriadError) => e.code === "already_subscribed");
 });
+
+test("an old subscription object cannot take back a subject held by a new one, nor subscribe on a closed client", () => {
+  const { server, client } = setup();
+  server.onCommand = answering(0);
+  client.connect();
+  server.last.open();
+  const old = client.subscribe("a");
+  void old.unsubscribe();
+  const fresh = client.subscribe("a");
+  old.subscribe();
+  assert.equal(old.state, "unsubscribed");
+  assert.equal(client.getSubscription("a"), fresh);
+  client.close();
+  fresh.subscribe();
+  assert.equal(fresh.state, "unsubscribed");
+  assert.throws(() => client.subscribe("b"), (e: MyriadError) => e.code === "client_closed");
+});
+
+test("a listener added while an event is emitted hears the next one only", () => {
+  const { server, client } = setup();
+  server.onCommand = answering(0);
+  const sub = client.subscribe("a");
+  const heard: string[] = [];
+  sub.on("publication", (p) => {
+    heard.push(`first ${p.offset}`);
+    sub.on("publication", (q) => heard.push(`added ${q.offset}`));
+  });
+  client.connect();
+  server.last.open();
+  server.last.push(msg("a", 1));
+  server.last.push(msg("a", 2));
+  assert.deepEqual(heard, ["first 1", "first 2", "added 2"]);
+});
