@@ -25,6 +25,14 @@ export interface WebSocketLike {
 }
 export type WebSocketConstructor = new (url: string) => WebSocketLike;
 
+/** The parts of a browser's `window` the client listens to (docs/sdk.md, "Browsers"). */
+export interface WindowLike {
+  addEventListener(type: string, listener: () => void): void;
+  removeEventListener(type: string, listener: () => void): void;
+  document?: { visibilityState?: string };
+  navigator?: { onLine?: boolean };
+}
+
 export interface ClientOptions {
   /** A fixed token, used first. */
   token?: string;
@@ -44,6 +52,8 @@ export interface ClientOptions {
   WebSocket?: WebSocketConstructor;
   /** Uniform in [0, 1), for the back-off's jitter (default `Math.random`). */
   random?: () => number;
+  /** The page's window, for `online`/`offline` and visibility (default: the global one, when there is one). */
+  window?: WindowLike;
 }
 
 export type ClientState = "disconnected" | "connecting" | "connected" | "closed";
@@ -97,7 +107,12 @@ export class Client extends Emitter<ClientEvents> {
   readonly counters: Counters = { badMessages: 0, unknownOps: 0, unexpectedPublications: 0, duplicates: 0, callbackErrors: 0 };
 
   private readonly urls: string[];
-  private readonly o: Required<Omit<ClientOptions, "token" | "getToken">> & Pick<ClientOptions, "getToken">;
+  private readonly o: Required<Omit<ClientOptions, "token" | "getToken" | "window">> & Pick<ClientOptions, "getToken">;
+  private readonly window?: WindowLike;
+  /** The window said `offline`: no attempt until `online`. */
+  private offline = false;
+  /** An attempt is due (or waits for `online` or a visible page) and no socket is in progress. */
+  private waiting = false;
   private ws?: WebSocketLike;
   /** Bumped per socket: events of an older socket are ignored. */
   private generation = 0;
@@ -139,6 +154,8 @@ export class Client extends Emitter<ClientEvents> {
       ...options,
     };
     this.caught = (error) => this.report("callback_threw", error);
+    const global = globalThis as { addEventListener?: unknown };
+    this.window = options.window ?? (typeof global.addEventListener === "function" ? (globalThis as unknown as WindowLike) : undefined);
   }
 
   // ---- application calls
@@ -149,8 +166,10 @@ export class Client extends Emitter<ClientEvents> {
     if (this.state !== "disconnected") return;
     if (!this.o.WebSocket) throw new MyriadError("no_websocket", "no WebSocket constructor: pass options.WebSocket");
     this.attempt = 0;
+    this.offline = this.window?.navigator?.onLine === false;
+    for (const [type, listener] of this.browserEvents) this.window?.addEventListener(type, listener);
     this.setState("connecting", { type: "call", method: "connect" });
-    this.open();
+    this.attemptNow();
   }
 
   /** Closes the connection and stops reconnecting; subscriptions are kept for the next `connect()`. */
@@ -348,7 +367,41 @@ export class Client extends Emitter<ClientEvents> {
     this.setState("connecting", cause);
     const delay = backoff(++this.attempt, this.o.minReconnectDelay, this.o.maxReconnectDelay, this.o.random);
     this.emit("retry", { attempt: this.attempt, delay, url: this.urls[(this.urlIndex + 1) % this.urls.length]!, cause });
-    this.timer = setTimeout(() => this.open(), delay);
+    this.waiting = true;
+    this.timer = setTimeout(() => this.attemptNow(), delay);
+  }
+
+  /** Opens a socket now, unless the browser is offline or the page hidden: then when that ends. */
+  private attemptNow(): void {
+    this.waiting = this.offline || this.window?.document?.visibilityState === "hidden";
+    if (!this.waiting) void this.open();
+  }
+
+  /** The window's events, as [type, listener]; added on `connect()`, removed on stopping. */
+  private readonly browserEvents: Array<[string, () => void]> = [
+    [
+      "offline",
+      () => {
+        this.offline = true;
+        if (!this.waiting) this.lost(this.generation, { type: "close", code: 1006, reason: "offline" });
+      },
+    ],
+    [
+      "online",
+      () => {
+        this.offline = false;
+        this.attempt = 0;
+        this.resume();
+      },
+    ],
+    ["visibilitychange", () => this.window?.document?.visibilityState !== "hidden" && this.resume()],
+  ];
+
+  /** A due or pending attempt goes at once. */
+  private resume(): void {
+    if (this.state !== "connecting" || !this.waiting) return;
+    clearTimeout(this.timer);
+    this.attemptNow();
   }
 
   /** To `disconnected` for a close that says not to reconnect unchanged. */
@@ -380,6 +433,8 @@ export class Client extends Emitter<ClientEvents> {
   /** To `disconnected` or `closed`: no socket, no attempt, buffered commands rejected. */
   private stop(state: "disconnected" | "closed", cause: ClientCause, error: MyriadError): void {
     this.drop(error, cause);
+    this.waiting = false;
+    for (const [type, listener] of this.browserEvents) this.window?.removeEventListener(type, listener);
     for (const p of this.buffer.splice(0)) p.settle(undefined, error);
     this.setState(state, cause);
     if (state === "closed") {

@@ -108,3 +108,16 @@ export function fakeToken(claims: Record<string, unknown>): string {
   const part = (o: unknown) => Buffer.from(JSON.stringify(o)).toString("base64url");
   return `${part({ alg: "HS256", typ: "JWT" })}.${part(claims)}.sig`;
 }
+
+/** A browser window as far as the client looks at it: online/offline and visibility, fired at will. */
+export function fakeWindow() {
+  const target = new EventTarget();
+  const window = {
+    document: { visibilityState: "visible" },
+    navigator: { onLine: true },
+    addEventListener: (type: string, listener: () => void) => target.addEventListener(type, listener),
+    removeEventListener: (type: string, listener: () => void) => target.removeEventListener(type, listener),
+    fire: (type: string) => target.dispatchEvent(new Event(type)),
+  };
+  return window;
+}

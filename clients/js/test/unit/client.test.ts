@@ -9,7 +9,7 @@ import { afterEach, beforeEach, mock, test } from "node:test";
 import { Client, type ClientOptions } from "../../src/client.js";
 import { MyriadError, ServerError, TimeoutError, UnauthorizedError } from "../../src/errors.js";
 import type { Discontinuity } from "../../src/subscription.js";
-import { FakeServer, type FakeSocket, type Frame, fakeToken, flush } from "../fake.js";
+import { FakeServer, type FakeSocket, type Frame, fakeToken, fakeWindow, flush } from "../fake.js";
 
 const E1 = "00000000000000e1";
 const E2 = "00000000000000e2";
@@ -549,4 +549,54 @@ test("a listener added while an event is emitted hears the next one only", () =>
   server.last.push(msg("a", 1));
   server.last.push(msg("a", 2));
   assert.deepEqual(heard, ["first 1", "first 2", "added 2"]);
+});
+
+test("offline closes the socket and waits for online, which reconnects at once", () => {
+  const window = fakeWindow();
+  const { server, client, causes } = setup({ window });
+  client.connect();
+  server.last.open();
+  window.fire("offline");
+  assert.equal(client.state, "connecting");
+  assert.deepEqual(causes.at(-1), { type: "close", code: 1006, reason: "offline" });
+  assert.equal(server.sockets[0]?.closedWith, 1000);
+  mock.timers.tick(120_000);
+  assert.equal(server.sockets.length, 1, "no attempt while offline");
+  window.fire("online");
+  assert.equal(server.sockets.length, 2, "at once");
+  server.last.open();
+  assert.equal(client.state, "connected");
+  client.close();
+  window.fire("offline");
+  window.fire("online");
+  assert.equal(server.sockets.length, 2, "the listeners left with the client");
+});
+
+test("an attempt due while the page is hidden waits for it to show; a visible page cuts the pause", () => {
+  const window = fakeWindow();
+  const { server, client } = setup({ window, random: () => 0.999 });
+  client.connect();
+  server.last.open();
+  window.document.visibilityState = "hidden";
+  window.fire("visibilitychange");
+  assert.equal(client.state, "connected", "an open connection is kept while hidden");
+  server.last.end(1006);
+  mock.timers.tick(60_000);
+  assert.equal(server.sockets.length, 1, "no attempt while hidden");
+  window.document.visibilityState = "visible";
+  window.fire("visibilitychange");
+  assert.equal(server.sockets.length, 2, "at once when the page shows");
+  server.last.end(1006);
+  window.fire("visibilitychange");
+  assert.equal(server.sockets.length, 3, "a visible page does not wait out a pause");
+});
+
+test("a browser that starts offline makes its first attempt on online", () => {
+  const window = fakeWindow();
+  window.navigator.onLine = false;
+  const { server, client } = setup({ window });
+  client.connect();
+  assert.equal(server.sockets.length, 0);
+  window.fire("online");
+  assert.equal(server.sockets.length, 1);
 });
