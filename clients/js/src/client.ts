@@ -71,6 +71,8 @@ export interface ClientEvents {
   state: { state: ClientState; previous: ClientState; cause: ClientCause };
   /** An attempt failed (or a connection was lost) and the next one is scheduled. */
   retry: { attempt: number; delay: number; url: string; cause: ClientCause };
+  /** The node subscribed the connection to a feed by itself (docs/sdk.md, "Feeds"); attach listeners here. */
+  subscription: Subscription;
   error: MyriadError;
 }
 
@@ -347,7 +349,7 @@ export class Client extends Emitter<ClientEvents> {
     this.setState("connected", { type: "open", url });
     this.watch();
     this.scheduleRefresh();
-    for (const sub of this.subs.values()) if (sub.state === "subscribing") this.sendSubscribe(sub, 0);
+    for (const sub of this.subs.values()) if (sub.state === "subscribing" && !sub.server) this.sendSubscribe(sub, 0);
     for (const p of this.buffer.splice(0)) this.sendPending(p);
   }
 
@@ -571,6 +573,7 @@ export class Client extends Emitter<ClientEvents> {
         }
         if (sub) return sub.subscribed(message, message.recovered, p !== undefined);
         if (this.leaving.has(message.subject)) return;
+        if (message.id === undefined) return this.feed(message.subject, message);
         this.counters.unexpectedPublications++;
         return this.report("unexpected_publication", `subscribed to ${message.subject}, which the client did not ask for`);
       }
@@ -588,6 +591,16 @@ export class Client extends Emitter<ClientEvents> {
         } // else: the late answer to a command that timed out
       }
     }
+  }
+
+  /** A subscription the node made by itself: held like any, announced with `subscription`. */
+  private feed(subject: string, position: Position): void {
+    const sub = new Subscription(subject, this, undefined, true);
+    sub.caught = this.caught;
+    sub.state = "subscribing";
+    this.subs.set(subject, sub);
+    this.emit("subscription", sub);
+    sub.subscribed(position, undefined, false);
   }
 
   /** The `error` event; a listener of it that throws is counted and dropped. */

@@ -53,11 +53,16 @@ export class Subscription extends Emitter<SubscriptionEvents> {
   /** Why it last went to `unsubscribed`, for `ready()`. */
   private ended?: MyriadError;
 
-  /** @internal Made by `Client.subscribe`. */
+  /**
+   * @internal Made by `Client.subscribe`, or by the client for a feed the
+   * node subscribed the connection to by itself (`server`).
+   */
   constructor(
     readonly subject: string,
     private host: SubscriptionHost,
     since?: Position,
+    /** The node made this subscription (a feed of the token's user): the node, not the client, makes it again after a reconnect. */
+    readonly server = false,
   ) {
     super();
     this.position = since ? { epoch: since.epoch, offset: since.offset } : null;
@@ -112,7 +117,11 @@ export class Subscription extends Emitter<SubscriptionEvents> {
   subscribed(position: Position, recovered: boolean | undefined, asked: boolean): void {
     const at = { epoch: position.epoch, offset: position.offset };
     if (this.state === "subscribing") {
-      if (recovered === false) this.hole("not_recovered", at);
+      const was = this.position;
+      // A feed the node made again after a reconnect comes without
+      // recovery: a position other than the one held means a hole.
+      const moved = this.server && was && (was.epoch !== at.epoch || was.offset !== at.offset);
+      if (recovered === false || moved) this.hole("not_recovered", at);
       else if (recovered !== true) this.position = at;
       this.setState("subscribed", { type: "subscribed", recovered });
     } else if (this.state === "subscribed" && !asked && recovered === false) {

@@ -166,7 +166,9 @@ test("a token refreshed on the open connection outlives its first exp", async ()
     },
   });
   const states: string[] = [];
+  const errors: MyriadError[] = [];
   c.on("state", (s) => states.push(s.state));
+  c.on("error", (e) => errors.push(e));
   c.connect();
   const sub = c.subscribe("refresh");
   await sub.ready();
@@ -175,4 +177,27 @@ test("a token refreshed on the open connection outlives its first exp", async ()
   assert.ok(calls >= 3, `${calls} tokens`);
   const result = await c.publish("refresh", "still here");
   assert.equal(result.reached, 1);
+  assert.deepEqual(errors, [], "no refresh failed; the user's own feed is no error");
+});
+
+test("the feeds the node makes for a token's user are held and delivered, without errors", async () => {
+  const secret = "f".repeat(32);
+  const n = await node(["--token-hmac-secret", secret]);
+  const follow = await fetch(`http://${n.admin}/api/follow`, { method: "POST", body: JSON.stringify({ edges: [[7, 2]] }) });
+  assert.equal(follow.status, 200);
+  const c = client(n.url, {
+    getToken: async () => hs256(secret, { sub: "7", exp: Math.floor(Date.now() / 1000) + 60, subscribe: ["*"] }),
+  });
+  const errors: MyriadError[] = [];
+  c.on("error", (e) => errors.push(e));
+  const got: unknown[] = [];
+  c.on("subscription", (sub) => sub.on("publication", (p) => got.push([p.subject, p.data])));
+  c.connect();
+  await until("the feed of user 2", () => c.getSubscription("@2")?.state === "subscribed");
+  assert.equal(c.getSubscription("@7")?.server, true, "the user's own feed too");
+  const sent = await fetch(`http://${n.admin}/api/publish_as`, { method: "POST", body: JSON.stringify({ user: 2, data: "hello, followers" }) });
+  assert.equal(sent.status, 200);
+  await until("the feed publication", () => got.length === 1);
+  assert.deepEqual(got, [["@2", "hello, followers"]]);
+  assert.deepEqual(errors, []);
 });

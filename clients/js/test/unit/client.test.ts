@@ -600,3 +600,40 @@ test("a browser that starts offline makes its first attempt on online", () => {
   window.fire("online");
   assert.equal(server.sockets.length, 1);
 });
+
+test("a feed the node subscribes the connection to is held, announced, and made again by the node after a reconnect", () => {
+  const { server, client, errors } = setup();
+  server.onCommand = answering(0);
+  const feeds: string[] = [];
+  const got: string[] = [];
+  const holes: Discontinuity[] = [];
+  client.on("subscription", (sub) => {
+    feeds.push(`${sub.subject} ${sub.server} ${sub.state}`);
+    sub.on("publication", (p) => got.push(`${p.subject} ${p.offset}`));
+    sub.on("discontinuity", (d) => holes.push(d));
+  });
+  client.connect();
+  server.last.open();
+  server.last.push({ op: "subscribed", subject: "@7", epoch: E1, offset: 4 });
+  server.last.push(msg("@7", 5));
+  assert.deepEqual(feeds, ["@7 true subscribing"]);
+  assert.equal(client.getSubscription("@7")?.state, "subscribed");
+  assert.deepEqual(got, ["@7 5"]);
+  server.last.end(1006);
+  mock.timers.tick(250);
+  server.last.open();
+  assert.equal(server.last.ops("subscribe").length, 0, "the node makes it again, not the client");
+  server.last.push({ op: "subscribed", subject: "@7", epoch: E1, offset: 5 });
+  assert.deepEqual(holes, [], "nothing was missed");
+  server.last.end(1006);
+  mock.timers.tick(250);
+  server.last.open();
+  server.last.push({ op: "subscribed", subject: "@7", epoch: E1, offset: 9 });
+  server.last.push(msg("@7", 10));
+  assert.deepEqual(holes, [
+    { subject: "@7", cause: "not_recovered", previous: { epoch: E1, offset: 5 }, position: { epoch: E1, offset: 9 }, missed: 4 },
+  ]);
+  assert.deepEqual(got, ["@7 5", "@7 10"]);
+  assert.deepEqual(feeds.length, 1, "announced once");
+  assert.deepEqual(errors, []);
+});
