@@ -201,3 +201,27 @@ test("the feeds the node makes for a token's user are held and delivered, withou
   assert.deepEqual(got, [["@2", "hello, followers"]]);
   assert.deepEqual(errors, []);
 });
+
+test("when its node dies the client fails over to the next URL and resubscribes there", async () => {
+  const a = await startNode();
+  const b = await node();
+  const c = client([a.url, b.url]);
+  const urls: string[] = [];
+  c.on("state", (s) => s.cause.type === "open" && urls.push(s.cause.url));
+  c.connect();
+  const sub = c.subscribe("failover");
+  const got: unknown[] = [];
+  const holes: Discontinuity[] = [];
+  sub.on("publication", (p) => got.push(p.data));
+  sub.on("discontinuity", (d) => holes.push(d));
+  await sub.ready();
+  await publish(a, [{ subject: "failover", data: "on a" }]);
+  await until("the publication on a", () => got.length === 1);
+  await a.kill();
+  await until("resubscribed on b", () => holes.length === 1 && sub.state === "subscribed");
+  await publish(b, [{ subject: "failover", data: "on b" }]);
+  await until("the publication on b", () => got.length === 2);
+  assert.deepEqual(urls, [a.url, b.url]);
+  assert.deepEqual(got, ["on a", "on b"]);
+  assert.equal(holes[0]?.cause, "not_recovered", "independent nodes: another epoch");
+});
