@@ -296,7 +296,8 @@ export class Client extends Emitter<ClientEvents> {
     this.pending.set(frame.id, {
       frame,
       settle: (_message, error) => {
-        if (generation !== this.generation || !error) return void (error || this.established(generation, url));
+        if (generation !== this.generation) return;
+        if (!error) return this.established(generation, url);
         if (error.code !== "invalid_token") return this.lost(generation, { type: "token", error });
         if (!this.tokenFresh && this.o.getToken) {
           this.token = undefined;
