@@ -48,6 +48,12 @@ test("subscribe, publish over the client and over the HTTP API, receive both", a
   assert.deepEqual(sub.position, { epoch: result.epoch, offset: 2 });
   const history = await c.history("news", { limit: 10 });
   assert.equal(history.publications.length, 2);
+  const after = await c.history("news", { since: { epoch: result.epoch!, offset: 1 } });
+  assert.deepEqual(
+    after.publications.map((p) => p.data),
+    ["from the API"],
+  );
+  assert.equal(after.recovered, true);
   assert.deepEqual(errors, []);
 });
 
@@ -198,7 +204,13 @@ test("the feeds the node makes for a token's user are held and delivered, withou
   const sent = await fetch(`http://${n.admin}/api/publish_as`, { method: "POST", body: JSON.stringify({ user: 2, data: "hello, followers" }) });
   assert.equal(sent.status, 200);
   await until("the feed publication", () => got.length === 1);
-  assert.deepEqual(got, [["@2", "hello, followers"]]);
+  const own = await c.send("from 7");
+  assert.equal(own.reached, 1);
+  await until("the user's own send", () => got.length === 2);
+  assert.deepEqual(got, [
+    ["@2", "hello, followers"],
+    ["@7", "from 7"],
+  ]);
   assert.deepEqual(errors, []);
 });
 
