@@ -2,8 +2,10 @@
 # The TypeScript client's gates (clients/js, docs/sdk.md): a clean install
 # from package-lock.json, the strict type check of the client and of its
 # tests, the build with its size budget (8 KB minified and gzipped; the
-# build fails over it), the unit tests and the integration tests against
-# the real binary. Needs only Node 20+ and npm.
+# build fails over it), the unit tests, the integration tests against the
+# real binary, and the built bundle in headless Chromium against it
+# (skipped, and said so, when there is no Chromium: CHROMIUM, default
+# `chromium` on PATH). Needs only Node 20+ and npm.
 #
 #   bash scripts/sdk-js.sh [MYRIAD_BIN]
 #
@@ -32,5 +34,5 @@ npx --no-install tsc --noEmit -p tsconfig.test.json
 step "build: ESM, CommonJS, declarations, minified bundle within 8 KB min+gzip"
 node scripts/build.mjs
 
-step "unit and integration tests (MYRIAD_BIN=$bin)"
+step "unit, integration and browser tests (MYRIAD_BIN=$bin)"
 MYRIAD_BIN="$bin" node scripts/test.mjs all
