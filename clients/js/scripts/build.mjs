@@ -1,10 +1,11 @@
-// Builds dist/: ESM and CommonJS (one file each), type declarations, and
-// one minified browser bundle (an IIFE defining `Myriad`). Fails, printing
-// the size, when the bundle minified and gzipped passes the budget
+// Builds dist/: ESM and CommonJS (one file each), type declarations for
+// each, and one minified browser bundle (an IIFE defining `Myriad`).
+// Checks that each loads and exports the client, and fails, printing the
+// size, when the bundle minified and gzipped passes the budget
 // (docs/sdk.md: the whole client at most 8 KB).
 
 import { execFileSync } from "node:child_process";
-import { readFileSync, rmSync } from "node:fs";
+import { cpSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { runInNewContext } from "node:vm";
 import { gzipSync } from "node:zlib";
@@ -19,6 +20,10 @@ await build({ ...common, format: "esm", outfile: "dist/esm/index.js" });
 await build({ ...common, format: "cjs", outfile: "dist/cjs/index.cjs" });
 await build({ ...common, format: "iife", globalName: "Myriad", minify: true, outfile: "dist/myriad.min.js" });
 execFileSync(process.execPath, ["node_modules/typescript/bin/tsc", "-p", "tsconfig.json"], { stdio: "inherit" });
+// The same declarations for `require`, under a package.json that makes
+// them CommonJS: TypeScript reads .d.ts files by the nearest "type".
+cpSync("dist/types", "dist/cjs/types", { recursive: true });
+writeFileSync("dist/cjs/package.json", '{ "type": "commonjs" }\n');
 
 // Each output loads and exports the client.
 const bundle = {};
