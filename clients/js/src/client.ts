@@ -153,7 +153,8 @@ export class Client extends Emitter<ClientEvents> {
       heartbeatTimeout: 10_000,
       WebSocket: (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket!,
       random: Math.random,
-      ...options,
+      // An option given as undefined keeps its default.
+      ...Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined)),
     };
     this.caught = (error) => this.report("callback_threw", error);
     const global = globalThis as { addEventListener?: unknown };
@@ -236,11 +237,10 @@ export class Client extends Emitter<ClientEvents> {
     if (this.state !== "connected") return Promise.resolve();
     const subject = sub.subject;
     this.leaving.add(subject);
+    // Never rejects: whatever ends the wait (the ok, a lost connection, the
+    // timeout), the client no longer holds the subject.
     const done = () => void this.leaving.delete(subject);
-    return this.command({ op: "unsubscribe", subject }).then(done, (error) => {
-      done();
-      throw error;
-    });
+    return this.command({ op: "unsubscribe", subject }).then(done, done);
   }
 
   /** @internal */

@@ -75,7 +75,10 @@ export class Subscription extends Emitter<SubscriptionEvents> {
     this.host.attach(this);
   }
 
-  /** Drops the subscription; resolves when the node confirmed (or at once when not connected). */
+  /**
+   * Drops the subscription; resolves when the node confirmed, when the
+   * connection ended first, or at once when not connected. Never rejects.
+   */
   unsubscribe(): Promise<void> {
     if (this.state === "unsubscribed") return Promise.resolve();
     this.setState("unsubscribed", { type: "call", method: "unsubscribe" });

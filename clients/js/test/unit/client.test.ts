@@ -637,3 +637,23 @@ test("a feed the node subscribes the connection to is held, announced, and made 
   assert.deepEqual(feeds.length, 1, "announced once");
   assert.deepEqual(errors, []);
 });
+
+test("unsubscribe never rejects, even when the connection ends before its ok; options given as undefined keep their defaults", async () => {
+  const { server, client } = setup({ timeout: undefined });
+  server.onCommand = (socket, f) => (f.op === "subscribe" ? answering(0)(socket, f) : undefined);
+  const sub = client.subscribe("a");
+  client.connect();
+  server.last.open();
+  const done = sub.unsubscribe();
+  server.last.end(1006);
+  await done;
+  assert.equal(sub.state, "unsubscribed");
+  mock.timers.tick(250);
+  server.last.open();
+  assert.equal(server.last.ops("subscribe").length, 0, "not subscribed again");
+  const slow = client.publish("a", 1);
+  mock.timers.tick(9_999);
+  assert.equal(client.state, "connected");
+  mock.timers.tick(1);
+  await assert.rejects(slow, (e: MyriadError) => e.code === "timeout", "the default timeout, 10 s");
+});
