@@ -1,0 +1,38 @@
+/**
+ * The errors the client hands the application: one base type with a
+ * stable `code` (docs/sdk.md, "Errors"), and one sub-type per source.
+ * Application code switches on `code`, never on `message`.
+ */
+
+/** Every error of the SDK. `code` is stable; `message` is for humans. */
+export class MyriadError extends Error {
+  constructor(
+    readonly code: string,
+    message: string = code,
+  ) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+/** The node answered a command with `error`; `code` is the node's own (docs/protocol.md, "Error codes"). */
+export class ServerError extends MyriadError {}
+
+/** A command was not answered within its timeout (`code` is `timeout`). */
+export class TimeoutError extends MyriadError {
+  constructor(what: string) {
+    super("timeout", `${what} not answered in time`);
+  }
+}
+
+/**
+ * This user may not connect: thrown by the application's `getToken` when
+ * its backend refuses (`code` `unauthorized`), or made by the client when
+ * the node refused a fresh token (`code` `invalid_token`). Terminal: the
+ * client goes to `closed`.
+ */
+export class UnauthorizedError extends MyriadError {
+  constructor(message = "unauthorized", code = "unauthorized") {
+    super(code, message);
+  }
+}

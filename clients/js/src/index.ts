@@ -1,0 +1,21 @@
+/**
+ * myriad's TypeScript client: the public surface. docs/sdk.md says what
+ * each part does; docs/protocol.md what travels on the wire.
+ */
+
+export { Client } from "./client.js";
+export type {
+  ClientCause,
+  ClientEvents,
+  ClientOptions,
+  ClientState,
+  Counters,
+  HistoryResult,
+  PublishResult,
+  WebSocketConstructor,
+  WebSocketLike,
+} from "./client.js";
+export { Subscription } from "./subscription.js";
+export type { Discontinuity, SubscriptionCause, SubscriptionEvents, SubscriptionState } from "./subscription.js";
+export type { Position, Publication } from "./protocol.js";
+export { MyriadError, ServerError, TimeoutError, UnauthorizedError } from "./errors.js";

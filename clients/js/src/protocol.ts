@@ -1,0 +1,97 @@
+/**
+ * The wire: the shapes of docs/protocol.md's server messages as the
+ * client reads them, the check that turns untrusted text into one of
+ * them (or nothing), and what a close code says about reconnecting.
+ * No state lives here.
+ */
+
+/** A place in a subject's stream (docs/protocol.md, "Positions"). */
+export interface Position {
+  epoch: string;
+  offset: number;
+}
+
+/** A publication handed to the application. `data` is the published JSON. */
+export interface Publication extends Position {
+  subject: string;
+  data: unknown;
+}
+
+export type ServerMessage =
+  | ({ op: "msg" } & Publication)
+  | ({ op: "subscribed"; id?: number; subject: string; recovered?: boolean } & Position)
+  | { op: "error"; id?: number; code: string; message: string }
+  | { op: "ok" | "pong" | "history"; id?: number; [field: string]: unknown };
+
+const isPosition = (m: Record<string, unknown>): boolean =>
+  typeof m.epoch === "string" && Number.isSafeInteger(m.offset) && (m.offset as number) >= 0;
+
+/**
+ * Parses one text message from the node. `message` is set only for a
+ * JSON object with a known `op` and the fields it needs; `op` whenever
+ * the object had a string `op`, so the caller can tell an unknown op
+ * from a malformed message.
+ */
+export function parseServerMessage(text: unknown): { message?: ServerMessage; op?: string } {
+  if (typeof text !== "string") return {};
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return {};
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return {};
+  const m = value as Record<string, unknown>;
+  const op = m.op;
+  if (typeof op !== "string") return {};
+  if (m.id !== undefined && !Number.isSafeInteger(m.id)) return { op };
+  let ok: boolean;
+  switch (op) {
+    case "msg":
+      ok = typeof m.subject === "string" && isPosition(m) && "data" in m;
+      break;
+    case "subscribed":
+      ok =
+        typeof m.subject === "string" &&
+        isPosition(m) &&
+        (m.recovered === undefined || typeof m.recovered === "boolean");
+      break;
+    case "error":
+      ok = typeof m.code === "string";
+      break;
+    case "ok":
+    case "pong":
+    case "history":
+      ok = true;
+      break;
+    default:
+      return { op };
+  }
+  return ok ? { message: m as unknown as ServerMessage, op } : { op };
+}
+
+/** The ops the client understands; any other is `unknown_op`. */
+export const KNOWN_OPS = ["msg", "subscribed", "error", "ok", "pong", "history"];
+
+/**
+ * Whether a close with `code` lets the client reconnect as it is
+ * (docs/protocol.md, "Close reasons"): not 1002, 1003, 1007, 1009, nor
+ * the 45xx range ("do not reconnect unchanged").
+ */
+export function mayReconnect(code: number): boolean {
+  return !(code === 1002 || code === 1003 || code === 1007 || code === 1009 || (code >= 4500 && code <= 4999));
+}
+
+/** 4501 `token_expired`: get a new token before reconnecting. */
+export const TOKEN_EXPIRED = 4501;
+
+/**
+ * What to do with a publication at (`epoch`, `offset`) for a subscription
+ * at `position` (docs/sdk.md, "Recovery and dedupe").
+ */
+export function judge(position: Position | null, epoch: string, offset: number): "deliver" | "duplicate" | "gap" | "epoch_changed" {
+  if (!position) return "deliver";
+  if (epoch !== position.epoch) return "epoch_changed";
+  if (offset <= position.offset) return "duplicate";
+  return offset === position.offset + 1 ? "deliver" : "gap";
+}

@@ -1,0 +1,108 @@
+/**
+ * The minified bundle (dist/myriad.min.js, so run after the build) in a
+ * real headless Chromium against the real node: the page loads it with a
+ * <script> tag, uses the browser's own WebSocket and window, subscribes,
+ * publishes, and posts what it saw back to this test's HTTP server.
+ * Skipped, saying so, when there is no Chromium (CHROMIUM, default
+ * `chromium` on PATH).
+ */
+
+import assert from "node:assert/strict";
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { test } from "node:test";
+import { publish, startNode } from "../integration/harness.js";
+
+const CHROMIUM = process.env.CHROMIUM ?? "chromium";
+const found = spawnSync(CHROMIUM, ["--version"], { stdio: "ignore" }).status === 0;
+const BUNDLE = "dist/myriad.min.js";
+
+const page = (wsUrl: string) => `<!doctype html><meta charset="utf-8"><script src="/myriad.min.js"></script>
+<script>
+(async () => {
+  const report = (r) => fetch("/result", { method: "POST", body: JSON.stringify(r) });
+  try {
+    const errors = [];
+    const states = [];
+    const client = new Myriad.Client(${JSON.stringify(wsUrl)}, { minReconnectDelay: 50 });
+    client.on("error", (e) => errors.push(e.code));
+    client.on("state", (s) => states.push(s.state));
+    client.connect();
+    const sub = client.subscribe("browser");
+    const got = [];
+    sub.on("publication", (p) => got.push(p.data));
+    await sub.ready();
+    const ok = await client.publish("browser", { from: "page" });
+    await fetch("/published");
+    const deadline = Date.now() + 10000;
+    while (got.length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    report({ got, offset: ok.offset, states, errors, bundle: typeof Myriad.Client });
+  } catch (e) {
+    report({ failed: String(e && e.stack || e) });
+  }
+})();
+</script>`;
+
+test("the minified bundle subscribes and publishes from a real browser page", { skip: found ? false : `no Chromium (${CHROMIUM}) on this machine` }, async () => {
+  assert.ok(existsSync(BUNDLE), `${BUNDLE} is missing: build first (node scripts/build.mjs)`);
+  const node = await startNode();
+  const profile = mkdtempSync(join(tmpdir(), "myriad-sdk-chromium-"));
+  let browser: ReturnType<typeof spawn> | undefined;
+  let resolveResult: (r: Record<string, unknown>) => void = () => {};
+  const result = new Promise<Record<string, unknown>>((resolve) => (resolveResult = resolve));
+  const server = createServer((req, res) => {
+    if (req.url === "/myriad.min.js") {
+      res.setHeader("content-type", "text/javascript");
+      return res.end(readFileSync(BUNDLE));
+    }
+    if (req.url === "/published") {
+      // The page's own publish is in; the HTTP API's follows it.
+      void publish(node, [{ subject: "browser", data: "from the API" }]).then(() => res.end("ok"));
+      return;
+    }
+    if (req.url === "/result") {
+      let body = "";
+      req.on("data", (chunk) => (body += chunk));
+      req.on("end", () => {
+        res.end("ok");
+        resolveResult(JSON.parse(body));
+      });
+      return;
+    }
+    res.setHeader("content-type", "text/html");
+    res.end(page(node.url));
+  });
+  try {
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as AddressInfo;
+    browser = spawn(
+      CHROMIUM,
+      ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions", "--disable-background-networking", `--user-data-dir=${profile}`, `http://127.0.0.1:${port}/`],
+      { stdio: "ignore", detached: true },
+    );
+    const timeout = new Promise<never>((_, reject) => setTimeout(() => reject(new Error("no result from the page within 30 s")), 30_000).unref());
+    const r = await Promise.race([result, timeout]);
+    assert.equal(r.failed, undefined, String(r.failed));
+    assert.equal(r.bundle, "function");
+    assert.deepEqual(r.got, [{ from: "page" }, "from the API"]);
+    assert.equal(r.offset, 1);
+    assert.deepEqual(r.states, ["connecting", "connected"]);
+    assert.deepEqual(r.errors, []);
+  } finally {
+    if (browser?.pid) {
+      try {
+        process.kill(-browser.pid, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    }
+    server.closeAllConnections();
+    server.close();
+    await node.kill();
+    rmSync(profile, { recursive: true, force: true });
+  }
+});

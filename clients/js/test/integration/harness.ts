@@ -1,0 +1,134 @@
+/**
+ * The real node for the integration tests: `myriad serve` from MYRIAD_BIN
+ * (default /work/bin/myriad) on ephemeral loopback ports, learnt from its
+ * first stdout line (`{"event":"listening","ws":…,"admin":…}`), as
+ * crates/myriad/tests/common/mod.rs does; the HTTP publish API; a TCP
+ * proxy on loopback that can cut every connection through it or point at
+ * another node; and HS256 tokens.
+ */
+
+import { spawn, type ChildProcess } from "node:child_process";
+import { createHmac } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import WebSocket from "ws";
+import type { WebSocketConstructor } from "../../src/client.js";
+
+export const BIN = process.env.MYRIAD_BIN ?? "/work/bin/myriad";
+
+/** Node 20 has no global WebSocket: the client is given `ws`'s. */
+export const WS = WebSocket as unknown as WebSocketConstructor;
+
+export interface Node {
+  ws: string;
+  admin: string;
+  url: string;
+  kill(): Promise<void>;
+}
+
+export async function startNode(extra: string[] = []): Promise<Node> {
+  const dir = mkdtempSync(join(tmpdir(), "myriad-sdk-"));
+  const child: ChildProcess = spawn(
+    BIN,
+    ["serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0", "--data-dir", dir, ...extra],
+    { env: { ...process.env, MYRIAD_LOG: "warn" }, stdio: ["ignore", "pipe", "inherit"] },
+  );
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  const line = await new Promise<string>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error("no ready line from myriad within 10 s")), 10_000);
+    child.once("exit", (code) => reject(new Error(`myriad exited with ${code}`)));
+    createInterface({ input: child.stdout! }).once("line", (l) => {
+      clearTimeout(timer);
+      resolve(l);
+    });
+  });
+  const ready = JSON.parse(line) as { event: string; ws: string; admin: string };
+  if (ready.event !== "listening") throw new Error(`unexpected ready line ${line}`);
+  return {
+    ws: ready.ws,
+    admin: ready.admin,
+    url: `ws://${ready.ws}/ws`,
+    async kill() {
+      child.kill("SIGKILL");
+      await exited;
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** POST /api/publish with `messages` in one batch; returns the results. */
+export async function publish(node: Node, messages: Array<{ subject: string; data: unknown }>) {
+  const response = await fetch(`http://${node.admin}/api/publish`, {
+    method: "POST",
+    body: JSON.stringify({ messages }),
+  });
+  const body = (await response.json()) as { results: Array<{ epoch: string; offset: number }> };
+  if (response.status !== 200) throw new Error(`publish: ${response.status} ${JSON.stringify(body)}`);
+  return body.results;
+}
+
+/** A TCP proxy on 127.0.0.1:0 towards `target` ("host:port"). */
+export class Proxy {
+  private server = net.createServer((client) => this.pipe(client));
+  private pairs = new Set<net.Socket>();
+  /** Connections accepted so far. */
+  accepted = 0;
+
+  constructor(public target: string) {}
+
+  async listen(): Promise<string> {
+    await new Promise<void>((resolve) => this.server.listen(0, "127.0.0.1", resolve));
+    const { port } = this.server.address() as net.AddressInfo;
+    return `ws://127.0.0.1:${port}/ws`;
+  }
+
+  private pipe(client: net.Socket): void {
+    this.accepted++;
+    const [host, port] = this.target.split(":");
+    const upstream = net.connect(Number(port), host!);
+    for (const s of [client, upstream]) {
+      this.pairs.add(s);
+      s.on("error", () => {});
+      s.on("close", () => {
+        this.pairs.delete(s);
+        client.destroy();
+        upstream.destroy();
+      });
+    }
+    client.pipe(upstream);
+    upstream.pipe(client);
+  }
+
+  /**
+   * Cuts every connection through the proxy at once (no close frame).
+   * `destroy()`, not `resetAndDestroy()`: with sockets reset that way,
+   * Node 20 sometimes spins forever in its exit cleanup.
+   */
+  cut(): void {
+    for (const s of this.pairs) s.destroy();
+  }
+
+  close(): Promise<void> {
+    this.cut();
+    return new Promise((resolve) => this.server.close(() => resolve()));
+  }
+}
+
+/** An HS256 JWT with `claims`, signed with `secret`. */
+export function hs256(secret: string, claims: Record<string, unknown>): string {
+  const part = (o: unknown) => Buffer.from(JSON.stringify(o)).toString("base64url");
+  const body = `${part({ alg: "HS256", typ: "JWT" })}.${part(claims)}`;
+  return `${body}.${createHmac("sha256", secret).update(body).digest("base64url")}`;
+}
+
+/** Resolves when `done()` holds (checked every 10 ms); rejects after `ms` naming `what`. */
+export async function until(what: string, done: () => boolean, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!done()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
