@@ -10,13 +10,13 @@
 #   bash scripts/sdk-js.sh [MYRIAD_BIN]
 #
 # MYRIAD_BIN: the myriad binary the integration tests start (default: the
-# MYRIAD_BIN variable, else /work/bin/myriad).
+# MYRIAD_BIN variable, else the release build, target/release/myriad).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 step() { printf '\n==> %s\n' "$*"; }
 
-bin="${1:-${MYRIAD_BIN:-/work/bin/myriad}}"
+bin="${1:-${MYRIAD_BIN:-target/release/myriad}}"
 bin="$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")"
 [ -x "$bin" ] || { echo "sdk-js.sh: no executable myriad at $bin" >&2; exit 2; }
 node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' \

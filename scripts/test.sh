@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the tests need and runs every test: formatting and lint
-# gates, unit/property/integration tests against the real binary, and the
-# Autobahn WebSocket conformance suite against the real server's echo
-# endpoint. This is the README's test command and what CI runs.
+# gates, unit/property/integration tests against the real binary, the
+# TypeScript SDK's gates and tests (scripts/sdk-js.sh), and the Autobahn
+# WebSocket conformance suite against the real server's echo endpoint.
+# This is the README's test command and what CI runs.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -25,6 +26,9 @@ step "release build"
 cargo build --release --locked -p myriad
 
 TARGET_DIR="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
+
+step "TypeScript SDK (clients/js): strict types, the size budget, unit tests, the real binary in Node and in headless Chromium"
+bash scripts/sdk-js.sh "$TARGET_DIR/release/myriad"
 
 step "scale proof, smoke size: 2,000 subscribers over 2 nodes and Redis; 0 lost, nothing left running"
 python3 scripts/scale_smoke.py "$TARGET_DIR/release/myriad" "$TARGET_DIR/scale-smoke"

@@ -1,6 +1,6 @@
 // Compiles the tests (tsconfig.test.json, into build/) and runs them with
-// node:test: `unit`, `integration` (needs MYRIAD_BIN, default
-// /work/bin/myriad), `browser` (the built bundle in headless Chromium
+// node:test: `unit`, `integration` (needs MYRIAD_BIN, default the
+// repository's release build, ../../target/release/myriad), `browser` (the built bundle in headless Chromium
 // against MYRIAD_BIN; skipped without Chromium) or `all` (the three).
 
 import { execFileSync } from "node:child_process";

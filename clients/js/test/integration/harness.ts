@@ -1,6 +1,7 @@
 /**
  * The real node for the integration tests: `myriad serve` from MYRIAD_BIN
- * (default /work/bin/myriad) on ephemeral loopback ports, learnt from its
+ * (default the repository's release build, target/release/myriad, from
+ * clients/js where the tests run) on ephemeral loopback ports, learnt from its
  * first stdout line (`{"event":"listening","ws":…,"admin":…}`), as
  * crates/myriad/tests/common/mod.rs does; the HTTP publish API; a TCP
  * proxy on loopback that can cut every connection through it or point at
@@ -17,7 +18,7 @@ import { createInterface } from "node:readline";
 import WebSocket from "ws";
 import type { WebSocketConstructor } from "../../src/client.js";
 
-export const BIN = process.env.MYRIAD_BIN ?? "/work/bin/myriad";
+export const BIN = process.env.MYRIAD_BIN ?? "../../target/release/myriad";
 
 /** Node 20 has no global WebSocket: the client is given `ws`'s. */
 export const WS = WebSocket as unknown as WebSocketConstructor;
