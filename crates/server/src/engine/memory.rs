@@ -193,8 +193,8 @@ struct Inner {
     held_messages: AtomicUsize,
     /// Streams kept with neither subscribers nor history.
     idle_positions: AtomicUsize,
-    /// Streams with subscribers, and the map bytes they take (what their
-    /// subscriptions pay for, not the budget).
+    /// The map bytes of the streams with subscribers: what their
+    /// subscriptions pay for, outside the budget.
     routed_bytes: AtomicUsize,
     evictions: AtomicU64,
     /// Idle positions forgotten to stay within the budget.
