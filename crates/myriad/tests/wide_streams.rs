@@ -366,3 +366,106 @@ fn a_wide_stream_whose_every_subject_breaks_at_once_is_told_and_not_cut() {
         .zip(&before)
         .all(|(a, b)| a != b && a.ends_with(":0")));
 }
+
+/// Reads an SSE stream's opening by hand (some subjects may fail): the
+/// `subscribed` and `error` messages, the replayed `msg`s, and the cursor
+/// handed out at its end.
+fn read_opening(reader: &mut BufReader<TcpStream>, subjects: usize) -> (Vec<Value>, String) {
+    let mut told: Vec<Value> = Vec::new();
+    loop {
+        let (lines, _) = next_event(reader);
+        assert_ne!(field(&lines, "event: "), Some("close"), "cut: {lines:?}");
+        if field(&lines, "retry: ").is_some() || lines.iter().all(|l| l.starts_with(':')) {
+            continue;
+        }
+        match field(&lines, "data: ") {
+            Some(data) => told.push(serde_json::from_str(data).unwrap()),
+            None => {
+                let answered = told.iter().filter(|v| v["op"] != "msg").count();
+                assert_eq!(answered, subjects, "every subject answered: {told:?}");
+                return (told, field(&lines, "id: ").unwrap().to_owned());
+            }
+        }
+    }
+}
+
+/// The subjects of `told` whose messages have `op`.
+fn subjects_of(told: &[Value], op: &str) -> Vec<String> {
+    let mut subjects: Vec<String> = told
+        .iter()
+        .filter(|v| v["op"] == op)
+        .map(|v| v["subject"].as_str().unwrap().to_owned())
+        .collect();
+    subjects.sort();
+    subjects
+}
+
+/// A stream whose subscribe fails for some of its subjects (their Redis is
+/// down) still hands out a cursor of every subject of its URL, so the
+/// browser's reconnect is taken (not 400 `invalid_position`) and resumes
+/// the subjects that were live without loss; the failed ones are tried
+/// again, from the entry the request brought.
+#[test]
+fn a_stream_whose_subscribe_failed_for_some_subjects_resumes_with_its_cursor() {
+    let mut shards = [RedisServer::start(), RedisServer::start()];
+    let node = Node::in_cluster_of(
+        &[&shards[0], &shards[1]],
+        "gaps",
+        &["--workers", "1", "--redis-timeout", "2s"],
+    );
+    shards[1].kill();
+    let subjects = 8;
+    let url = named("/sse", 'g', subjects);
+    let (status, mut reader) = send(&node, &request(&url, ""));
+    assert_eq!(status, 200);
+    let (told, cursor) = read_opening(&mut reader, subjects);
+    let live = subjects_of(&told, "subscribed");
+    let failed = subjects_of(&told, "error");
+    assert!(!live.is_empty() && !failed.is_empty(), "{told:?}");
+    assert!(told
+        .iter()
+        .filter(|v| v["op"] == "error")
+        .all(|v| v["code"] == "unavailable"));
+    let entries: Vec<&str> = cursor.split(',').collect();
+    assert_eq!(entries.len(), subjects, "one entry per subject: {cursor}");
+    for (i, entry) in entries.iter().enumerate() {
+        let failed_here = failed.contains(&format!("g{i}"));
+        assert_eq!(entry.is_empty(), failed_here, "g{i}: {cursor}");
+    }
+
+    // A live subject's publication; then the client is cut.
+    node.publish(&live[0], &json!("seen"));
+    let (msg, last_id) = next_msg(&mut reader);
+    assert_eq!(msg["data"], "seen");
+    drop(reader);
+    assert_eq!(last_id.split(',').count(), subjects, "{last_id}");
+
+    // Published while away, on every live subject: recovered on resuming
+    // with the id the stream handed out.
+    for subject in &live {
+        node.publish(subject, &json!(format!("missed {subject}")));
+    }
+    let (status, mut reader) = send(
+        &node,
+        &request(&url, &format!("Last-Event-ID: {last_id}\r\n")),
+    );
+    assert_eq!(status, 200, "the cursor handed out is taken");
+    let (told, cursor) = read_opening(&mut reader, subjects);
+    assert_eq!(subjects_of(&told, "subscribed"), live);
+    assert!(told
+        .iter()
+        .filter(|v| v["op"] == "subscribed")
+        .all(|v| v["recovered"] == true));
+    assert_eq!(subjects_of(&told, "error"), failed, "tried again");
+    let replayed: Vec<String> = told
+        .iter()
+        .filter(|v| v["op"] == "msg")
+        .map(|v| v["data"].as_str().unwrap().to_owned())
+        .collect();
+    let mut want: Vec<String> = live.iter().map(|s| format!("missed {s}")).collect();
+    let mut got = replayed.clone();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "nothing lost, nothing repeated");
+    assert_eq!(cursor.split(',').count(), subjects, "{cursor}");
+}

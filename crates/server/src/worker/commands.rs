@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use myriad_protocol::message::{
-    encode_error, encode_history, encode_ok, encode_pong, encode_published, encode_subscribed,
-    parse_command, Command, ErrorCode,
+    encode_error, encode_history, encode_ok, encode_pong, encode_published, encode_subject_error,
+    encode_subscribed, parse_command, Command, ErrorCode,
 };
 use myriad_protocol::position::Position;
 use myriad_protocol::subject::is_feed;
@@ -363,7 +363,9 @@ impl Worker {
     }
 
     /// An attach the engine could not make: the subscription is dropped
-    /// (and detached, which every attach needs) and the client told why.
+    /// (and detached, which every attach needs) and the client told which
+    /// subject and why. A cursor keeps the subject's entry (see
+    /// `Session::remove`), so it still fits the URL it resumes.
     fn fail_subscription(
         &mut self,
         id: ConnId,
@@ -388,7 +390,12 @@ impl Worker {
             self.shared.feeds.refused(user, me);
         }
         self.detach(subject);
-        self.refuse(id, request, ErrorCode::Unavailable, &error.to_string());
+        // Named: a subscribe of several subjects (an HTTP transport's,
+        // without an id) fails subject by subject.
+        let code = ErrorCode::Unavailable;
+        self.shared.metrics.error(ErrorKind::Command(code));
+        let reply = encode_subject_error(request, code, subject, &error.to_string());
+        self.send_reply(id, reply.as_bytes());
         self.answered(id);
     }
 
