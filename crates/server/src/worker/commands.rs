@@ -314,7 +314,11 @@ impl Worker {
         }
         for (publication, form) in replay.iter().zip(&forms) {
             let conn = &mut self.conns[id as usize];
-            let (bytes, more) = transport::addressed(kind, form, publication, &mut conn.session);
+            let (bytes, more, owed) =
+                transport::addressed(kind, form, publication, &mut conn.session);
+            if owed {
+                self.cursors_owed.push(id);
+            }
             self.send_message(id, bytes);
             if let Some(more) = more {
                 self.send(id, more);
@@ -419,7 +423,10 @@ impl Worker {
     /// Sends each owed cursor, after everything this turn queued for its
     /// connection.
     pub(super) fn hand_out_cursors(&mut self) {
-        for id in std::mem::take(&mut self.cursors_owed) {
+        // Taken and given back, so that its room serves every turn: a
+        // burst on wide SSE streams lists each of them here.
+        let mut owed = std::mem::take(&mut self.cursors_owed);
+        for &id in &owed {
             let Some(conn) = self.conns.get_mut(id as usize) else {
                 continue;
             };
@@ -431,6 +438,8 @@ impl Worker {
                 self.send(id, bytes);
             }
         }
+        owed.clear();
+        self.cursors_owed = owed;
     }
 
     /// The engine's answer to a publish or history request.
