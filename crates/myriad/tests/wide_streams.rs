@@ -474,6 +474,23 @@ fn a_stream_whose_subscribe_failed_for_some_subjects_resumes_with_its_cursor() {
     want.sort();
     assert_eq!(got, want, "nothing lost, nothing repeated");
     assert_eq!(cursor.split(',').count(), subjects, "{cursor}");
+    drop(reader);
+
+    // A long-poll takes the same cursor as `since`, and answers with one
+    // of every subject too.
+    node.publish(&live[0], &json!("polled"));
+    let poll = named("/poll", 'g', subjects);
+    let (status, mut reader) = send(
+        &node,
+        &request(&format!("{poll}&since={cursor}"), "Connection: close\r\n"),
+    );
+    assert_eq!(status, 200, "the cursor handed out is taken as since");
+    let mut body = String::new();
+    reader.read_to_string(&mut body).unwrap();
+    let answer: Vec<Value> = serde_json::from_str(&body).unwrap();
+    assert!(answer.iter().any(|v| v["data"] == "polled"), "{body}");
+    let since = answer.last().unwrap()["since"].as_str().unwrap();
+    assert_eq!(since.split(',').count(), subjects, "{since}");
 }
 
 /// A burst of publications on a wide SSE stream costs O(1) bytes each
