@@ -76,9 +76,12 @@ pub trait Transport: Sync {
     fn publication(&self, publication: &Publication) -> Bytes;
 
     /// For a session that keeps a cursor: what it gets for `publication`
-    /// given the shared `form`, when the transport writes the cursor into
-    /// every message. The session's cursor has already been advanced past
-    /// `publication`. By default, the shared form alone.
+    /// given the shared `form`, when what the form says of the cursor does
+    /// not fit the session (an SSE form's id is the publication's position,
+    /// the whole cursor of a one-subject stream only). Slices of the form
+    /// and static bytes: this runs per delivery. The session's cursor has
+    /// already been advanced past `publication`. By default, the shared
+    /// form alone.
     fn addressed(
         &self,
         form: &Bytes,

@@ -28,11 +28,11 @@
 //! told). Afterwards publications carry no id either: each leaves the
 //! cursor owed, and the worker sends it in an id-only event at the end of
 //! its turn, once for all the publications the turn delivered to the
-//! stream, so a burst costs one cursor (up to 3.8 KB at 100 subjects), not one
-//! per publication. A stream cut between a publication and the turn's
-//! cursor reconnects with the cursor before it, and is sent again what it
-//! had from there (each message names its subject and position, so the
-//! repeat can be told). Replies never carry it either: one that moves it
+//! stream, so a burst costs one cursor (up to 3.8 KB at 100 subjects),
+//! not one per publication. A stream cut between a publication and the
+//! turn's cursor reconnects with the cursor before it, and is sent again
+//! what it had from there (each message names its subject and position,
+//! so the repeat can be told). Replies never carry it either: one that moves it
 //! (a `subscribed` telling that a subject's stream broke) leaves it owed
 //! too, once for all the subjects that broke together (a Redis that
 //! restarted empty breaks them all).
