@@ -164,22 +164,28 @@ fn open_sse(
     }
 }
 
-/// Reads events until a `msg`; returns it and its id.
+/// Reads events until a `msg`; returns it and the cursor after it. On a
+/// stream of several subjects a message carries no id: the cursor follows
+/// in an id-only event at the end of the node's turn.
 fn next_msg(reader: &mut BufReader<TcpStream>) -> (Value, String) {
+    let mut msg = None;
     loop {
         let (lines, _) = next_event(reader);
         if let Some(data) = field(&lines, "data: ") {
             let value: Value = serde_json::from_str(data).unwrap();
             if value["op"] == "msg" {
-                let id = field(&lines, "id: ").expect("a message's id").to_owned();
-                return (value, id);
+                assert!(msg.is_none(), "one message, then its cursor: {value}");
+                msg = Some(value);
             }
+        }
+        if let (Some(id), Some(_)) = (field(&lines, "id: "), &msg) {
+            return (msg.unwrap(), id.to_owned());
         }
     }
 }
 
 /// A stream of `subjects` opens in O(subjects) bytes, uncut, gets a
-/// publication with the whole cursor as its id, and resumes from that id
+/// publication and then the whole cursor as an id, and resumes from that id
 /// with the same URL, recovering what was published while it was away.
 /// The subjects are `P0…` for the prefix `P`, all new to the node.
 fn opens_and_resumes(node: &Node, limit: usize, prefix: char, subjects: usize) {
@@ -365,4 +371,189 @@ fn a_wide_stream_whose_every_subject_breaks_at_once_is_told_and_not_cut() {
         .iter()
         .zip(&before)
         .all(|(a, b)| a != b && a.ends_with(":0")));
+}
+
+/// Reads an SSE stream's opening by hand (some subjects may fail): the
+/// `subscribed` and `error` messages, the replayed `msg`s, and the cursor
+/// handed out at its end.
+fn read_opening(reader: &mut BufReader<TcpStream>, subjects: usize) -> (Vec<Value>, String) {
+    let mut told: Vec<Value> = Vec::new();
+    loop {
+        let (lines, _) = next_event(reader);
+        assert_ne!(field(&lines, "event: "), Some("close"), "cut: {lines:?}");
+        if field(&lines, "retry: ").is_some() || lines.iter().all(|l| l.starts_with(':')) {
+            continue;
+        }
+        match field(&lines, "data: ") {
+            Some(data) => told.push(serde_json::from_str(data).unwrap()),
+            None => {
+                let answered = told.iter().filter(|v| v["op"] != "msg").count();
+                assert_eq!(answered, subjects, "every subject answered: {told:?}");
+                return (told, field(&lines, "id: ").unwrap().to_owned());
+            }
+        }
+    }
+}
+
+/// The subjects of `told` whose messages have `op`.
+fn subjects_of(told: &[Value], op: &str) -> Vec<String> {
+    let mut subjects: Vec<String> = told
+        .iter()
+        .filter(|v| v["op"] == op)
+        .map(|v| v["subject"].as_str().unwrap().to_owned())
+        .collect();
+    subjects.sort();
+    subjects
+}
+
+/// A stream whose subscribe fails for some of its subjects (their Redis is
+/// down) still hands out a cursor of every subject of its URL, so the
+/// browser's reconnect is taken (not 400 `invalid_position`) and resumes
+/// the subjects that were live without loss; the failed ones are tried
+/// again, from the entry the request brought.
+#[test]
+fn a_stream_whose_subscribe_failed_for_some_subjects_resumes_with_its_cursor() {
+    let mut shards = [RedisServer::start(), RedisServer::start()];
+    let node = Node::in_cluster_of(
+        &[&shards[0], &shards[1]],
+        "gaps",
+        &["--workers", "1", "--redis-timeout", "2s"],
+    );
+    shards[1].kill();
+    let subjects = 8;
+    let url = named("/sse", 'g', subjects);
+    let (status, mut reader) = send(&node, &request(&url, ""));
+    assert_eq!(status, 200);
+    let (told, cursor) = read_opening(&mut reader, subjects);
+    let live = subjects_of(&told, "subscribed");
+    let failed = subjects_of(&told, "error");
+    assert!(!live.is_empty() && !failed.is_empty(), "{told:?}");
+    assert!(told
+        .iter()
+        .filter(|v| v["op"] == "error")
+        .all(|v| v["code"] == "unavailable"));
+    let entries: Vec<&str> = cursor.split(',').collect();
+    assert_eq!(entries.len(), subjects, "one entry per subject: {cursor}");
+    for (i, entry) in entries.iter().enumerate() {
+        let failed_here = failed.contains(&format!("g{i}"));
+        assert_eq!(entry.is_empty(), failed_here, "g{i}: {cursor}");
+    }
+
+    // A live subject's publication; then the client is cut.
+    node.publish(&live[0], &json!("seen"));
+    let (msg, last_id) = next_msg(&mut reader);
+    assert_eq!(msg["data"], "seen");
+    drop(reader);
+    assert_eq!(last_id.split(',').count(), subjects, "{last_id}");
+
+    // Published while away, on every live subject: recovered on resuming
+    // with the id the stream handed out.
+    for subject in &live {
+        node.publish(subject, &json!(format!("missed {subject}")));
+    }
+    let (status, mut reader) = send(
+        &node,
+        &request(&url, &format!("Last-Event-ID: {last_id}\r\n")),
+    );
+    assert_eq!(status, 200, "the cursor handed out is taken");
+    let (told, cursor) = read_opening(&mut reader, subjects);
+    assert_eq!(subjects_of(&told, "subscribed"), live);
+    assert!(told
+        .iter()
+        .filter(|v| v["op"] == "subscribed")
+        .all(|v| v["recovered"] == true));
+    assert_eq!(subjects_of(&told, "error"), failed, "tried again");
+    let replayed: Vec<String> = told
+        .iter()
+        .filter(|v| v["op"] == "msg")
+        .map(|v| v["data"].as_str().unwrap().to_owned())
+        .collect();
+    let mut want: Vec<String> = live.iter().map(|s| format!("missed {s}")).collect();
+    let mut got = replayed.clone();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "nothing lost, nothing repeated");
+    assert_eq!(cursor.split(',').count(), subjects, "{cursor}");
+    drop(reader);
+
+    // A long-poll takes the same cursor as `since`, and answers with one
+    // of every subject too.
+    node.publish(&live[0], &json!("polled"));
+    let poll = named("/poll", 'g', subjects);
+    let (status, mut reader) = send(
+        &node,
+        &request(&format!("{poll}&since={cursor}"), "Connection: close\r\n"),
+    );
+    assert_eq!(status, 200, "the cursor handed out is taken as since");
+    let mut body = String::new();
+    reader.read_to_string(&mut body).unwrap();
+    let answer: Vec<Value> = serde_json::from_str(&body).unwrap();
+    assert!(answer.iter().any(|v| v["data"] == "polled"), "{body}");
+    let since = answer.last().unwrap()["since"].as_str().unwrap();
+    assert_eq!(since.split(',').count(), subjects, "{since}");
+}
+
+/// A burst of publications on a wide SSE stream costs O(1) bytes each
+/// beyond their `data:` lines: the whole cursor is handed out once per
+/// worker turn, after the turn's last publication, not with every event
+/// (100 entries, about 3.8 KB). The last cursor still resumes every subject.
+#[test]
+fn a_burst_on_a_wide_sse_stream_costs_o1_bytes_a_publication_and_one_cursor_a_turn() {
+    // Room for the old way's cursor per event, so that both are measured
+    // whole instead of cut.
+    let node = Node::start(&["--workers", "1", "--max-outbound-bytes", "16777216"]);
+    let subjects = 100;
+    let opening = open_sse(&node, 8192, ('p', subjects), None);
+    let mut reader = opening.reader;
+    let per_subject = 10;
+    let total = subjects * per_subject;
+    let messages: Vec<Value> = (0..total)
+        .map(|i| json!({"subject": format!("p{}", i % subjects), "data": i}))
+        .collect();
+    let body = json!({ "messages": messages }).to_string();
+    let (status, reply) = node.http("POST", "/api/publish", &node.key_headers(), &body);
+    assert_eq!(status, 200, "{reply}");
+
+    let (mut bytes, mut data_bytes, mut received, mut cursors) = (0, 0, 0, 0);
+    let last_id = loop {
+        let (lines, size) = next_event(&mut reader);
+        if lines.iter().all(|l| l.starts_with(':')) {
+            continue; // a heartbeat
+        }
+        bytes += size;
+        if let Some(data) = field(&lines, "data: ") {
+            let value: Value = serde_json::from_str(data).unwrap();
+            assert_eq!(value["op"], "msg", "{value}");
+            received += 1;
+            data_bytes += "data: ".len() + data.len() + 1;
+        }
+        let Some(id) = field(&lines, "id: ") else {
+            continue;
+        };
+        cursors += 1;
+        let done = format!(":{per_subject}");
+        if received == total && id.split(',').all(|e| e.ends_with(&done)) {
+            break id.to_owned();
+        }
+    };
+    let overhead = bytes - data_bytes;
+    eprintln!(
+        "{total} publications on {subjects} subjects: {bytes} bytes, {data_bytes} of data \
+         lines, {overhead} more ({:.1} a publication), {cursors} cursors",
+        overhead as f64 / total as f64
+    );
+    // One blank line a publication, and a few cursors of 100 entries.
+    assert!(cursors <= total / 50, "{cursors} cursors for {total}");
+    let cursor_room = "id: ".len() + subjects * ENTRY_ROOM + 1;
+    assert!(
+        overhead <= total + cursors * cursor_room,
+        "{overhead} bytes beside the data for {total} publications"
+    );
+    drop(reader);
+
+    // The last cursor resumes every subject: only what came after it.
+    node.publish("p7", &json!("after"));
+    let resumed = open_sse(&node, 8192, ('p', subjects), Some(&last_id));
+    assert!(resumed.subscribed.iter().all(|a| a["recovered"] == true));
+    assert_eq!(resumed.replayed, [("p7".to_owned(), json!("after"))]);
 }

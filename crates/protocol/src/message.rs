@@ -513,6 +513,25 @@ pub fn encode_error(id: Option<u64>, code: ErrorCode, message: &str) -> String {
     }
 }
 
+/// `{"op":"error",["id":N,]"code":C,"subject":S,"message":M}`: a subscribe
+/// of `subject` the engine could not make. A subscribe without an id (an
+/// HTTP transport's subjects, a user's feeds) has only the subject to say
+/// which of its subjects failed.
+pub fn encode_subject_error(
+    id: Option<u64>,
+    code: ErrorCode,
+    subject: &str,
+    message: &str,
+) -> String {
+    let message = serde_json::to_string(message).expect("a str always serializes");
+    // Subjects need no escaping in JSON (see `crate::subject`).
+    let id = id.map_or(String::new(), |id| format!("\"id\":{id},"));
+    format!(
+        "{{\"op\":\"error\",{id}\"code\":\"{}\",\"subject\":\"{subject}\",\"message\":{message}}}",
+        code.as_str()
+    )
+}
+
 /// `{"op":"close","code":C,"reason":R,"reconnect":B}`: the last message of
 /// a stream the server ends (HTTP transports; WebSocket says the same in
 /// its close frame). `code` is the reason's WebSocket code, so one table
@@ -1004,6 +1023,8 @@ mod tests {
             encode_pong(None),
             encode_error(Some(3), ErrorCode::UnknownOp, "unknown op \"x\""),
             encode_error(None, ErrorCode::InvalidJson, "line 1"),
+            encode_subject_error(None, ErrorCode::Unavailable, "a.b", "redis_busy: \"x\""),
+            encode_subject_error(Some(4), ErrorCode::Unavailable, "a", "down"),
         ] {
             serde_json::from_str::<serde_json::Value>(&text).unwrap();
             parse_server_message(&text).unwrap();

@@ -93,8 +93,15 @@ impl Session {
 /// What a session keeps for a transport that resumes by cursor.
 #[derive(Debug)]
 struct Cursor {
-    /// The position reached in each subscription, in subscription order.
+    /// The position reached in each subject of the opening request, in
+    /// its order: one entry per subject of the URL, whatever became of it.
     positions: SmallVec<[Option<Position>; 1]>,
+    /// Entries of `positions` whose subscription ended (the engine could
+    /// not make it), ascending. Each keeps the entry the request brought,
+    /// so that every cursor handed out still fits the URL, and a resume
+    /// tries that subject again from where the client was. Empty (no
+    /// allocation) unless a subscribe failed.
+    dropped: Vec<u32>,
     /// Subjects of the opening request whose subscription the engine has
     /// not answered yet. Until it is 0 the cursor is not handed out in
     /// pieces: a stream of N subjects would otherwise write N cursors of N
@@ -105,12 +112,27 @@ struct Cursor {
     owed: bool,
 }
 
+impl Cursor {
+    /// The entry of the `held`-th subscription: its index among the
+    /// entries not dropped.
+    fn entry(&self, held: usize) -> u32 {
+        let mut entry = held as u32;
+        for &d in &self.dropped {
+            if d > entry {
+                break;
+            }
+            entry += 1;
+        }
+        entry
+    }
+}
+
 /// A connection's subscriptions, cursor and identity.
 #[derive(Debug, Default)]
 pub struct Session {
     /// Subjects held (attached or attaching), sharing their names with the
     /// registry and the hub. Kept in the order they were added, which is the
-    /// order of the cursor's entries.
+    /// order of the cursor's entries (less those dropped).
     pub subscriptions: SmallVec<[Arc<str>; 1]>,
     /// Kept only for transports that resume by cursor.
     cursor: Option<Box<Cursor>>,
@@ -125,10 +147,14 @@ impl Session {
     }
 
     /// Drops `subject`; returns the name it held, if it held it.
+    /// With a cursor, the subject's entry stays as it was (see
+    /// [`Cursor::dropped`]).
     pub fn remove(&mut self, subject: &str) -> Option<Arc<str>> {
         let i = self.subscriptions.iter().position(|s| &**s == subject)?;
         if let Some(cursor) = self.cursor.as_mut() {
-            cursor.positions.remove(i);
+            let entry = cursor.entry(i);
+            let at = cursor.dropped.partition_point(|&d| d < entry);
+            cursor.dropped.insert(at, entry);
         }
         Some(self.subscriptions.remove(i))
     }
@@ -156,6 +182,7 @@ impl Session {
         );
         self.cursor = Some(Box::new(Cursor {
             positions: start.iter().copied().collect(),
+            dropped: Vec::new(),
             unanswered: u32::try_from(start.len()).unwrap_or(u32::MAX),
             owed: false,
         }));
@@ -217,7 +244,8 @@ impl Session {
             return;
         };
         if let Some(i) = self.subscriptions.iter().position(|s| &**s == subject) {
-            cursor.positions[i] = Some(position);
+            let entry = cursor.entry(i) as usize;
+            cursor.positions[entry] = Some(position);
         }
     }
 
@@ -256,11 +284,38 @@ mod tests {
             text(&s),
             "0000000000000001:5,0000000000000001:3,0000000000000002:0"
         );
-        s.remove("a");
-        assert_eq!(text(&s), "0000000000000001:3,0000000000000002:0");
-        assert_eq!(&*s.take_all()[0], "b");
+        assert_eq!(&*s.take_all()[0], "a");
         assert!(!s.keeps_cursor());
         assert_eq!(text(&s), "");
+    }
+
+    #[test]
+    fn a_subject_dropped_keeps_its_entry_and_the_others_still_move() {
+        let mut s = Session::default();
+        let p = |e, o| Some(Position::new(Epoch(e), o));
+        s.keep_cursor(&[p(1, 1), None, p(3, 3), None]);
+        for name in ["a", "b", "c", "d"] {
+            s.subscriptions.push(Arc::from(name));
+        }
+        // Dropped out of order: the entries after each still find theirs.
+        s.remove("c");
+        s.remove("a");
+        assert_eq!(s.cursor_len(), 4, "one entry per subject of the URL");
+        assert_eq!(text(&s), "0000000000000001:1,,0000000000000003:3,");
+        s.advance("b", Position::new(Epoch(2), 5));
+        s.advance("d", Position::new(Epoch(4), 6));
+        s.advance("a", Position::new(Epoch(9), 9)); // not held: ignored
+        assert_eq!(
+            text(&s),
+            "0000000000000001:1,0000000000000002:5,0000000000000003:3,0000000000000004:6"
+        );
+        s.remove("d");
+        s.remove("b");
+        assert!(s.subscriptions.is_empty());
+        assert_eq!(
+            text(&s),
+            "0000000000000001:1,0000000000000002:5,0000000000000003:3,0000000000000004:6"
+        );
     }
 
     #[test]

@@ -76,9 +76,12 @@ pub trait Transport: Sync {
     fn publication(&self, publication: &Publication) -> Bytes;
 
     /// For a session that keeps a cursor: what it gets for `publication`
-    /// given the shared `form`, when the transport writes the cursor into
-    /// every message. The session's cursor has already been advanced past
-    /// `publication`. By default, the shared form alone.
+    /// given the shared `form`, when what the form says of the cursor does
+    /// not fit the session (an SSE form's id is the publication's position,
+    /// the whole cursor of a one-subject stream only). Slices of the form
+    /// and static bytes: this runs per delivery. The session's cursor has
+    /// already been advanced past `publication`. By default, the shared
+    /// form alone.
     fn addressed(
         &self,
         form: &Bytes,
@@ -94,10 +97,19 @@ pub trait Transport: Sync {
     /// For a session that keeps a cursor: the bytes that tell the client
     /// the cursor alone, sent at the end of a worker's turn in which it
     /// moved with no event carrying it (the engine answered the last
-    /// subject of the opening request, subjects' streams broke). By default
+    /// subject of the opening request, subjects' streams broke, a
+    /// publication was [deferred](Transport::defers_cursor)). By default
     /// nothing: the cursor travels otherwise.
     fn cursor(&self, _session: &Session) -> Option<Bytes> {
         None
+    }
+
+    /// For a session that keeps a cursor: whether a publication delivered
+    /// to it leaves the cursor to [`Transport::cursor`] at the end of the
+    /// worker's turn instead of carrying it, so that a burst costs one
+    /// cursor, not one per publication. By default not.
+    fn defers_cursor(&self, _session: &Session) -> bool {
+        false
     }
 
     /// Whether a subscription that went live unasked (no request id) is
@@ -178,16 +190,22 @@ impl TransportKind {
 
 /// What `session` is sent for `publication`, whose form on `kind` is
 /// `form`; advances the session's cursor if it keeps one. The one path for
-/// live deliveries and replays alike.
+/// live deliveries and replays alike. The flag is true when the delivery
+/// left the cursor owed and it was not owed already: the caller lists the
+/// connection for the end of its turn (see `Transport::defers_cursor`).
 pub fn addressed(
     kind: TransportKind,
     form: &Bytes,
     publication: &Publication,
     session: &mut Session,
-) -> (Bytes, Option<Bytes>) {
+) -> (Bytes, Option<Bytes>, bool) {
     if !session.keeps_cursor() {
-        return (form.clone(), None);
+        return (form.clone(), None, false);
     }
     session.advance(&publication.subject, publication.position);
-    kind.get().addressed(form, publication, session)
+    let transport = kind.get();
+    let (bytes, more) = transport.addressed(form, publication, session);
+    // While the stream opens the cursor is owed at its end anyway.
+    let owed = session.cursor_settled() && transport.defers_cursor(session) && session.owe_cursor();
+    (bytes, more, owed)
 }

@@ -3,14 +3,15 @@
 //! `text/event-stream`.
 //!
 //! Each publication is one unnamed event, so `EventSource.onmessage` gets
-//! it: `data:` holds the protocol v1 envelope, `id:` the stream's cursor
-//! (see `myriad_protocol::cursor`). The browser sends the last id back as
-//! `Last-Event-ID` when it reconnects, which resumes every subject of the
-//! stream at once. For a one-subject stream the cursor is the publication's
-//! own position, so the event is the same for every recipient and built
-//! once per worker; a stream of several subjects gets the shared `data:`
-//! line plus an `id:` line of its own. Protocol replies are named events
-//! (`event: subscribed`, `event: close`).
+//! it: `data:` holds the protocol v1 envelope. The stream's cursor (see
+//! `myriad_protocol::cursor`) travels as event ids; the browser sends the
+//! last id back as `Last-Event-ID` when it reconnects, which resumes every
+//! subject of the stream at once. For a one-subject stream the cursor is
+//! the publication's own position, so each event carries it as its `id:`,
+//! the same for every recipient and built once per worker; a stream of
+//! several subjects gets the shared `data:` line and the cursor later
+//! (below). Protocol replies are named events (`event: subscribed`,
+//! `event: close`).
 //!
 //! The opening writes the cursor once. A cursor has one entry per subject,
 //! so an id on each of N `subscribed` events would make the opening N²
@@ -24,11 +25,17 @@
 //! opening thus reconnects with the id it opened with, as if the opening
 //! had not happened: nothing is skipped, and what it had delivered comes
 //! again (each message names its subject and position, so repeats can be
-//! told). Afterwards each publication carries the cursor. Replies never
-//! do: one that moves it (a `subscribed` telling that a subject's stream
-//! broke) leaves it owed, and the worker sends it in an id-only event at
-//! the end of its turn, once for all the subjects that broke together
-//! (a Redis that restarted empty breaks them all).
+//! told). Afterwards publications carry no id either: each leaves the
+//! cursor owed, and the worker sends it in an id-only event at the end of
+//! its turn, once for all the publications the turn delivered to the
+//! stream, so a burst costs one cursor (up to 3.8 KB at 100 subjects),
+//! not one per publication. A stream cut between a publication and the
+//! turn's cursor reconnects with the cursor before it, and is sent again
+//! what it had from there (each message names its subject and position,
+//! so the repeat can be told). Replies never carry it either: one that moves it
+//! (a `subscribed` telling that a subject's stream broke) leaves it owed
+//! too, once for all the subjects that broke together (a Redis that
+//! restarted empty breaks them all).
 //!
 //! The body is delimited by the connection's end (no chunked encoding):
 //! the last event names why the server ended it, then the socket closes.
@@ -107,16 +114,14 @@ impl Transport for ServerSentEvents {
             // The cursor of a one-subject stream is the position in the form.
             return (form.clone(), None);
         }
+        // The shared data line and the event's end, with no id: the cursor
+        // follows once, at the end of the opening or of the worker's turn.
         let data = form.slice(..Self::data_line_len(publication));
-        if !session.cursor_settled() {
-            // Still opening: the cursor is handed out once, at its end.
-            return (data, Some(Bytes::from_static(b"\n")));
-        }
-        let mut id = Vec::with_capacity(8 + 40 * session.cursor_len());
-        id.extend_from_slice(b"id: ");
-        session.write_cursor(&mut id);
-        id.extend_from_slice(b"\n\n");
-        (data, Some(Bytes::from(id)))
+        (data, Some(Bytes::from_static(b"\n")))
+    }
+
+    fn defers_cursor(&self, session: &Session) -> bool {
+        session.cursor_len() > 1
     }
 
     fn reply(&self, json: &[u8], _session: &Session) -> Bytes {
@@ -177,7 +182,7 @@ mod tests {
     }
 
     #[test]
-    fn several_subjects_get_the_whole_cursor() {
+    fn several_subjects_leave_the_cursor_to_the_turn_s_end() {
         let sse = ServerSentEvents;
         let p = publication("b", 3, "1");
         let form = sse.publication(&p);
@@ -185,19 +190,27 @@ mod tests {
         session.keep_cursor(&[Some(Position::new(Epoch(1), 9)), None]);
         session.subscriptions.push(Arc::from("a"));
         session.subscriptions.push(Arc::from("b"));
+        assert!(sse.defers_cursor(&session));
+        // Opening or open: the shared data line and the event's end, no id
+        // and nothing built per recipient.
+        for settled in [false, true] {
+            if settled {
+                assert!(!session.answered() && session.answered());
+            }
+            let (data, end) = sse.addressed(&form, &p, &session);
+            assert!(data.starts_with(b"data: {") && data.ends_with(b"}\n"));
+            assert_eq!(data.as_ptr(), form.as_ptr(), "shared, not copied");
+            assert_eq!(&end.unwrap()[..], b"\n");
+        }
+        // The cursor the turn's end hands out covers the publication.
         session.advance("b", p.position);
-        // While the stream opens: the shared data line, no id.
-        let (data, end) = sse.addressed(&form, &p, &session);
-        assert!(data.starts_with(b"data: {") && data.ends_with(b"}\n"));
-        assert_eq!(data.as_ptr(), form.as_ptr(), "shared, not copied");
-        assert_eq!(&end.unwrap()[..], b"\n");
-        assert!(!session.answered() && session.answered());
-        let (data, id) = sse.addressed(&form, &p, &session);
-        assert!(data.starts_with(b"data: {") && data.ends_with(b"}\n"));
         assert_eq!(
-            &id.unwrap()[..],
+            &sse.cursor(&session).unwrap()[..],
             b"id: 0000000000000001:9,0000000000000001:3\n\n"
         );
+        let mut one = Session::default();
+        one.keep_cursor(&[None]);
+        assert!(!sse.defers_cursor(&one), "its events carry the cursor");
     }
 
     #[test]

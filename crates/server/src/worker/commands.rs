@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use myriad_protocol::message::{
-    encode_error, encode_history, encode_ok, encode_pong, encode_published, encode_subscribed,
-    parse_command, Command, ErrorCode,
+    encode_error, encode_history, encode_ok, encode_pong, encode_published, encode_subject_error,
+    encode_subscribed, parse_command, Command, ErrorCode,
 };
 use myriad_protocol::position::Position;
 use myriad_protocol::subject::is_feed;
@@ -314,7 +314,11 @@ impl Worker {
         }
         for (publication, form) in replay.iter().zip(&forms) {
             let conn = &mut self.conns[id as usize];
-            let (bytes, more) = transport::addressed(kind, form, publication, &mut conn.session);
+            let (bytes, more, owed) =
+                transport::addressed(kind, form, publication, &mut conn.session);
+            if owed {
+                self.cursors_owed.push(id);
+            }
             self.send_message(id, bytes);
             if let Some(more) = more {
                 self.send(id, more);
@@ -363,7 +367,9 @@ impl Worker {
     }
 
     /// An attach the engine could not make: the subscription is dropped
-    /// (and detached, which every attach needs) and the client told why.
+    /// (and detached, which every attach needs) and the client told which
+    /// subject and why. A cursor keeps the subject's entry (see
+    /// `Session::remove`), so it still fits the URL it resumes.
     fn fail_subscription(
         &mut self,
         id: ConnId,
@@ -388,7 +394,12 @@ impl Worker {
             self.shared.feeds.refused(user, me);
         }
         self.detach(subject);
-        self.refuse(id, request, ErrorCode::Unavailable, &error.to_string());
+        // Named: a subscribe of several subjects (an HTTP transport's,
+        // without an id) fails subject by subject.
+        let code = ErrorCode::Unavailable;
+        self.shared.metrics.error(ErrorKind::Command(code));
+        let reply = encode_subject_error(request, code, subject, &error.to_string());
+        self.send_reply(id, reply.as_bytes());
         self.answered(id);
     }
 
@@ -412,7 +423,10 @@ impl Worker {
     /// Sends each owed cursor, after everything this turn queued for its
     /// connection.
     pub(super) fn hand_out_cursors(&mut self) {
-        for id in std::mem::take(&mut self.cursors_owed) {
+        // Taken and given back, so that its room serves every turn: a
+        // burst on wide SSE streams lists each of them here.
+        let mut owed = std::mem::take(&mut self.cursors_owed);
+        for &id in &owed {
             let Some(conn) = self.conns.get_mut(id as usize) else {
                 continue;
             };
@@ -424,6 +438,8 @@ impl Worker {
                 self.send(id, bytes);
             }
         }
+        owed.clear();
+        self.cursors_owed = owed;
     }
 
     /// The engine's answer to a publish or history request.

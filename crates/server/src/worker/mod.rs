@@ -612,8 +612,11 @@ impl Worker {
                 let kind = conn.transport;
                 let form =
                     forms[kind.index()].get_or_insert_with(|| kind.get().publication(&publication));
-                let (bytes, more) =
+                let (bytes, more, owed) =
                     transport::addressed(kind, form, &publication, &mut conn.session);
+                if owed {
+                    self.cursors_owed.push(id);
+                }
                 let mut pending = conn.queue(bytes);
                 if let Some(more) = more {
                     pending = conn.queue(more);
