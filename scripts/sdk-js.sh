@@ -3,7 +3,8 @@
 # from package-lock.json, the strict type check of the client and of its
 # tests, the build with its size budget (8 KB minified and gzipped; the
 # build fails over it), the unit tests, the integration tests against the
-# real binary, and the built bundle in headless Chromium against it
+# real binary, and the built bundle in headless Chromium against it (alone,
+# and in two pages of examples/chat exchanging messages)
 # (skipped, and said so, when there is no Chromium: CHROMIUM, default
 # `chromium` on PATH). Needs only Node 20+ and npm.
 #
