@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 
 from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.http11 import Request, Response
 
 HERE = Path(__file__).resolve().parent
 BIN = os.environ.get("MYRIAD_BIN") or str(HERE.parent.parent.parent / "target" / "release" / "myriad")
@@ -175,9 +176,21 @@ class FakeNode:
         self.all: List[FakeConnection] = []
         self._server: Optional[Server] = None
         self.url = ""
+        # Upgrades to refuse with 503 before accepting again (1006 for the client).
+        self.refuse = 0
+        self.refused = 0
+
+    def _process_request(self, connection: ServerConnection, request: Request) -> Optional[Response]:
+        if self.refuse > 0:
+            self.refuse -= 1
+            self.refused += 1
+            return connection.respond(503, "refused by the test")
+        return None
 
     async def start(self) -> "FakeNode":
-        self._server = await serve(self._handle, "127.0.0.1", 0, ping_interval=None, compression=None)
+        self._server = await serve(
+            self._handle, "127.0.0.1", 0, ping_interval=None, compression=None, process_request=self._process_request
+        )
         port = list(self._server.sockets)[0].getsockname()[1]
         self.url = f"ws://127.0.0.1:{port}/ws"
         return self

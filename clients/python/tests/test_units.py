@@ -100,7 +100,8 @@ def test_recovered_false_then_a_stream_that_broke() -> None:
     holes: List[Discontinuity] = []
     sub.on("discontinuity", holes.append)
     sub._subscribed(Position("e2", 8), False, True)
-    assert sub.state == "subscribed"
+    state: str = sub.state
+    assert state == "subscribed"
     sub._subscribed(Position("e2", 20), False, False)
     assert holes == [
         Discontinuity("s", "not_recovered", Position("e1", 4), Position("e2", 8), None),
