@@ -163,6 +163,9 @@ class Client(Emitter):
         self._token_fresh = False
         # The one get_token() call in flight, shared.
         self._token_call: Optional["asyncio.Future[str]"] = None
+        # The client's own background tasks (a socket closing, a refresh, a
+        # second token), held until they finish so none is collected midway.
+        self._background: Set["asyncio.Future[Any]"] = set()
 
     # ---- application calls
 
@@ -335,7 +338,7 @@ class Client(Emitter):
                 self._lost(generation, ClientCause("token", error=error))
             elif not self._token_fresh and self._get_token is not None:
                 self._token = None
-                asyncio.ensure_future(self._retry_token(generation, url))
+                self._spawn(self._retry_token(generation, url))
             else:
                 self._token = None
                 self._stop(
@@ -434,7 +437,7 @@ class Client(Emitter):
         ws, self._ws = self._ws, None
         task, self._socket_task = self._socket_task, None
         if ws is not None:
-            asyncio.ensure_future(_close(ws))
+            self._spawn(_close(ws))
         elif task is not None and not task.done():
             task.cancel()
         pending = list(self._pending.values())
@@ -497,8 +500,13 @@ class Client(Emitter):
                     self._report("refresh_failed", error)
 
         self._refresh_timer = asyncio.get_running_loop().call_later(
-            refresh_delay(exp, time.time()), lambda: asyncio.ensure_future(refresh())
+            refresh_delay(exp, time.time()), lambda: self._spawn(refresh())
         )
+
+    def _spawn(self, work: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # ---- commands
 
