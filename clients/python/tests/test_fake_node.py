@@ -382,11 +382,15 @@ async def test_a_callback_that_raises_is_isolated(fake: FakeNode) -> None:
     sub = c.subscribe("s")
     got: List[int] = []
 
+    errors: List[MyriadError] = []
+
     def boom(p: Publication) -> None:
         got.append(p.offset)
-        raise ValueError("application bug")
+        if p.offset == 1:
+            raise ValueError("application bug")
 
     def worse(e: MyriadError) -> None:
+        errors.append(e)
         raise ValueError("error handler bug")
 
     sub.on("publication", boom)
@@ -397,7 +401,8 @@ async def test_a_callback_that_raises_is_isolated(fake: FakeNode) -> None:
     await conn.send({"op": "msg", "subject": "s", "epoch": "e", "offset": 1, "data": 1})
     await conn.send({"op": "msg", "subject": "s", "epoch": "e", "offset": 2, "data": 2})
     await until("both publications", lambda: got == [1, 2])
-    assert c.counters.callback_errors == 4  # two publications raised, each error listener raised too
+    assert [(e.code, e.message) for e in errors] == [("callback_threw", "application bug")]
+    assert c.counters.callback_errors == 2, "the publication listener and the error listener"
     assert c.state == "connected"
     c.close()
 
@@ -500,4 +505,18 @@ async def test_a_feed_the_node_subscribes(fake: FakeNode) -> None:
     assert holes[0].cause == "not_recovered" and holes[0].missed == 4
     assert len(feeds) == 1
     assert conn.received.empty(), "no subscribe sent by the client"
+    c.close()
+
+
+async def test_an_attempt_not_connected_within_timeout_is_abandoned(fake: FakeNode) -> None:
+    c = make(fake.url, token="never answered", timeout=0.3)
+    retries: List[RetryEvent] = []
+    c.on("retry", retries.append)
+    c.connect()
+    conn = await fake.accept()
+    assert (await conn.recv())["op"] == "connect"
+    await until("the timeout", lambda: len(retries) == 1, 5)
+    assert retries[0].cause == ClientCause("timeout")
+    await asyncio.wait_for(conn.closed.wait(), 5)
+    await fake.accept()  # the next attempt
     c.close()

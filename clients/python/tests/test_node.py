@@ -33,10 +33,7 @@ async def node(cleanup: List[Callable[[], Awaitable[None]]], *extra: str) -> Nod
 def client(cleanup: List[Callable[[], Awaitable[None]]], urls: Any, **options: Any) -> Client:
     c = Client(urls, min_reconnect_delay=0.05, max_reconnect_delay=0.5, **options)
 
-    async def close() -> None:
-        c.close()
-
-    cleanup.append(close)
+    cleanup.append(c.aclose)
     return c
 
 

@@ -190,6 +190,12 @@ class Client(Emitter):
         if self.state != "closed":
             self._stop("closed", ClientCause("call", method="close"), MyriadError("client_closed", "the client is closed"))
 
+    async def aclose(self) -> None:
+        """``close()``, then waits until its socket is closed and its own tasks are done."""
+        self.close()
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
     def set_token(self, token: str) -> None:
         """Replaces the token used by the next connection (after a 4501 without ``get_token``, say)."""
         self._token = token
@@ -280,6 +286,8 @@ class Client(Emitter):
         self._token_fresh = False
         self._outbox = asyncio.Queue()
         self._socket_task = loop.create_task(self._run(generation, url, self._outbox))
+        self._background.add(self._socket_task)
+        self._socket_task.add_done_callback(self._background.discard)
 
     async def _run(self, generation: int, url: str, outbox: "asyncio.Queue[str]") -> None:
         """The socket of one attempt: open it, write what is queued, read until it ends."""
