@@ -329,7 +329,7 @@ def _calls_stats() -> _Call:
 def _may_retry(call: _Call, error: Union[ApiError, httpx.TransportError]) -> bool:
     if isinstance(error, ApiError):
         return call.safe(error)
-    if isinstance(error, httpx.ConnectError):
+    if isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout)):
         return call.safe(None)  # the request never left
     return call.idempotent  # sent, no answer: the outcome is unknown
 
