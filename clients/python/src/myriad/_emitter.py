@@ -24,8 +24,9 @@ class Emitter:
         # Where a listener's exception goes; set by the client.
         self.caught: Callable[[BaseException], None] = lambda error: None
 
-    def on(self, name: str, listener: Listener) -> Callable[[], None]:
-        """Adds ``listener`` for ``name``; returns a function that removes it."""
+    def _add(self, name: str, listener: Listener) -> Callable[[], None]:
+        """Adds ``listener`` for ``name``; returns a function that removes it.
+        The subclasses' typed ``on`` calls it."""
         self._listeners.setdefault(name, []).append(listener)
         return lambda: self.off(name, listener)
 

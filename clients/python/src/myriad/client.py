@@ -16,7 +16,7 @@ import json
 import random as _random
 import time
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Dict, List, Literal, Optional, Sequence, Set, Union
+from typing import Any, Awaitable, Callable, Dict, List, Literal, Optional, Sequence, Set, Union, overload
 
 import websockets
 from websockets.asyncio.client import ClientConnection
@@ -168,6 +168,20 @@ class Client(Emitter):
         self._background: Set["asyncio.Future[Any]"] = set()
 
     # ---- application calls
+
+    @overload
+    def on(self, name: Literal["state"], listener: Callable[[StateEvent], Any]) -> Callable[[], None]: ...
+    @overload
+    def on(self, name: Literal["retry"], listener: Callable[[RetryEvent], Any]) -> Callable[[], None]: ...
+    @overload
+    def on(self, name: Literal["subscription"], listener: Callable[[Subscription], Any]) -> Callable[[], None]: ...
+    @overload
+    def on(self, name: Literal["error"], listener: Callable[[MyriadError], Any]) -> Callable[[], None]: ...
+    def on(self, name: str, listener: Callable[[Any], Any]) -> Callable[[], None]:
+        """Adds ``listener`` for the event ``name``; returns a function that
+        removes it. A plain function is called in place; a coroutine
+        function is started as a task (docs/sdk.md, "Python specifics")."""
+        return self._add(name, listener)
 
     def connect(self) -> None:
         """Starts connecting (the first attempt at once). Call it from the running loop."""
@@ -428,6 +442,8 @@ class Client(Emitter):
         self._set_state("connecting", cause)
         self._attempt += 1
         delay = backoff(self._attempt, self._min_delay, self._max_delay, self._random)
+        if self.state != "connecting":
+            return  # a state listener stopped the client
         self._emit("retry", RetryEvent(self._attempt, delay, self._urls[(self._url_index + 1) % len(self._urls)], cause))
         if self.state != "connecting":
             return  # a retry listener stopped the client

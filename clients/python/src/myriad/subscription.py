@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, List, Literal, Optional
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, List, Literal, Optional, overload
 
 from ._emitter import Emitter
 from ._errors import MyriadError, TimeoutError
@@ -74,6 +74,16 @@ class Subscription(Emitter):
         self._waiters: List[Callable[[Optional[MyriadError]], None]] = []
         # Why it last went to `unsubscribed`, for `ready()`.
         self._ended: Optional[MyriadError] = None
+
+    @overload
+    def on(self, name: Literal["state"], listener: Callable[[SubscriptionStateEvent], Any]) -> Callable[[], None]: ...
+    @overload
+    def on(self, name: Literal["publication"], listener: Callable[[Publication], Any]) -> Callable[[], None]: ...
+    @overload
+    def on(self, name: Literal["discontinuity"], listener: Callable[[Discontinuity], Any]) -> Callable[[], None]: ...
+    def on(self, name: str, listener: Callable[[Any], Any]) -> Callable[[], None]:
+        """Adds ``listener`` for the event ``name``; returns a function that removes it."""
+        return self._add(name, listener)
 
     def subscribe(self) -> None:
         """Subscribes again after ``unsubscribe()`` (or a refusal), resuming from ``position``."""
