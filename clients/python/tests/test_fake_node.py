@@ -221,7 +221,8 @@ async def test_get_token_saying_no_is_terminal_and_another_failure_retries(fake:
 
 async def test_the_token_is_refreshed_and_one_get_token_is_shared(fake: FakeNode) -> None:
     # A token with 2 s left: refreshed at 1 s; the node closes with 4501
-    # while that getToken is pending: one call serves both.
+    # while that getToken is pending: one call serves both; on the new
+    # connection, a refresh command.
     release = asyncio.Event()
     calls = 0
 
@@ -230,7 +231,7 @@ async def test_the_token_is_refreshed_and_one_get_token_is_shared(fake: FakeNode
         calls += 1
         if calls > 1:
             await release.wait()
-        return hs256("k" * 32, {"sub": "1", "exp": time.time() + (2 if calls == 1 else 60)})
+        return hs256("k" * 32, {"sub": "1", "exp": time.time() + (2 if calls <= 2 else 60)})
 
     c = make(fake.url, get_token=get_token)
     c.connect()
@@ -249,6 +250,9 @@ async def test_the_token_is_refreshed_and_one_get_token_is_shared(fake: FakeNode
     assert calls == 2, "one call shared by the refresh and the reconnect"
     await conn.send({"op": "ok", "id": frame["id"]})
     await until("connected", lambda: c.state == "connected")
+    refresh = await conn.recv()  # later, a refresh on the open connection
+    assert refresh["op"] == "refresh" and refresh["token"] != frame["token"]
+    assert calls == 3
     c.close()
 
 
