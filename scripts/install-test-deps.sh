@@ -70,6 +70,19 @@ $why CANNOT run. Install $package so '$command' is on PATH."
 ensure_package chromium chromium "the status page test (a real browser)"
 ensure_package openssl openssl "the token tests (they make their keys with openssl)"
 ensure_package redis-server redis-server "the Redis engine, graph store and cluster tests (real redis-server processes)"
+# Debian's python3 has no ensurepip, so no `python3 -m venv`, without
+# python3-venv: scripts/sdk-python.sh makes the Python SDK's venv with it.
+if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    command -v apt-get >/dev/null 2>&1 || die "python3 has no venv module and there is no apt-get; install python3-venv"
+    sudo_if_needed=()
+    [[ "$(id -u)" == 0 ]] || sudo_if_needed=(sudo)
+    if [[ -z "$apt_updated" ]]; then
+        "${sudo_if_needed[@]}" apt-get update || die "apt-get update failed; python3-venv cannot be installed"
+        apt_updated=1
+    fi
+    DEBIAN_FRONTEND=noninteractive "${sudo_if_needed[@]}" apt-get install -y python3-venv ||
+        die "apt-get install -y python3-venv failed; the Python SDK's tests CANNOT run"
+fi
 
 # --- the Autobahn testsuite ----------------------------------------------------------
 [[ -f "$REQUIREMENTS" ]] || die "missing $REQUIREMENTS"

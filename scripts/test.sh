@@ -30,6 +30,9 @@ TARGET_DIR="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import j
 step "TypeScript SDK (clients/js): strict types, the size budget, unit tests, the real binary in Node and in headless Chromium"
 bash scripts/sdk-js.sh "$TARGET_DIR/release/myriad"
 
+step "Python SDK (clients/python): pinned venv, mypy --strict, tests against the real binary"
+bash scripts/sdk-python.sh "$TARGET_DIR/release/myriad"
+
 step "scale proof, smoke size: 2,000 subscribers over 2 nodes and Redis; 0 lost, nothing left running"
 python3 scripts/scale_smoke.py "$TARGET_DIR/release/myriad" "$TARGET_DIR/scale-smoke"
 

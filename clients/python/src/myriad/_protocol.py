@@ -1,0 +1,104 @@
+"""The wire: the shapes of docs/protocol.md's server messages as the client
+reads them, the check that turns untrusted text into one of them (or
+nothing), what a close code says about reconnecting, and the verdict of
+the dedupe. No state lives here."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Dict, Literal, Optional, Tuple
+
+# A parsed server message: a JSON object with a known op and the fields it needs.
+Message = Dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Position:
+    """A place in a subject's stream (docs/protocol.md, "Positions")."""
+
+    epoch: str
+    offset: int
+
+
+@dataclass(frozen=True)
+class Publication:
+    """A publication handed to the application; ``data`` is the published JSON."""
+
+    subject: str
+    epoch: str
+    offset: int
+    data: Any
+
+
+KNOWN_OPS = frozenset({"msg", "subscribed", "error", "ok", "pong", "history"})
+
+# 4501 token_expired: get a new token before reconnecting.
+TOKEN_EXPIRED = 4501
+
+_MAX_SAFE = 2**53 - 1
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _MAX_SAFE
+
+
+def _position(m: Message) -> bool:
+    return isinstance(m.get("epoch"), str) and _int(m.get("offset"))
+
+
+def parse_server_message(text: Any) -> Tuple[Optional[Message], Optional[str]]:
+    """Parses one message from the node. The message is returned only for a
+    JSON object with a known op and the fields it needs; the op whenever the
+    object had a string ``op``, so the caller can tell an unknown op from a
+    malformed message."""
+    if not isinstance(text, str):
+        return None, None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None, None
+    if not isinstance(value, dict):
+        return None, None
+    op = value.get("op")
+    if not isinstance(op, str):
+        return None, None
+    if "id" in value and not _int(value["id"]):
+        return None, op
+    if op == "msg":
+        ok = isinstance(value.get("subject"), str) and _position(value) and "data" in value
+    elif op == "subscribed":
+        ok = (
+            isinstance(value.get("subject"), str)
+            and _position(value)
+            and value.get("recovered", False) in (True, False)
+        )
+    elif op == "error":
+        ok = isinstance(value.get("code"), str)
+    elif op in ("ok", "pong", "history"):
+        ok = True
+    else:
+        return None, op
+    return (value if ok else None), op
+
+
+def may_reconnect(code: int) -> bool:
+    """Whether a close with ``code`` lets the client reconnect as it is
+    (docs/protocol.md, "Close reasons"): not 1002, 1003, 1007, 1009, nor the
+    45xx range ("do not reconnect unchanged")."""
+    return not (code in (1002, 1003, 1007, 1009) or 4500 <= code <= 4999)
+
+
+Verdict = Literal["deliver", "duplicate", "gap", "epoch_changed"]
+
+
+def judge(position: Optional[Position], epoch: str, offset: int) -> Verdict:
+    """What to do with a publication at (epoch, offset) for a subscription at
+    ``position`` (docs/sdk.md, "Recovery and dedupe")."""
+    if position is None:
+        return "deliver"
+    if epoch != position.epoch:
+        return "epoch_changed"
+    if offset <= position.offset:
+        return "duplicate"
+    return "deliver" if offset == position.offset + 1 else "gap"
