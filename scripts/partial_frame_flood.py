@@ -21,25 +21,13 @@ and the node stopped.
 """
 
 import argparse
-import base64
-import json
-import os
-import shutil
-import signal
-import socket
 import statistics
-import subprocess
-import tempfile
 import time
-import urllib.request
+
+from attack_node import alternate, node, open_websocket, stats
 
 ANNOUNCED = 65_536
 SENT_AT_ONCE = 65_000
-
-
-def stats(admin):
-    with urllib.request.urlopen(f"http://{admin}/stats", timeout=10) as r:
-        return json.load(r)
 
 
 def frame(payload):
@@ -48,21 +36,7 @@ def frame(payload):
 
 
 def subscribed_socket(ws_addr, subject):
-    host, port = ws_addr.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)), timeout=30)
-    key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall(
-        (f"GET /ws HTTP/1.1\r\nHost: {ws_addr}\r\nUpgrade: websocket\r\n"
-         f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-         "Sec-WebSocket-Version: 13\r\n\r\n").encode())
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = sock.recv(4096)
-        if not chunk:
-            raise SystemExit("the node closed the handshake")
-        head += chunk
-    if not head.startswith(b"HTTP/1.1 101"):
-        raise SystemExit(f"handshake refused: {head[:80]!r}")
+    sock = open_websocket(ws_addr)
     sock.sendall(frame(b'{"op":"subscribe","subject":"%s"}' % subject.encode()))
     # The opening of a large frame: 64-bit length, zero mask, most of it.
     sock.sendall(bytes([0x81, 0x80 | 127]) + ANNOUNCED.to_bytes(8, "big")
@@ -84,51 +58,38 @@ def still_open(sock):
 
 
 def attack(binary, connections, hold, dribble):
-    data_dir = tempfile.mkdtemp(prefix="myriad-partial-")
-    node = subprocess.Popen(
-        [binary, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        env={**os.environ, "MYRIAD_LOG": "warn", "MYRIAD_DATA_DIR": data_dir},
-    )
     socks = []
-    try:
-        ready = json.loads(node.stdout.readline())
-        admin = ready["admin"]
-        before = stats(admin)["process"]["rss_bytes"]
-        for n in range(connections):
-            socks.append(subscribed_socket(ready["ws"], f"p{n}"))
-        opened = time.monotonic()
-        peak = 0
-        while time.monotonic() - opened < hold:
-            time.sleep(dribble)
-            for sock in socks:
-                try:
-                    sock.send(b" ")
-                except OSError:
-                    pass
-            peak = max(peak, stats(admin)["process"]["rss_bytes"])
-        after = stats(admin)
-        alive = sum(still_open(s) for s in socks)
-        return {
-            "connections": connections,
-            "hold_s": hold,
-            "rss_peak_added_mib": (peak - before) / 2**20,
-            "rss_added_mib": (after["process"]["rss_bytes"] - before) / 2**20,
-            "open_at_end": alive,
-            "node_connections": after["connections"],
-            "closes": {k: v for k, v in after["closes"].items() if v},
-            "partial_input_bytes": after.get("partial_input_bytes"),
-        }
-    finally:
-        for sock in socks:
-            sock.close()
-        node.send_signal(signal.SIGTERM)
+    with node(binary) as ready:
         try:
-            node.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            node.kill()
-            node.wait()
-        shutil.rmtree(data_dir, ignore_errors=True)
+            admin = ready["admin"]
+            before = stats(admin)["process"]["rss_bytes"]
+            for n in range(connections):
+                socks.append(subscribed_socket(ready["ws"], f"p{n}"))
+            opened = time.monotonic()
+            peak = 0
+            while time.monotonic() - opened < hold:
+                time.sleep(dribble)
+                for sock in socks:
+                    try:
+                        sock.send(b" ")
+                    except OSError:
+                        pass
+                peak = max(peak, stats(admin)["process"]["rss_bytes"])
+            after = stats(admin)
+            alive = sum(still_open(s) for s in socks)
+            return {
+                "connections": connections,
+                "hold_s": hold,
+                "rss_peak_added_mib": (peak - before) / 2**20,
+                "rss_added_mib": (after["process"]["rss_bytes"] - before) / 2**20,
+                "open_at_end": alive,
+                "node_connections": after["connections"],
+                "closes": {k: v for k, v in after["closes"].items() if v},
+                "partial_input_bytes": after.get("partial_input_bytes"),
+            }
+        finally:
+            for sock in socks:
+                sock.close()
 
 
 def main():
@@ -141,12 +102,8 @@ def main():
                         help="seconds between one byte and the next on each connection")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
-    results = {b: [] for b in args.binary}
-    for run in range(args.runs):
-        for binary in args.binary:
-            r = attack(binary, args.connections, args.hold, args.dribble)
-            results[binary].append(r)
-            print(json.dumps({"run": run + 1, "binary": binary, **r}), flush=True)
+    results = alternate(args.binary, args.runs, lambda binary: attack(
+        binary, args.connections, args.hold, args.dribble))
     for binary, runs in results.items():
         added = statistics.median(r["rss_added_mib"] for r in runs)
         peak = statistics.median(r["rss_peak_added_mib"] for r in runs)

@@ -21,22 +21,10 @@ take them all (/stats publishes), then the node is stopped.
 """
 
 import argparse
-import base64
-import json
-import os
-import shutil
-import signal
-import socket
 import statistics
-import subprocess
-import tempfile
 import time
-import urllib.request
 
-
-def stats(admin):
-    with urllib.request.urlopen(f"http://{admin}/stats", timeout=10) as r:
-        return json.load(r)
+from attack_node import alternate, node, open_websocket, stats
 
 
 def masked_text_frame(payload):
@@ -50,36 +38,9 @@ def masked_text_frame(payload):
     return head + b"\0\0\0\0" + payload
 
 
-def open_websocket(ws_addr):
-    host, port = ws_addr.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)), timeout=30)
-    key = base64.b64encode(os.urandom(16)).decode()
-    sock.sendall(
-        (f"GET /ws HTTP/1.1\r\nHost: {ws_addr}\r\nUpgrade: websocket\r\n"
-         f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\n"
-         "Sec-WebSocket-Version: 13\r\n\r\n").encode())
-    head = b""
-    while b"\r\n\r\n" not in head:
-        chunk = sock.recv(4096)
-        if not chunk:
-            raise SystemExit("the node closed the handshake")
-        head += chunk
-    if not head.startswith(b"HTTP/1.1 101"):
-        raise SystemExit(f"handshake refused: {head[:80]!r}")
-    return sock
-
-
 def flood(binary, subjects, max_bytes, settle):
-    data_dir = tempfile.mkdtemp(prefix="myriad-flood-")
-    args = [binary, "serve", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"]
-    if max_bytes is not None:
-        args += ["--history-max-bytes", max_bytes]
-    node = subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        env={**os.environ, "MYRIAD_LOG": "warn", "MYRIAD_DATA_DIR": data_dir},
-    )
-    try:
-        ready = json.loads(node.stdout.readline())
+    extra = [] if max_bytes is None else ["--history-max-bytes", max_bytes]
+    with node(binary, extra) as ready:
         admin = ready["admin"]
         before = stats(admin)
         sock = open_websocket(ready["ws"])
@@ -117,14 +78,6 @@ def flood(binary, subjects, max_bytes, settle):
             "evictions": history["evictions"],
             "evicted_positions": history.get("evicted_positions"),
         }
-    finally:
-        node.send_signal(signal.SIGTERM)
-        try:
-            node.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            node.kill()
-            node.wait()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def main():
@@ -137,12 +90,8 @@ def main():
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--settle", type=float, default=300.0)
     args = parser.parse_args()
-    results = {b: [] for b in args.binary}
-    for run in range(args.runs):
-        for binary in args.binary:
-            r = flood(binary, args.subjects, args.history_max_bytes, args.settle)
-            results[binary].append(r)
-            print(json.dumps({"run": run + 1, "binary": binary, **r}), flush=True)
+    results = alternate(args.binary, args.runs, lambda binary: flood(
+        binary, args.subjects, args.history_max_bytes, args.settle))
     for binary, runs in results.items():
         median = statistics.median(r["rss_added_mib"] for r in runs)
         history = statistics.median(r["history_mib"] for r in runs)
