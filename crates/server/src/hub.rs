@@ -17,8 +17,8 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::engine::{Attached, Broken, ConnAnswer};
-use crate::feeds::FeedChange;
+use crate::messages::engine::{Attached, Broken, ConnAnswer};
+use crate::messages::feeds::FeedChange;
 use crate::publication::Publication;
 
 /// Number of shards engines split their subject maps into; a power of two
@@ -317,16 +317,17 @@ mod tests {
 
     /// An answer for a connection, standing for an attach answer.
     fn marker() -> Event {
-        let to = crate::engine::ConnRequest {
+        let to = crate::messages::engine::ConnRequest {
             worker: 0,
             conn: 7,
             life: 0,
             request: None,
         };
-        let answer = crate::engine::Answer::Published(Ok(crate::engine::Published {
-            position: None,
-            subscribers: 0,
-        }));
+        let answer =
+            crate::messages::engine::Answer::Published(Ok(crate::messages::engine::Published {
+                position: None,
+                subscribers: 0,
+            }));
         Event::Answer(Box::new(ConnAnswer { to, answer }))
     }
 

@@ -66,8 +66,8 @@ use super::{
     settling, AckMaker, Applied, Apply, Direction, FeedChange, Feeds, FeedsError, KnownUsers,
     Presence, Relation, StreamCounts,
 };
-use crate::engine::ConnRequest;
 use crate::hub::{Event, Hub, Wakeups};
+use crate::messages::engine::ConnRequest;
 
 /// Users read per page when loading the known users.
 const KNOWN_PAGE: usize = 100_000;

@@ -14,7 +14,7 @@ use foldhash::fast::RandomState;
 use myriad_graph::UserId;
 use smallvec::SmallVec;
 
-use crate::engine::ConnRequest;
+use crate::messages::engine::ConnRequest;
 
 const SHARDS: usize = 64;
 
