@@ -169,3 +169,36 @@ pub(crate) mod testing {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ALL` is kept by hand; the error metric's labels read it. A variant added to the enum
+    /// breaks the exhaustive match below until it is named here, and
+    /// then this fails until `ALL` names it too.
+    #[test]
+    fn all_names_every_tls_failure() {
+        macro_rules! every {
+            ($($variant:ident),* $(,)?) => {{
+                fn _exhaustive(v: TlsFailure) {
+                    match v {
+                        $(TlsFailure::$variant => {})*
+                    }
+                }
+                [$(TlsFailure::$variant),*]
+            }}
+        }
+        let every = every!(
+            PlainHttp,
+            HandshakeFailed,
+            HandshakeTimeout,
+            BadRecord,
+            Alert,
+            KeyUpdate,
+            KeysUsedUp,
+            ReloadFailed
+        );
+        assert_eq!(every, TlsFailure::ALL);
+    }
+}
