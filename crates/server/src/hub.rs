@@ -101,7 +101,7 @@ impl Mailbox {
 /// its batch is done ([`Hub::wake`]). A worker reading a burst of publishes
 /// thus costs every other worker one wake-up per burst instead of one per
 /// message: on this VM a cross-core wake-up costs about 27 µs
-/// (../shared/LIMITS.md), more than delivering the message does.
+/// (docs/limits.md), more than delivering the message does.
 ///
 /// Dropping it with wake-ups still owed is a bug (deliveries would wait for
 /// the worker's next timer tick); debug builds panic on it.

@@ -10,7 +10,7 @@
 //! One turn of the loop: poll; accept; read what is readable; take a batch of
 //! events from the mailbox (unless its queues are past their high water and
 //! still draining) and queue what they carry; then flush every connection
-//! that got output this turn, each with one `writev` of all it has queued.
+//! that got output this turn, each with one `writev` per 64 frames queued.
 //! Queueing first and writing once per turn is what coalesces a burst of
 //! publishes into few system calls. Once a second the worker sweeps the slab
 //! for timeouts and heartbeats: no connection has a timer of its own.
