@@ -19,7 +19,7 @@ pub mod handshake;
 pub mod record;
 
 pub use certs::{read_chain, read_key, Acceptor, CertError, Certificates, TlsFiles};
-pub use handshake::{Established, Handshake, HandshakeError};
+pub use handshake::{Established, Handshake, TlsHandshakeError};
 pub use record::{RecordError, Records};
 
 /// Every way TLS refuses or ends a connection, or fails a reload; each is

@@ -49,7 +49,7 @@ const RECENT_LIMIT: usize = 4_096;
 
 /// An attach Redis has answered, waiting for its place in the stream.
 #[derive(Debug)]
-struct Waiting {
+struct Answered {
     attach: Attach,
     answered: Attachment,
 }
@@ -61,7 +61,7 @@ struct Switching {
     in_flight: u32,
     /// Publications that arrived while attaches were in flight, oldest first.
     recent: VecDeque<Arc<Publication>>,
-    waiting: Vec<Waiting>,
+    waiting: Vec<Answered>,
     /// Set while the subject's Redis connection is being restored: the
     /// last position handed out before it was lost. The catch-up read
     /// brings live subscribers from here to the present (see `resumed`).
@@ -241,7 +241,7 @@ impl Router {
             return;
         };
         keep_recent(switching, publication);
-        let (due, still): (Vec<Waiting>, Vec<Waiting>) = std::mem::take(&mut switching.waiting)
+        let (due, still): (Vec<Answered>, Vec<Answered>) = std::mem::take(&mut switching.waiting)
             .into_iter()
             .partition(|w| w.answered.position.offset <= position.offset);
         switching.waiting = still;
@@ -283,13 +283,19 @@ impl Router {
             .is_some_and(|s| s.resume_from.is_some());
         match entry.routed {
             // Live subscribers are still catching up: after them.
-            _ if resuming => entry.switching().waiting.push(Waiting { attach, answered }),
+            _ if resuming => entry
+                .switching()
+                .waiting
+                .push(Answered { attach, answered }),
             Some(routed)
                 if routed.epoch == answered.position.epoch
                     && routed.offset < answered.position.offset =>
             {
                 // Publications up to P are still on their way: wait for P.
-                entry.switching().waiting.push(Waiting { attach, answered });
+                entry
+                    .switching()
+                    .waiting
+                    .push(Answered { attach, answered });
             }
             _ => self.place(entry, attach, answered, wakeups),
         }
