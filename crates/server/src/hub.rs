@@ -21,10 +21,6 @@ use crate::messages::engine::{Attached, Broken, ConnAnswer};
 use crate::messages::feeds::FeedChange;
 use crate::publication::Publication;
 
-/// Number of shards engines split their subject maps into; a power of two
-/// well above the core count.
-pub const SHARDS: usize = 64;
-
 /// What a worker's mailbox carries.
 #[derive(Debug)]
 pub enum Event {

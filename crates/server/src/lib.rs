@@ -33,6 +33,8 @@
 //!   status page it serves.
 //! - [`metrics`] and [`process`]: what the node counts and how big it is;
 //!   [`heap`]: what its structures cost, counted one way everywhere.
+//! - [`sharded`]: state split over locks by key hash, with the one policy
+//!   for a poisoned lock.
 //!
 //! The modules stand in layers, none naming one above it
 //! (docs/architecture.md, "Layers inside the server crate"; kept by
@@ -62,6 +64,7 @@ pub mod redis_tls;
 pub mod registry;
 pub mod reloadable;
 pub mod session;
+pub mod sharded;
 pub mod shared;
 pub mod span;
 pub mod status;

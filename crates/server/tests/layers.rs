@@ -2,7 +2,8 @@
 //! module may name modules of its own layer or below, never above):
 //!
 //! 1. leaves, naming no other module: `span`, `publication`, `registry`,
-//!    `heap`, `process`, `fds`, `peers`, `listener`, `outbound`, `reloadable`;
+//!    `heap`, `process`, `fds`, `peers`, `listener`, `outbound`, `reloadable`,
+//!    `sharded`;
 //! 2. `history`, `messages` (what a worker's mailbox carries), `tls`;
 //! 3. `hub`, `namespace`, `redis_tls`, `link`;
 //! 4. `engine`, `feeds` (both send into the hub);
@@ -29,7 +30,7 @@ use std::path::{Path, PathBuf};
 fn layer(module: &str) -> Option<u8> {
     Some(match module {
         "span" | "publication" | "registry" | "heap" | "process" | "fds" | "peers" | "listener"
-        | "outbound" | "reloadable" => 1,
+        | "sharded" | "outbound" | "reloadable" => 1,
         "history" | "messages" | "tls" => 2,
         "hub" | "namespace" | "redis_tls" | "link" => 3,
         "engine" | "feeds" => 4,

@@ -28,9 +28,8 @@
 //! offset once and in order (clause 2).
 
 use std::collections::VecDeque;
-use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, MutexGuard};
 
 use foldhash::fast::RandomState;
 use hashbrown::HashMap;
@@ -40,8 +39,7 @@ use crate::engine::{Attach, Attached, Attachment, Broken, EngineError};
 use crate::heap;
 use crate::hub::{Event, Hub, Route, Wakeups};
 use crate::publication::Publication;
-
-const SHARDS: usize = crate::hub::SHARDS;
+use crate::sharded::Sharded;
 
 /// Publications kept for attaches in flight, per subject; past it a
 /// recovery that needed them reports `recovered: false`.
@@ -100,8 +98,7 @@ type Shard = HashMap<Arc<str>, Subject, RandomState>;
 /// Every subject with interest on this node.
 pub struct Router {
     hub: Arc<Hub>,
-    shards: Box<[Mutex<Shard>]>,
-    hasher: RandomState,
+    shards: Sharded<Shard>,
     lives: AtomicU64,
     /// What the subjects' entries take ([`heap::named_entry_bytes`]).
     held_bytes: AtomicUsize,
@@ -111,8 +108,7 @@ impl Router {
     pub fn new(hub: Arc<Hub>) -> Router {
         Router {
             hub,
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            hasher: RandomState::default(),
+            shards: Sharded::default(),
             lives: AtomicU64::new(0),
             held_bytes: AtomicUsize::new(0),
         }
@@ -123,11 +119,9 @@ impl Router {
     }
 
     fn lock(&self, subject: &str) -> MutexGuard<'_, Shard> {
-        let index = self.hasher.hash_one(subject) as usize % SHARDS;
-        // Every update leaves the map consistent between statements.
-        self.shards[index]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        // Every update leaves the map consistent between statements, as
+        // the sharded module's poison policy asks.
+        self.shards.lock(subject)
     }
 
     /// An attach is on its way to Redis: counts its subscriber. Returns
@@ -182,10 +176,7 @@ impl Router {
 
     /// Subjects with interest on this node.
     pub fn count(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|shard| shard.lock().unwrap_or_else(|p| p.into_inner()).len())
-            .sum()
+        self.shards.sum(Shard::len)
     }
 
     /// What the entries of those subjects take on this node (their
@@ -197,10 +188,9 @@ impl Router {
     /// The subjects with interest on this node that `keep` picks.
     pub fn subjects(&self, mut keep: impl FnMut(&str) -> bool) -> Vec<Arc<str>> {
         let mut out = Vec::new();
-        for shard in self.shards.iter() {
-            let shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+        self.shards.for_each(|shard| {
             out.extend(shard.keys().filter(|s| keep(s)).cloned());
-        }
+        });
         out
     }
 
@@ -389,8 +379,7 @@ impl Router {
         error: &EngineError,
         wakeups: &mut Wakeups,
     ) {
-        for shard in self.shards.iter() {
-            let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+        self.shards.for_each(|shard| {
             for (subject, entry) in shard.iter_mut() {
                 if !affected(subject) {
                     continue;
@@ -417,21 +406,20 @@ impl Router {
                     entry.switching = None;
                 }
             }
-        }
+        });
     }
 
     /// Subscriptions waiting for their catch-up, with where each stopped.
     pub fn resumes(&self, mut keep: impl FnMut(&str) -> bool) -> Vec<(Arc<str>, Position)> {
         let mut out = Vec::new();
-        for shard in self.shards.iter() {
-            let shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+        self.shards.for_each(|shard| {
             for (subject, entry) in shard.iter() {
                 let from = entry.switching.as_ref().and_then(|s| s.resume_from);
                 if let Some(from) = from.filter(|_| keep(subject)) {
                     out.push((Arc::clone(subject), from));
                 }
             }
-        }
+        });
         out
     }
 
