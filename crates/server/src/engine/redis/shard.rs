@@ -36,16 +36,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use myriad_protocol::position::{Epoch, Position};
 use redis::aio::{AsyncPushSender, MultiplexedConnection, SendError};
 use redis::{AsyncConnectionConfig, PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use super::backlog::Backlog;
-use super::codec;
-use super::{Context, Totals};
-use crate::engine::{Attach, Attachment, EngineError, HistoryPage, HistoryQuery, Published, Reply};
+use super::context::{Context, ReadMode, ReadScript};
+use super::ops::{script_calls, Op, Read, ReadOp, ScriptCall};
+use crate::engine::EngineError;
 use crate::hub::Wakeups;
 
 /// Requests one round trip carries at most.
@@ -63,87 +62,6 @@ const SWEEP_BATCH: usize = 1_000;
 /// First wait before reconnecting; doubled up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
-
-/// A request for one Redis: a publish (runs of them share a call of
-/// publish.lua) or a read (a call of read.lua each).
-pub enum Op {
-    Publish(PublishOp),
-    Read(ReadOp),
-}
-
-/// A publish waiting for its Redis.
-pub struct PublishOp {
-    pub subject: Arc<str>,
-    pub data: Box<str>,
-    pub reply: Reply<Published>,
-}
-
-/// A read of a subject's stream waiting for its Redis.
-pub enum ReadOp {
-    /// A subscriber attaches (its subject's stream is created if need be).
-    Attach { attach: Attach, life: u64 },
-    /// A history read.
-    History {
-        query: HistoryQuery,
-        reply: Reply<HistoryPage>,
-    },
-}
-
-impl ReadOp {
-    fn subject(&self) -> &str {
-        match self {
-            ReadOp::Attach { attach, .. } => &attach.subject,
-            ReadOp::History { query, .. } => &query.subject,
-        }
-    }
-}
-
-impl Op {
-    /// What the request holds of the node's memory while it waits, for the
-    /// queue's byte bound: its subject, and a publication's data.
-    fn weight(&self) -> usize {
-        match self {
-            Op::Publish(p) => p.subject.len() + p.data.len(),
-            Op::Read(read) => read.subject().len(),
-        }
-    }
-
-    /// Whether it may wait in the backlog when the queue is full.
-    fn can_wait(&self) -> bool {
-        matches!(self, Op::Read(ReadOp::Attach { attach, .. }) if attach.can_wait)
-    }
-
-    /// Answers the request with `error`.
-    fn fail(self, ctx: &Context, error: EngineError, wakeups: &mut Wakeups) {
-        ctx.count_failure(&error);
-        let hub = ctx.router.hub();
-        match self {
-            Op::Publish(p) => p.reply.send(hub, Err(error), wakeups),
-            Op::Read(ReadOp::Attach { attach, life }) => {
-                ctx.router.answered(attach, life, Err(error), wakeups)
-            }
-            Op::Read(ReadOp::History { reply, .. }) => reply.send(hub, Err(error), wakeups),
-        }
-    }
-}
-
-/// One script call of a batch, with the requests it answers.
-pub enum ScriptCall {
-    /// A run of consecutive publishes: one call of publish.lua.
-    Publish(Vec<PublishOp>),
-    /// One call of read.lua.
-    Read(ReadOp),
-}
-
-impl ScriptCall {
-    /// The requests, to be refused together.
-    fn into_ops(self) -> Vec<Op> {
-        match self {
-            ScriptCall::Publish(run) => run.into_iter().map(Op::Publish).collect(),
-            ScriptCall::Read(read) => vec![Op::Read(read)],
-        }
-    }
-}
 
 /// Subjects whose last subscriber on the node left, waiting for the task.
 #[derive(Default)]
@@ -212,7 +130,7 @@ impl ShardQueue {
             match e {
                 mpsc::error::TrySendError::Full(op) => self.full(op, ctx, wakeups),
                 mpsc::error::TrySendError::Closed(op) => {
-                    op.fail(ctx, EngineError::ShuttingDown, wakeups)
+                    ctx.fail(op, EngineError::ShuttingDown, wakeups)
                 }
             }
         }
@@ -221,10 +139,10 @@ impl ShardQueue {
     /// `op` found the queue full.
     fn full(&self, op: Op, ctx: &Context, wakeups: &mut Wakeups) {
         if !op.can_wait() {
-            return op.fail(ctx, EngineError::RedisBusy, wakeups);
+            return ctx.fail(op, EngineError::RedisBusy, wakeups);
         }
         if let Err(op) = self.backlog.hold(op) {
-            op.fail(ctx, EngineError::RedisBusy, wakeups);
+            ctx.fail(op, EngineError::RedisBusy, wakeups);
         }
     }
 
@@ -238,7 +156,7 @@ impl ShardQueue {
         let mut waiting = Vec::new();
         self.backlog.take(&mut waiting, usize::MAX);
         for op in waiting {
-            op.fail(ctx, error.clone(), wakeups);
+            ctx.fail(op, error.clone(), wakeups);
         }
     }
 }
@@ -379,8 +297,8 @@ impl Shard {
             for (subject, from) in chunk {
                 // As an attach: the stream is created again if Redis lost
                 // it, so the position it announces is the one that goes on.
-                let read = super::ReadScript {
-                    mode: super::ReadMode::Attach,
+                let read = ReadScript {
+                    mode: ReadMode::Attach,
                     since: Some(*from),
                     limit: usize::MAX,
                     max_bytes: usize::MAX,
@@ -479,7 +397,8 @@ impl Shard {
                 // The subscriptions went with the connection; a reconnect
                 // subscribes only to subjects with subscribers.
                 for op in ops {
-                    op.fail(&self.ctx, EngineError::RedisUnavailable, &mut wakeups);
+                    self.ctx
+                        .fail(op, EngineError::RedisUnavailable, &mut wakeups);
                 }
             } else {
                 self.execute(leaving, ops, &mut wakeups).await;
@@ -560,7 +479,7 @@ impl Shard {
         // One fresh epoch serves the batch: only streams that do not exist
         // take it, and a subject is created at most once per batch.
         let epoch = crate::engine::random_epoch().to_string();
-        let calls = super::script_calls(scripted);
+        let calls = script_calls(scripted);
         for call in &calls {
             ctx.add_script(&mut pipe, call, &epoch);
         }
@@ -627,7 +546,7 @@ impl Shard {
             e => e,
         };
         for op in ops {
-            op.fail(&self.ctx, engine_error.clone(), wakeups);
+            self.ctx.fail(op, engine_error.clone(), wakeups);
         }
         if error.is_unrecoverable_error() || error.is_timeout() || error.is_connection_dropped() {
             self.disconnect(error);
@@ -672,133 +591,4 @@ fn connection_dropped() -> redis::RedisError {
 
 fn protocol_error(what: String) -> redis::RedisError {
     redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::InvalidData, what))
-}
-
-/// The reply of a publish or read script, read field by field.
-pub struct ScriptReply {
-    values: std::vec::IntoIter<Value>,
-}
-
-impl ScriptReply {
-    pub fn new(value: Value) -> Result<ScriptReply, EngineError> {
-        match value {
-            Value::Array(values) => Ok(ScriptReply {
-                values: values.into_iter(),
-            }),
-            Value::ServerError(e) => Err(EngineError::Redis(e.to_string())),
-            other => Err(EngineError::Redis(format!(
-                "unexpected script reply {other:?}"
-            ))),
-        }
-    }
-
-    fn next(&mut self) -> Result<Value, EngineError> {
-        self.values
-            .next()
-            .ok_or_else(|| EngineError::Redis("short script reply".into()))
-    }
-
-    pub fn bytes(&mut self) -> Result<Vec<u8>, EngineError> {
-        match self.next()? {
-            Value::BulkString(bytes) => Ok(bytes),
-            Value::SimpleString(s) => Ok(s.into_bytes()),
-            other => Err(EngineError::Redis(format!(
-                "expected a string, got {other:?}"
-            ))),
-        }
-    }
-
-    pub fn int(&mut self) -> Result<i64, EngineError> {
-        match self.next()? {
-            Value::Int(n) => Ok(n),
-            other => Err(EngineError::Redis(format!(
-                "expected an integer, got {other:?}"
-            ))),
-        }
-    }
-
-    /// An epoch, or `None` for the empty string (a dropped publish).
-    pub fn epoch(&mut self) -> Result<Option<Epoch>, EngineError> {
-        let bytes = self.bytes()?;
-        if bytes.is_empty() {
-            return Ok(None);
-        }
-        std::str::from_utf8(&bytes)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .map(Some)
-            .ok_or_else(|| {
-                EngineError::Redis(format!("bad epoch {:?}", String::from_utf8_lossy(&bytes)))
-            })
-    }
-
-    pub fn position(&mut self) -> Result<(Option<Epoch>, u64), EngineError> {
-        let epoch = self.epoch()?;
-        let offset =
-            u64::try_from(self.int()?).map_err(|_| EngineError::Redis("negative offset".into()))?;
-        Ok((epoch, offset))
-    }
-
-    pub fn totals(&mut self) -> Result<Totals, EngineError> {
-        Ok(Totals {
-            bytes: self.int()?,
-            messages: self.int()?,
-            evictions: self.int()?,
-            subjects: self.int()?,
-        })
-    }
-
-    /// The rest: history entries of `subject` in `epoch`.
-    pub fn entries(
-        self,
-        subject: &Arc<str>,
-        epoch: Epoch,
-    ) -> Result<Vec<Arc<crate::publication::Publication>>, EngineError> {
-        self.values
-            .map(|v| match v {
-                Value::BulkString(entry) => codec::history_entry(subject, epoch, &entry)
-                    .map_err(|e| EngineError::Redis(e.to_string())),
-                other => Err(EngineError::Redis(format!(
-                    "expected an entry, got {other:?}"
-                ))),
-            })
-            .collect()
-    }
-}
-
-/// What a read script found.
-pub struct Read {
-    pub position: Position,
-    pub recovered: Option<bool>,
-    pub entries: Vec<Arc<crate::publication::Publication>>,
-    pub totals: Totals,
-}
-
-impl Read {
-    pub fn parse(subject: &Arc<str>, value: Value) -> Result<Read, EngineError> {
-        let mut reply = ScriptReply::new(value)?;
-        let (epoch, offset) = reply.position()?;
-        let epoch = epoch.ok_or_else(|| EngineError::Redis("read without an epoch".into()))?;
-        let recovered = match reply.int()? {
-            -1 => None,
-            flag => Some(flag == 1),
-        };
-        let totals = reply.totals()?;
-        let entries = reply.entries(subject, epoch)?;
-        Ok(Read {
-            position: Position::new(epoch, offset),
-            recovered,
-            entries,
-            totals,
-        })
-    }
-
-    /// As an attach's answer, before the router places it.
-    pub fn into_attachment(self) -> Attachment {
-        Attachment {
-            position: self.position,
-            recovered: self.recovered,
-            replay: self.entries,
-        }
-    }
 }
