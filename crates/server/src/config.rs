@@ -284,7 +284,7 @@ pub struct Config {
     pub engine: EngineKind,
 
     /// A Redis 7 instance of the cluster, `redis://[user:password@]host:port[/db]`
-    /// (`rediss://` for TLS), for `engine = redis`. Repeatable, one per shard: subjects are spread
+    /// (`rediss://` for TLS), for `engine = redis`. Repeatable, one per instance: subjects are spread
     /// over them in this order, so new ones are only ever appended.
     /// Comma-separated in the environment.
     #[arg(long = "redis-url", env = "MYRIAD_REDIS_URLS", value_delimiter = ',')]

@@ -2,7 +2,7 @@
 //! inboxes share (the router, settings, scripts, counters), and how a
 //! script call is put into a pipeline and its reply answered.
 //!
-//! Below the instance task (`shard.rs`), which holds it and calls it, and
+//! Below the instance task (`instance.rs`), which holds it and calls it, and
 //! above [`ops`](super::ops), whose requests it answers; it must not name
 //! the instance task or the engine in `mod.rs`.
 
@@ -55,14 +55,14 @@ pub(super) struct Failures {
     pub(super) error: AtomicU64,
 }
 
-/// What the engine's callers, shard tasks and inboxes share.
+/// What the engine's callers, instance tasks and inboxes share.
 pub struct Context {
     pub(super) router: Router,
     pub(super) namespaces: Namespaces,
     pub(super) settings: RedisSettings,
     pub(super) max_bytes: usize,
     pub(super) scripts: Scripts,
-    pub(super) shards: usize,
+    pub(super) instances: usize,
     pub(super) totals: Box<[TotalsCell]>,
     pub(super) failures: Failures,
     pub(super) publishes: AtomicU64,
@@ -194,19 +194,19 @@ impl Context {
     /// reply.
     pub(super) fn finish(
         &self,
-        shard: usize,
+        instance: usize,
         call: ScriptCall,
         value: Value,
         wakeups: &mut Wakeups,
     ) {
         let run = match call {
             ScriptCall::Publish(run) => run,
-            ScriptCall::Read(read) => return self.finish_read(shard, read, value, wakeups),
+            ScriptCall::Read(read) => return self.finish_read(instance, read, value, wakeups),
         };
         // {totals, then epoch and offset of each publish}; a call that
         // failed fails each of its publishes the same way.
         let mut reply = ScriptReply::new(value).and_then(|mut r| {
-            self.totals[shard].set(r.totals()?);
+            self.totals[instance].set(r.totals()?);
             Ok(r)
         });
         for PublishOp {
@@ -241,7 +241,7 @@ impl Context {
     /// Answers an attach or history read with its script's reply.
     pub(super) fn finish_read(
         &self,
-        shard: usize,
+        instance: usize,
         read: ReadOp,
         value: Value,
         wakeups: &mut Wakeups,
@@ -250,7 +250,7 @@ impl Context {
         match read {
             ReadOp::Attach { attach, life } => {
                 let outcome = Read::parse(&attach.subject, value).map(|read| {
-                    self.totals[shard].set(read.totals);
+                    self.totals[instance].set(read.totals);
                     read.into_attachment()
                 });
                 if let Err(e) = &outcome {
@@ -260,7 +260,7 @@ impl Context {
             }
             ReadOp::History { query, reply } => {
                 let outcome = Read::parse(&query.subject, value).map(|read| {
-                    self.totals[shard].set(read.totals);
+                    self.totals[instance].set(read.totals);
                     HistoryPage {
                         subject: query.subject,
                         position: read.position,

@@ -30,7 +30,7 @@
 //! - the history figures of [`Engine::stats`] are the instances' totals as
 //!   of the node's last round trip to each.
 //!
-//! Submodules: [`shard`] (one instance: its queue, batching and
+//! Submodules: [`instance`] (one instance: its queue, batching and
 //! connection), [`backlog`] (feed attaches waiting for room in a full
 //! queue), [`router`] (local interest and the attach switch), [`codec`]
 //! (what the scripts write), [`ring`], [`scripts`]; below the instance
@@ -41,12 +41,12 @@
 mod backlog;
 mod codec;
 mod context;
+mod instance;
 mod ops;
 mod ring;
 mod router;
 mod scripts;
 mod settings;
-mod shard;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -54,12 +54,12 @@ use std::sync::Arc;
 use thiserror::Error;
 
 use self::context::{Context, Failures, TotalsCell};
+use self::instance::{Instance, InstanceQueue};
 use self::ops::{Op, PublishOp, ReadOp};
 use self::router::Router;
 use self::scripts::Scripts;
 pub use self::scripts::{publish_call, PUBLISH_SCRIPT};
 pub use self::settings::RedisSettings;
-use self::shard::{Shard, ShardQueue};
 use super::{
     Attach, Engine, EngineError, EngineFailures, EngineStats, HistoryPage, HistoryQuery,
     HistoryStats, Published, Reply,
@@ -90,7 +90,7 @@ pub enum RedisEngineError {
 /// The engine of a node in a cluster joined over Redis.
 pub struct RedisEngine {
     ctx: Arc<Context>,
-    queues: Vec<ShardQueue>,
+    queues: Vec<InstanceQueue>,
     closed: AtomicBool,
     /// Stops the engine's thread when the engine goes.
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -114,7 +114,7 @@ impl RedisEngine {
             .iter()
             .map(|url| client(url, settings.tls.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
-        let shards = clients.len();
+        let instances = clients.len();
         let ctx = Arc::new(Context {
             router: Router::new(hub),
             namespaces,
@@ -122,8 +122,8 @@ impl RedisEngine {
             settings,
             max_bytes,
             scripts: Scripts::new(),
-            shards,
-            totals: (0..shards).map(|_| TotalsCell::default()).collect(),
+            instances,
+            totals: (0..instances).map(|_| TotalsCell::default()).collect(),
             failures: Failures::default(),
             publishes: AtomicU64::new(0),
             publishes_unrouted: AtomicU64::new(0),
@@ -133,17 +133,17 @@ impl RedisEngine {
             .enable_all()
             .build()
             .map_err(RedisEngineError::Thread)?;
-        let mut tasks = Vec::with_capacity(shards);
-        let mut queues = Vec::with_capacity(shards);
+        let mut tasks = Vec::with_capacity(instances);
+        let mut queues = Vec::with_capacity(instances);
         for (index, client) in clients.into_iter().enumerate() {
-            let (mut shard, queue) = Shard::new(index, client, Arc::clone(&ctx));
-            runtime
-                .block_on(shard.connect())
-                .map_err(|source| RedisEngineError::Unreachable {
+            let (mut instance, queue) = Instance::new(index, client, Arc::clone(&ctx));
+            runtime.block_on(instance.connect()).map_err(|source| {
+                RedisEngineError::Unreachable {
                     url: ctx.settings.urls[index].clone(),
                     source,
-                })?;
-            tasks.push(shard);
+                }
+            })?;
+            tasks.push(instance);
             queues.push(queue);
         }
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -151,8 +151,8 @@ impl RedisEngine {
             .name("myriad-redis".into())
             .spawn(move || {
                 let local = tokio::task::LocalSet::new();
-                for shard in tasks {
-                    local.spawn_local(shard.run());
+                for instance in tasks {
+                    local.spawn_local(instance.run());
                 }
                 // Either stop was sent or the engine was dropped: both end it.
                 let _ = runtime.block_on(local.run_until(stopped));
@@ -167,8 +167,8 @@ impl RedisEngine {
         })
     }
 
-    fn queue(&self, subject: &str) -> &ShardQueue {
-        &self.queues[ring::shard_of(subject, self.queues.len())]
+    fn queue(&self, subject: &str) -> &InstanceQueue {
+        &self.queues[ring::instance_of(subject, self.queues.len())]
     }
 }
 
@@ -247,7 +247,7 @@ impl Engine for RedisEngine {
     }
 
     fn congested(&self) -> bool {
-        self.ctx.router.hub().congested() || self.queues.iter().any(ShardQueue::congested)
+        self.ctx.router.hub().congested() || self.queues.iter().any(InstanceQueue::congested)
     }
 
     fn stats(&self) -> EngineStats {
@@ -437,7 +437,7 @@ mod tests {
         };
         // More feeds than batches take at once, so the backlog must be
         // taken from again without a new one arriving.
-        let feeds = 3 * shard::MAX_BATCH;
+        let feeds = 3 * instance::MAX_BATCH;
         let h = harness(full(feeds), 1, ten_kept(), 1 << 20);
         for conn in 0..3 {
             h.attach(&format!("asked{conn}"), conn, false);
@@ -472,19 +472,19 @@ mod tests {
         let settings = RedisSettings {
             queue_bytes: 0,
             timeout: Duration::from_secs(60),
-            feed_backlog: 2 * shard::MAX_BATCH,
+            feed_backlog: 2 * instance::MAX_BATCH,
             ..settings(server.url())
         };
         let h = harness(settings, 1, ten_kept(), 1 << 20);
         server.pause();
         // The task takes one batch at most, and is stuck with it.
-        let feeds = 2 * shard::MAX_BATCH;
+        let feeds = 2 * instance::MAX_BATCH;
         for conn in 0..feeds as u32 {
             h.attach(&format!("feed{conn}"), conn, true);
         }
         h.engine.shut_down();
         assert_eq!(h.engine.stats().waiting_attaches, 0);
-        for _ in 0..feeds - shard::MAX_BATCH {
+        for _ in 0..feeds - instance::MAX_BATCH {
             let attached = h.attached();
             assert!(matches!(attached.outcome, Err(EngineError::ShuttingDown)));
         }

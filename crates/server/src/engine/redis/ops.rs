@@ -3,7 +3,7 @@
 //! and the scripts' replies read field by field ([`ScriptReply`], [`Read`],
 //! [`Totals`]).
 //!
-//! Below both the instance task (`shard.rs`) and the engine's shared
+//! Below both the instance task (`instance.rs`) and the engine's shared
 //! [`Context`](super::context::Context) that answers them, so neither
 //! calls back into the other for these; it must not name either.
 

@@ -2,7 +2,7 @@
 //! requests towards it, their batching into round trips, its subscription
 //! connection, and what happens when it goes away.
 //!
-//! Workers never wait on Redis: they put a request in the shard's queue
+//! Workers never wait on Redis: they put a request in the instance's queue
 //! (`try_send`; a full queue refuses at once with `redis_busy`, except an
 //! attach that can wait, which the [`Backlog`] holds) and the answer comes
 //! back through the worker's mailbox. A subject losing its
@@ -71,8 +71,8 @@ struct Leaving {
     added: Notify,
 }
 
-/// The sending side of a shard's queue.
-pub struct ShardQueue {
+/// The sending side of an instance's queue.
+pub struct InstanceQueue {
     tx: mpsc::Sender<Op>,
     leaving: Arc<Leaving>,
     /// Bytes (subjects and data) of the requests queued, or taken from the
@@ -90,7 +90,7 @@ pub struct ShardQueue {
     backlog: Arc<Backlog<Op>>,
 }
 
-impl ShardQueue {
+impl InstanceQueue {
     /// More requests wait than `redis_queue_high_water`.
     pub fn congested(&self) -> bool {
         self.high_water > 0 && self.tx.max_capacity() - self.tx.capacity() > self.high_water
@@ -188,7 +188,7 @@ impl AsyncPushSender for Inbox {
 }
 
 /// The task owning one Redis.
-pub struct Shard {
+pub struct Instance {
     index: usize,
     client: redis::Client,
     ctx: Arc<Context>,
@@ -200,25 +200,29 @@ pub struct Shard {
     /// Subjects whose channel this node listens to on this Redis.
     subscribed: HashSet<Arc<str>>,
     leaving: Arc<Leaving>,
-    /// See [`ShardQueue::queued_bytes`].
+    /// See [`InstanceQueue::queued_bytes`].
     queued_bytes: Arc<AtomicUsize>,
-    /// See [`ShardQueue::backlog`]; the task takes from it with each batch.
+    /// See [`InstanceQueue::backlog`]; the task takes from it with each batch.
     backlog: Arc<Backlog<Op>>,
     backoff: Duration,
     next_attempt: Instant,
 }
 
-impl Shard {
+impl Instance {
     /// The task of instance `index` and its queue, bounded as
     /// `ctx.settings` says.
-    pub fn new(index: usize, client: redis::Client, ctx: Arc<Context>) -> (Shard, ShardQueue) {
+    pub fn new(
+        index: usize,
+        client: redis::Client,
+        ctx: Arc<Context>,
+    ) -> (Instance, InstanceQueue) {
         let (tx, rx) = mpsc::channel(ctx.settings.queue.max(1));
         let max_bytes = ctx.settings.queue_bytes;
         let high_water = ctx.settings.queue_high_water;
         let leaving = Arc::new(Leaving::default());
         let queued_bytes = Arc::new(AtomicUsize::new(0));
         let backlog = Arc::new(Backlog::new(ctx.settings.feed_backlog));
-        let shard = Shard {
+        let instance = Instance {
             index,
             client,
             ctx,
@@ -233,7 +237,7 @@ impl Shard {
             backoff: MIN_BACKOFF,
             next_attempt: Instant::now(),
         };
-        let queue = ShardQueue {
+        let queue = InstanceQueue {
             tx,
             leaving,
             queued_bytes,
@@ -241,11 +245,11 @@ impl Shard {
             high_water,
             backlog,
         };
-        (shard, queue)
+        (instance, queue)
     }
 
     /// Connects, loads the scripts and subscribes to every subject this
-    /// node has interest in on this shard.
+    /// node has interest in on this instance.
     pub async fn connect(&mut self) -> Result<(), redis::RedisError> {
         let timeout = self.ctx.settings.timeout;
         self.closed = Arc::new(AtomicBool::new(false));
@@ -266,11 +270,11 @@ impl Shard {
             script.load_async(&mut conn).await?;
         }
         let index = self.index;
-        let shards = self.ctx.shards;
+        let instances = self.ctx.instances;
         let subjects = self
             .ctx
             .router
-            .subjects(|s| super::ring::shard_of(s, shards) == index);
+            .subjects(|s| super::ring::instance_of(s, instances) == index);
         for chunk in subjects.chunks(RESUBSCRIBE_CHUNK) {
             let channels: Vec<String> = chunk.iter().map(|s| self.ctx.channel(s)).collect();
             conn.subscribe(&channels).await?;
@@ -285,11 +289,11 @@ impl Shard {
     /// Brings the live subscribers of every resubscribed subject from where
     /// they stopped to the present: one read per subject, pipelined.
     async fn catch_up(&self, conn: &mut MultiplexedConnection) -> Result<(), redis::RedisError> {
-        let (index, shards) = (self.index, self.ctx.shards);
+        let (index, instances) = (self.index, self.ctx.instances);
         let resumes = self
             .ctx
             .router
-            .resumes(|s| super::ring::shard_of(s, shards) == index);
+            .resumes(|s| super::ring::instance_of(s, instances) == index);
         let epoch = crate::engine::random_epoch().to_string();
         for chunk in resumes.chunks(RESUBSCRIBE_CHUNK) {
             let mut pipe = redis::pipe();
@@ -324,16 +328,16 @@ impl Shard {
         Ok(())
     }
 
-    /// The connection is gone: every subject of this shard starts over.
+    /// The connection is gone: every subject of this instance starts over.
     fn disconnect(&mut self, why: &redis::RedisError) {
         if self.conn.take().is_some() {
-            tracing::warn!(shard = self.index, error = %why, "lost the connection to Redis");
+            tracing::warn!(instance = self.index, error = %why, "lost the connection to Redis");
         }
         self.subscribed.clear();
-        let (index, shards) = (self.index, self.ctx.shards);
+        let (index, instances) = (self.index, self.ctx.instances);
         let mut wakeups = Wakeups::default();
         self.ctx.router.reset(
-            |s| super::ring::shard_of(s, shards) == index,
+            |s| super::ring::instance_of(s, instances) == index,
             &EngineError::RedisUnavailable,
             &mut wakeups,
         );
