@@ -35,7 +35,7 @@ pub mod conformance;
 
 pub use announce::{Announced, Announcement, Snapshot};
 pub use dir::{DataDir, DataDirError};
-pub use redis_store::{Listener, RedisStore, RedisTimeouts};
+pub use redis_store::{ChangeStream, RedisStore, RedisTimeouts};
 pub use sqlite::SqliteStore;
 pub use store::{Counts, Store, StoreError, StoreOptions, Totals};
 pub use user::{Edge, UserId, UserIdError};

@@ -90,7 +90,7 @@ use crate::metrics::Metrics;
 use crate::redis_tls::RedisTls;
 use crate::shared::Shared;
 use crate::worker::Worker;
-use myriad_graph::{DataDir, Listener, RedisStore, RedisTimeouts, SqliteStore, StoreOptions};
+use myriad_graph::{ChangeStream, DataDir, RedisStore, RedisTimeouts, SqliteStore, StoreOptions};
 use std::time::Duration;
 
 /// Why the node could not start or stopped abnormally.
@@ -314,8 +314,8 @@ fn open_feeds(
             };
             let tls = redis_tls.map(RedisTls::certificates);
             let store = RedisStore::open_with(&urls, &prefix, options, timeouts, tls.clone())?;
-            let listener = Listener::new(&urls, &prefix, timeouts, tls)?;
-            Keeper::start(None, Box::new(store), Some(listener), hub, max_following)?
+            let changes = ChangeStream::new(&urls, &prefix, timeouts, tls)?;
+            Keeper::start(None, Box::new(store), Some(changes), hub, max_following)?
         }
     })
 }
