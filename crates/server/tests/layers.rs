@@ -57,7 +57,7 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The top-level module a file belongs to: `src/engine/redis/shard.rs` →
+/// The top-level module a file belongs to: `src/engine/redis/instance.rs` →
 /// `engine`, `src/hub.rs` → `hub`, `src/lib.rs` → `lib`.
 fn top_module(src: &Path, file: &Path) -> String {
     let rel = file.strip_prefix(src).unwrap();
@@ -174,7 +174,7 @@ fn the_check_sees_an_upward_name_and_a_circle() {
     let named = named_modules("use crate::engine::{Attach, Engine}; // crate::worker");
     assert_eq!(named, BTreeSet::from(["engine".to_owned()]));
     assert_eq!(
-        top_module(Path::new("src"), Path::new("src/engine/redis/shard.rs")),
+        top_module(Path::new("src"), Path::new("src/engine/redis/instance.rs")),
         "engine"
     );
 
