@@ -92,7 +92,7 @@ NODE_RESERVED_FDS = 500
 BENCH_RESERVED_FDS = 100
 
 # Memory per connection, for the box check. Kernel: both ends of an idle
-# loopback connection (/work/shared/LIMITS.md, bare C). Userland: measured
+# loopback connection (docs/limits.md, bare C). Userland: measured
 # with this script at medium size (docs/benchmarks.md, "The scale proof"),
 # rounded up.
 KERNEL_PER_CONN = 8600

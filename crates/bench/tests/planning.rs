@@ -10,7 +10,7 @@ fn a_million_connections_under_a_20k_cap() {
     let per = conns_per_process(20_000);
     assert_eq!(per, 20_000 - RESERVED_FDS);
     let procs = processes_for(1_000_000, per);
-    assert_eq!(procs, 51, "LIMITS.md: 1M needs at least 51 processes");
+    assert_eq!(procs, 51, "docs/limits.md: 1M needs at least 51 processes");
     let ranges = split(1_000_000, procs);
     assert_eq!(ranges.len(), 51);
     assert_eq!(ranges[0].start, 0);

@@ -315,7 +315,7 @@ fn past_the_queue_high_water_a_publisher_waits_for_redis_instead_of_being_refuse
     std::thread::sleep(Duration::from_millis(500));
     let busy = "myriad_engine_failures_total{kind=\"redis_busy\"}";
     assert_eq!(a.metric(busy), 0, "nothing refused while Redis sleeps");
-    // Once, or again if the shard task took a batch off the queue between.
+    // Once, or again if the instance task took a batch off the queue between.
     let paused = a.metric("myriad_reads_paused_total{worker=\"0\"}");
     assert!(paused >= 1, "the publisher's reading paused: {paused}");
     // The API waits too, then gives up with a named answer, counted.

@@ -231,6 +231,43 @@ pub enum Reconnect {
 mod tests {
     use super::*;
 
+    /// `ALL` is kept by hand; metrics, `/stats` and the close-code
+    /// table read it. A variant added to the enum
+    /// breaks the exhaustive match below until it is named here, and
+    /// then this fails until `ALL` names it too.
+    #[test]
+    fn all_names_every_close_reason() {
+        macro_rules! every {
+            ($($variant:ident),* $(,)?) => {{
+                fn _exhaustive(v: CloseReason) {
+                    match v {
+                        $(CloseReason::$variant => {})*
+                    }
+                }
+                [$(CloseReason::$variant),*]
+            }}
+        }
+        let every = every!(
+            Normal,
+            GoingAway,
+            ProtocolError,
+            UnsupportedData,
+            InvalidUtf8,
+            MessageTooBig,
+            SlowConsumer,
+            HeartbeatTimeout,
+            IdleTimeout,
+            PartialMessageTimeout,
+            PartialInputBudget,
+            Abnormal,
+            HandshakeTimeout,
+            HandshakeRejected,
+            TokenExpired,
+            NoRequest
+        );
+        assert_eq!(every, CloseReason::ALL);
+    }
+
     #[test]
     fn codes_are_unique_and_reasons_fit_a_control_frame() {
         let mut codes: Vec<u16> = CloseReason::ALL

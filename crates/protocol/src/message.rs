@@ -781,6 +781,40 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// `ALL` is kept by hand; metrics and the docs read it. A variant added to the enum
+    /// breaks the exhaustive match below until it is named here, and
+    /// then this fails until `ALL` names it too.
+    #[test]
+    fn all_names_every_error_code() {
+        macro_rules! every {
+            ($($variant:ident),* $(,)?) => {{
+                fn _exhaustive(v: ErrorCode) {
+                    match v {
+                        $(ErrorCode::$variant => {})*
+                    }
+                }
+                [$(ErrorCode::$variant),*]
+            }}
+        }
+        let every = every!(
+            InvalidJson,
+            UnknownOp,
+            MissingField,
+            InvalidSubject,
+            TooManySubscriptions,
+            InvalidPosition,
+            PublishFailed,
+            Unavailable,
+            ReservedSubject,
+            NoUser,
+            Forbidden,
+            InvalidToken,
+            AlreadyConnected,
+            RateLimited
+        );
+        assert_eq!(every, ErrorCode::ALL);
+    }
+
     const MAX: usize = subject::DEFAULT_MAX_SUBJECT_LEN;
 
     #[test]

@@ -6,10 +6,8 @@
 //! environment variable, the TOML file named by `--config`, the built-in
 //! default. docs/operations.md lists every setting.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::time::Duration;
 
 use clap::parser::ValueSource;
@@ -21,6 +19,7 @@ use crate::engine::RedisSettings;
 use crate::history::HistoryPolicy;
 use crate::namespace::{history_policy, Namespace, Namespaces};
 use crate::redis_tls::{RedisTls, RedisTlsFiles};
+use crate::span::Span;
 use crate::tls::TlsFiles;
 
 /// The variable of the one key the admin listener had before it had a
@@ -207,7 +206,7 @@ pub struct Config {
     /// spares readers that are starved of CPU for a moment, shorter frees
     /// the worker from stalled readers sooner.
     #[arg(long, env = "MYRIAD_WORKER_INTAKE_STALL", default_value = "100ms")]
-    pub worker_intake_stall: Ttl,
+    pub worker_intake_stall: Span,
 
     /// Listen backlog per worker listener (the kernel caps it at net.core.somaxconn).
     #[arg(long, env = "MYRIAD_BACKLOG", default_value_t = 4_096)]
@@ -263,7 +262,7 @@ pub struct Config {
     /// How long a publication is kept in history, e.g. "90s", "5m", "1h";
     /// "0s" keeps it until size or memory push it out.
     #[arg(long, env = "MYRIAD_HISTORY_TTL", default_value = "5m")]
-    pub history_ttl: Ttl,
+    pub history_ttl: Span,
 
     /// Memory all history on the node may hold, in bytes; past it the
     /// oldest publications on the node are evicted first.
@@ -285,7 +284,7 @@ pub struct Config {
     pub engine: EngineKind,
 
     /// A Redis 7 instance of the cluster, `redis://[user:password@]host:port[/db]`
-    /// (`rediss://` for TLS), for `engine = redis`. Repeatable, one per shard: subjects are spread
+    /// (`rediss://` for TLS), for `engine = redis`. Repeatable, one per instance: subjects are spread
     /// over them in this order, so new ones are only ever appended.
     /// Comma-separated in the environment.
     #[arg(long = "redis-url", env = "MYRIAD_REDIS_URLS", value_delimiter = ',')]
@@ -312,7 +311,7 @@ pub struct Config {
     /// How long the node waits for Redis to connect or to answer; past it
     /// the request fails (`redis_timeout`) and the node reconnects.
     #[arg(long, env = "MYRIAD_REDIS_TIMEOUT", default_value = "5s")]
-    pub redis_timeout: Ttl,
+    pub redis_timeout: Span,
 
     /// Requests that may wait for one Redis instance; past it requests are
     /// refused at once (`redis_busy`), so a stalled Redis cannot grow the node.
@@ -339,7 +338,7 @@ pub struct Config {
     /// Publishes spread thinly over many subjects then share a script call
     /// instead of waking Redis once each, at up to this much latency.
     #[arg(long, env = "MYRIAD_REDIS_LINGER", default_value = "0s")]
-    pub redis_linger: Ttl,
+    pub redis_linger: Span,
 
     /// Attaches the node makes for users' graph feeds that may wait per
     /// Redis instance for room once redis_queue is full, instead of being
@@ -896,47 +895,6 @@ pub enum GraphStoreKind {
     Redis,
 }
 
-/// A span of time written the human way ("90s", "5m", "1h 30m"), in flags,
-/// the environment and the config file alike.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ttl(pub Duration);
-
-impl FromStr for Ttl {
-    type Err = humantime::DurationError;
-
-    fn from_str(s: &str) -> Result<Ttl, Self::Err> {
-        humantime::parse_duration(s).map(Ttl)
-    }
-}
-
-impl fmt::Display for Ttl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_zero() {
-            return f.write_str("0s");
-        }
-        write!(f, "{}", humantime::format_duration(self.0))
-    }
-}
-
-impl From<Ttl> for Duration {
-    fn from(ttl: Ttl) -> Duration {
-        ttl.0
-    }
-}
-
-impl Serialize for Ttl {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for Ttl {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Ttl, D::Error> {
-        let text = String::deserialize(d)?;
-        text.parse().map_err(serde::de::Error::custom)
-    }
-}
-
 /// The clap command for `Config` alone, for tests and `--help` rendering.
 pub fn command() -> clap::Command {
     #[derive(Parser)]
@@ -998,10 +956,10 @@ mod tests {
         );
         assert_eq!(namespaces.policy(namespaces.id_of("news")).size, 5);
         std::fs::remove_file(&file.0).unwrap();
-        let ttl: Ttl = "1h 30m".parse().unwrap();
-        assert_eq!(ttl.to_string().parse::<Ttl>().unwrap(), ttl);
+        let ttl: Span = "1h 30m".parse().unwrap();
+        assert_eq!(ttl.to_string().parse::<Span>().unwrap(), ttl);
         assert_eq!(
-            Ttl(Duration::ZERO).to_string().parse::<Ttl>().unwrap().0,
+            Span(Duration::ZERO).to_string().parse::<Span>().unwrap().0,
             Duration::ZERO
         );
     }

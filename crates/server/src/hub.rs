@@ -17,13 +17,9 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::engine::{Attached, Broken, ConnAnswer};
-use crate::feeds::FeedChange;
+use crate::messages::engine::{Attached, Broken, ConnAnswer};
+use crate::messages::feeds::FeedChange;
 use crate::publication::Publication;
-
-/// Number of shards engines split their subject maps into; a power of two
-/// well above the core count.
-pub const SHARDS: usize = 64;
 
 /// What a worker's mailbox carries.
 #[derive(Debug)]
@@ -101,7 +97,7 @@ impl Mailbox {
 /// its batch is done ([`Hub::wake`]). A worker reading a burst of publishes
 /// thus costs every other worker one wake-up per burst instead of one per
 /// message: on this VM a cross-core wake-up costs about 27 µs
-/// (../shared/LIMITS.md), more than delivering the message does.
+/// (docs/limits.md), more than delivering the message does.
 ///
 /// Dropping it with wake-ups still owed is a bug (deliveries would wait for
 /// the worker's next timer tick); debug builds panic on it.
@@ -317,16 +313,17 @@ mod tests {
 
     /// An answer for a connection, standing for an attach answer.
     fn marker() -> Event {
-        let to = crate::engine::ConnRequest {
+        let to = crate::messages::engine::ConnRequest {
             worker: 0,
             conn: 7,
             life: 0,
             request: None,
         };
-        let answer = crate::engine::Answer::Published(Ok(crate::engine::Published {
-            position: None,
-            subscribers: 0,
-        }));
+        let answer =
+            crate::messages::engine::Answer::Published(Ok(crate::messages::engine::Published {
+                position: None,
+                subscribers: 0,
+            }));
         Event::Answer(Box::new(ConnAnswer { to, answer }))
     }
 

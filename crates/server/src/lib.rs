@@ -5,29 +5,41 @@
 //!   policy: who may do what with a subject; [`reloadable`]: what SIGHUP
 //!   reads again (token keys, TLS certificates) and swaps in whole.
 //! - [`config`]: every setting, its default and its sources; [`namespace`]:
-//!   per-prefix settings.
+//!   per-prefix settings; [`span`]: the length of time settings are
+//!   written in.
 //! - [`listener`]: one `SO_REUSEPORT` client listener per worker; [`fds`]:
-//!   how the open-file limit is shared between the listeners.
+//!   how the open-file limit is shared between the listeners; [`peers`]:
+//!   connections and failed token checks per source address.
 //! - [`link`]: a connection's byte stream, plain TCP or TLS ([`tls`]: the
 //!   certificates, the handshake by rustls, the record layer run after it).
 //! - [`worker`]: the per-core event loops; each owns its connections
 //!   ([`conn`], each with its pub/sub [`session`] and its [`transport`]),
 //!   their outbound queues ([`outbound`]) and its local subject
-//!   [`registry`].
+//!   [`registry`]; [`shared`]: the node state every worker and the admin
+//!   API hold.
 //! - [`engine`]: the seam where publications get positions, history lives
-//!   and subjects leave the node (memory today, Redis for the cluster),
-//!   under one written contract and one conformance suite.
+//!   and subjects leave the node (memory, or Redis for a cluster; its TLS
+//!   in [`redis_tls`]), under one written contract and one conformance
+//!   suite.
 //! - [`publication`]: the unit that flows, encoded once; [`history`]: one
 //!   subject's kept publications and the recovery rules.
 //! - [`hub`]: the workers' mailboxes, and the `Route` an engine keeps per
-//!   subject to hand each publication to every interested worker.
+//!   subject to hand each publication to every interested worker;
+//!   [`messages`]: what the mailboxes carry.
+//! - [`feeds`]: the follow graph wired into delivery: its keeper thread,
+//!   presence, the known users.
 //! - [`admin`]: the HTTP publish API, `/stats`, `/metrics`, `/healthz`,
 //!   with its keys, connection cap and timeouts; [`status`]: the live
 //!   status page it serves.
 //! - [`metrics`] and [`process`]: what the node counts and how big it is;
 //!   [`heap`]: what its structures cost, counted one way everywhere.
+//! - [`sharded`]: state split over locks by key hash, with the one policy
+//!   for a poisoned lock.
 //!
-//! [`serve`] wires these together and runs until SIGTERM/SIGINT.
+//! The modules stand in layers, none naming one above it
+//! (docs/architecture.md, "Layers inside the server crate"; kept by
+//! tests/layers.rs). [`serve`] wires these together and runs until
+//! SIGTERM/SIGINT.
 
 pub mod admin;
 pub mod auth;
@@ -41,6 +53,7 @@ pub mod history;
 pub mod hub;
 pub mod link;
 pub mod listener;
+pub mod messages;
 pub mod metrics;
 pub mod namespace;
 pub mod outbound;
@@ -51,6 +64,9 @@ pub mod redis_tls;
 pub mod registry;
 pub mod reloadable;
 pub mod session;
+pub mod sharded;
+pub mod shared;
+pub mod span;
 pub mod status;
 pub mod tls;
 pub mod transport;
@@ -72,8 +88,9 @@ use crate::feeds::{Feeds, Keeper};
 use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::redis_tls::RedisTls;
-use crate::worker::{Shared, Worker};
-use myriad_graph::{DataDir, Listener, RedisStore, RedisTimeouts, SqliteStore, StoreOptions};
+use crate::shared::Shared;
+use crate::worker::Worker;
+use myriad_graph::{ChangeStream, DataDir, RedisStore, RedisTimeouts, SqliteStore, StoreOptions};
 use std::time::Duration;
 
 /// Why the node could not start or stopped abnormally.
@@ -297,8 +314,8 @@ fn open_feeds(
             };
             let tls = redis_tls.map(RedisTls::certificates);
             let store = RedisStore::open_with(&urls, &prefix, options, timeouts, tls.clone())?;
-            let listener = Listener::new(&urls, &prefix, timeouts, tls)?;
-            Keeper::start(None, Box::new(store), Some(listener), hub, max_following)?
+            let changes = ChangeStream::new(&urls, &prefix, timeouts, tls)?;
+            Keeper::start(None, Box::new(store), Some(changes), hub, max_following)?
         }
     })
 }

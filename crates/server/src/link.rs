@@ -21,7 +21,7 @@ use mio::net::TcpStream;
 use thiserror::Error;
 
 use crate::outbound::{FlushReport, Flushed, Outbound};
-use crate::tls::handshake::{Established, Handshake, HandshakeError, Progress};
+use crate::tls::handshake::{Established, Handshake, Progress, TlsHandshakeError};
 use crate::tls::record::{self, RecordError, Records, ALERT_RECORD, OVERHEAD};
 use crate::tls::TlsFailure;
 
@@ -51,7 +51,7 @@ pub enum LinkError {
     #[error(transparent)]
     Io(#[from] io::Error),
     #[error("TLS handshake: {0}")]
-    Handshake(#[from] HandshakeError),
+    Handshake(#[from] TlsHandshakeError),
     #[error("TLS: {0}")]
     Record(#[from] RecordError),
 }
@@ -61,7 +61,7 @@ impl LinkError {
     pub fn failure(&self) -> Option<TlsFailure> {
         match self {
             LinkError::Io(_) => None,
-            LinkError::Handshake(HandshakeError::PlainHttp) => Some(TlsFailure::PlainHttp),
+            LinkError::Handshake(TlsHandshakeError::PlainHttp) => Some(TlsFailure::PlainHttp),
             LinkError::Handshake(_) => Some(TlsFailure::HandshakeFailed),
             LinkError::Record(RecordError::Alert(_)) => Some(TlsFailure::Alert),
             LinkError::Record(RecordError::KeyUpdate) => Some(TlsFailure::KeyUpdate),
@@ -175,7 +175,7 @@ impl<'a> Link<'a> {
                     // Gone mid-handshake: most often a client that did not
                     // trust the certificate and sent no alert.
                     if handshake.started() {
-                        return Err(HandshakeError::Closed.into());
+                        return Err(TlsHandshakeError::Closed.into());
                     }
                     return Ok(input);
                 }

@@ -722,6 +722,68 @@ pub struct TransportTotals {
 mod tests {
     use super::*;
 
+    /// Every kind of error has its labels among `ErrorKind::labels()`
+    /// (which `/stats` reads); the list there is kept by hand. A variant
+    /// added to `ErrorKind` breaks the exhaustive match below until it is
+    /// named here, and then this fails until `labels()` counts it.
+    #[test]
+    fn labels_name_every_error_kind() {
+        macro_rules! units {
+            ($($variant:ident),* $(,)?) => {{
+                fn _exhaustive(kind: ErrorKind) {
+                    match kind {
+                        // Each of these is labelled from its own
+                        // complete list, checked where that list lives.
+                        ErrorKind::Command(_)
+                        | ErrorKind::Handshake(_)
+                        | ErrorKind::Request(_)
+                        | ErrorKind::Graph(_)
+                        | ErrorKind::Tls(_)
+                        | ErrorKind::Token(_) => {}
+                        $(ErrorKind::$variant => {})*
+                    }
+                }
+                [$(ErrorKind::$variant),*]
+            }};
+        }
+        let units = units!(
+            OverCapacity,
+            OverIpLimit,
+            OverCapacityDropped,
+            Accept,
+            Io,
+            ApiUnauthorized,
+            ApiForbidden,
+            ApiBadRequest,
+            ApiBodyTooLarge,
+            ApiCongested,
+            TooManyStatusStreams,
+            AdminOverCapacity,
+            AdminHeaderTimeout,
+            AdminBodyTimeout,
+            TokenKeysReloadFailed,
+        );
+        let labels = ErrorKind::labels();
+        for kind in units {
+            assert!(
+                labels.contains(&kind.label()),
+                "{kind:?} is not in labels()"
+            );
+        }
+        let lists = [
+            myriad_protocol::message::ErrorCode::ALL
+                .map(|c| ErrorKind::Command(c).label())
+                .to_vec(),
+            crate::transport::http::RequestError::LABELS.to_vec(),
+            ErrorKind::GRAPH_LABELS.to_vec(),
+            TlsFailure::ALL.map(TlsFailure::label).to_vec(),
+            crate::auth::TokenError::LABELS.to_vec(),
+        ];
+        for label in lists.concat() {
+            assert!(labels.contains(&label), "{label} is not in labels()");
+        }
+    }
+
     #[test]
     fn exposition_names_every_family_and_sums_workers() {
         let m = Metrics::new(2);

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Ttl;
 use crate::history::HistoryPolicy;
+use crate::span::Span;
 
 /// One `[[namespace]]` table of the config file.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,7 +29,7 @@ pub struct Namespace {
     /// How long publications are kept, e.g. "5m"; the node default when
     /// unset, "0s" = no age limit.
     #[serde(default)]
-    pub history_ttl: Option<Ttl>,
+    pub history_ttl: Option<Span>,
     /// Whether connections without a token may subscribe (and publish or
     /// read history, as far as `publish` and `history` allow); the node's
     /// `anonymous` when unset.
@@ -138,7 +138,7 @@ mod tests {
         let ns = |prefix: &str, size, ttl: Option<u64>| Namespace {
             prefix: prefix.to_owned(),
             history_size: size,
-            history_ttl: ttl.map(|s| Ttl(Duration::from_secs(s))),
+            history_ttl: ttl.map(|s| Span(Duration::from_secs(s))),
             ..Namespace::default()
         };
         let namespaces = Namespaces::new(

@@ -2,10 +2,10 @@
 //!
 //! A queued frame is a `Bytes` handle to the one encoding of a publish that
 //! every recipient shares, so queueing costs a reference-count increment, not
-//! a copy. Flushing gathers everything queued into a single `writev`, which
-//! is what lets a saturated broadcast cost one system call per socket per
-//! batch instead of one per message (../shared/LIMITS.md: write calls, not
-//! bytes, bound fan-out). The queue only exists while it holds data: the
+//! a copy. Flushing gathers up to [`MAX_IOVECS`] queued frames into each
+//! `writev`, which is what lets a saturated broadcast cost one system call
+//! per socket per 64 frames instead of one per message (docs/limits.md:
+//! write calls, not bytes, bound fan-out). The queue only exists while it holds data: the
 //! connection keeps it behind an `Option<Box<_>>` and drops it when drained,
 //! so an idle connection has no outbound buffer at all.
 

@@ -15,14 +15,13 @@
 //! them (docs/operations.md).
 
 use std::collections::HashMap;
-use std::hash::BuildHasher;
 use std::net::IpAddr;
-use std::sync::Mutex;
+use std::sync::MutexGuard;
 use std::time::Instant;
 
 use foldhash::fast::RandomState;
 
-const SHARDS: usize = 64;
+use crate::sharded::Sharded;
 
 /// The 8-byte key of a source address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -47,28 +46,17 @@ impl PeerKey {
 }
 
 /// Connections open per source address.
+/// Sharded by a seeded hash of the key: a key's low bits are often alike
+/// (the subnet bits of a site's /64s are mostly zero).
+#[derive(Default)]
 pub struct PeerCounts {
-    shards: Box<[Mutex<HashMap<PeerKey, u32, RandomState>>]>,
-    /// Picks a key's shard. Hashed, because a key's low bits are often
-    /// alike (the subnet bits of a site's /64s are mostly zero), and
-    /// seeded per process so that nobody can aim many at one lock.
-    spread: RandomState,
-}
-
-impl Default for PeerCounts {
-    fn default() -> Self {
-        PeerCounts {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            spread: RandomState::default(),
-        }
-    }
+    shards: Sharded<HashMap<PeerKey, u32, RandomState>>,
 }
 
 impl PeerCounts {
-    fn shard(&self, key: PeerKey) -> std::sync::MutexGuard<'_, HashMap<PeerKey, u32, RandomState>> {
-        self.shards[self.spread.hash_one(key) as usize % SHARDS]
-            .lock()
-            .expect("peer count lock poisoned")
+    fn shard(&self, key: PeerKey) -> MutexGuard<'_, HashMap<PeerKey, u32, RandomState>> {
+        // Nothing runs under this lock but arithmetic and the map.
+        self.shards.lock(&key)
     }
 
     /// Counts a connection from `key` if that keeps the address within
@@ -96,10 +84,7 @@ impl PeerCounts {
 
     /// Addresses with at least one connection counted.
     pub fn addresses(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().expect("peer count lock poisoned").len())
-            .sum()
+        self.shards.sum(HashMap::len)
     }
 }
 
@@ -127,9 +112,8 @@ pub struct TokenFailures {
     tolerance: u64,
     start: Instant,
     /// Per address, when its bucket is full again, in ms since `start`.
-    shards: Box<[Mutex<HashMap<PeerKey, u64, RandomState>>]>,
-    /// Picks a key's shard, as [`PeerCounts`] does and for its reasons.
-    spread: RandomState,
+    /// Sharded as [`PeerCounts`] is and for its reasons.
+    shards: Sharded<HashMap<PeerKey, u64, RandomState>>,
 }
 
 impl TokenFailures {
@@ -144,8 +128,7 @@ impl TokenFailures {
             interval,
             tolerance: 60_000u64.saturating_sub(interval),
             start: Instant::now(),
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            spread: RandomState::default(),
+            shards: Sharded::default(),
         }
     }
 
@@ -157,15 +140,14 @@ impl TokenFailures {
         self.start.elapsed().as_millis() as u64
     }
 
-    fn shard(&self, key: PeerKey) -> std::sync::MutexGuard<'_, HashMap<PeerKey, u64, RandomState>> {
+    fn shard(&self, key: PeerKey) -> MutexGuard<'_, HashMap<PeerKey, u64, RandomState>> {
         // Nothing runs under this lock but arithmetic and the map.
-        self.shards[self.shard_index(key)]
-            .lock()
-            .expect("token failure lock poisoned")
+        self.shards.lock(&key)
     }
 
+    #[cfg(test)]
     fn shard_index(&self, key: PeerKey) -> usize {
-        self.spread.hash_one(key) as usize % SHARDS
+        self.shards.index_of(&key)
     }
 
     /// Whether `key` may have a token checked now.
@@ -203,10 +185,7 @@ impl TokenFailures {
 
     /// Addresses remembered, full buckets not yet forgotten included.
     pub fn addresses(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().expect("token failure lock poisoned").len())
-            .sum()
+        self.shards.sum(HashMap::len)
     }
 }
 

@@ -33,8 +33,8 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio::time::MissedTickBehavior;
 
 use crate::process;
+use crate::shared::Shared;
 use crate::transport::TransportKind;
-use crate::worker::Shared;
 
 /// The page, CSS and script included.
 const PAGE: &str = include_str!("status.html");

@@ -1,4 +1,4 @@
-//! [`Listener`]: one subscription to a Redis store's change announcements
+//! [`ChangeStream`]: one subscription to a Redis store's change announcements
 //! (the contract's clause 6), for a node to follow every other node's
 //! writes in the store's order.
 //!
@@ -6,9 +6,9 @@
 //! with what it hears, and how it catches up after a break, belong to the
 //! node. A subscription in Redis loses whatever is published while it is
 //! not in place (a Redis restart, a cut connection, a client Redis dropped
-//! for an overfull output buffer), so [`Listener::listen`] says when a
+//! for an overfull output buffer), so [`ChangeStream::listen`] says when a
 //! subscription is in place, and ends with an error when it breaks: a
-//! listener must take every change published before its `Subscribed` as
+//! change stream must take every change published before its `Subscribed` as
 //! unheard.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,14 +20,14 @@ use super::{client, RedisTimeouts, CHANGES};
 use crate::announce::{Announcement, ParseError};
 use crate::store::StoreError;
 
-/// How often a listener with nothing to hear checks `stop`, and pings
+/// How often a change stream with nothing to hear checks `stop`, and pings
 /// Redis to find out whether the subscription is still there.
 const IDLE: Duration = Duration::from_millis(500);
 
 /// The name the subscribing connection gives itself in Redis.
 pub const CLIENT_NAME: &str = "myriad-graph-changes";
 
-/// What a listener hears, in order.
+/// What a change stream hears, in order.
 #[derive(Debug)]
 pub enum Heard {
     /// The subscription is in place: every later change is heard.
@@ -39,13 +39,13 @@ pub enum Heard {
 }
 
 /// A store's announcements, heard over a connection of their own.
-pub struct Listener {
+pub struct ChangeStream {
     client: redis::Client,
     channel: String,
     timeouts: RedisTimeouts,
 }
 
-impl Listener {
+impl ChangeStream {
     /// The announcements of the store under `prefix` in the Redis at
     /// `urls` (one URL, and `tls`, as for [`super::RedisStore::open_with`]);
     /// connects only when it listens.
@@ -54,8 +54,8 @@ impl Listener {
         prefix: &str,
         timeouts: RedisTimeouts,
         tls: Option<TlsCertificates>,
-    ) -> Result<Listener, StoreError> {
-        Ok(Listener {
+    ) -> Result<ChangeStream, StoreError> {
+        Ok(ChangeStream {
             client: client(urls, prefix, timeouts, tls)?,
             channel: format!("{prefix}{CHANGES}"),
             timeouts,

@@ -87,7 +87,7 @@ mod bulk;
 mod listen;
 mod scripts;
 
-pub use listen::{Heard, Listener};
+pub use listen::{ChangeStream, Heard};
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -857,13 +857,13 @@ mod tests {
         use crate::announce::{Announced, Announcement};
 
         let (urls, prefix) = (url(), fresh_prefix());
-        let listener = Listener::new(&urls, &prefix, RedisTimeouts::default(), None).unwrap();
+        let changes = ChangeStream::new(&urls, &prefix, RedisTimeouts::default(), None).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let (heard, hearing) = mpsc::channel();
         let listening = {
             let stop = Arc::clone(&stop);
             thread::spawn(move || {
-                listener.listen(&stop, |h| {
+                changes.listen(&stop, |h| {
                     let _ = heard.send(h);
                 })
             })
@@ -923,16 +923,16 @@ mod tests {
     }
 
     #[test]
-    fn a_listener_ends_with_an_error_when_its_redis_goes() {
+    fn a_change_stream_ends_with_an_error_when_its_redis_goes() {
         use std::sync::atomic::AtomicBool;
 
         let mut server = RedisServer::start();
-        let listener = Listener::new(&[server.url()], "p:", QUICK, None).unwrap();
+        let changes = ChangeStream::new(&[server.url()], "p:", QUICK, None).unwrap();
         let stop = AtomicBool::new(false);
         let mut subscribed = 0;
         let ended = thread::scope(|scope| {
             let listening = scope.spawn(|| {
-                listener.listen(&stop, |h| {
+                changes.listen(&stop, |h| {
                     if matches!(h, Heard::Subscribed) {
                         subscribed += 1;
                     }
@@ -945,7 +945,7 @@ mod tests {
         assert_eq!(subscribed, 1);
         assert!(matches!(ended, Err(StoreError::NoAnswer(_))), "{ended:?}");
         // And cannot listen again while it is gone.
-        let again = listener.listen(&stop, |_| {});
+        let again = changes.listen(&stop, |_| {});
         assert!(
             matches!(again, Err(StoreError::Unreachable(_))),
             "{again:?}"

@@ -32,7 +32,7 @@ const API_KEY_HEADER: &str = "x-api-key";
 
 /// What an endpoint asks of a caller.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
+pub enum KeyNeeded {
     /// Anyone.
     Open,
     /// The publish key or the admin key.
@@ -42,24 +42,24 @@ pub enum Access {
 }
 
 /// Every endpoint of the admin listener and what it asks of a caller.
-const ENDPOINTS: [(&str, Access); 13] = [
-    ("/healthz", Access::Open),
-    ("/api/publish", Access::Publish),
-    ("/api/publish_as", Access::Publish),
-    ("/api/history", Access::Publish),
-    ("/stats", Access::Admin),
-    ("/metrics", Access::Admin),
-    ("/status", Access::Admin),
-    ("/status/events", Access::Admin),
-    ("/api/follow", Access::Admin),
-    ("/api/unfollow", Access::Admin),
-    ("/api/users", Access::Admin),
-    ("/api/followers", Access::Admin),
-    ("/api/following", Access::Admin),
+const ENDPOINTS: [(&str, KeyNeeded); 13] = [
+    ("/healthz", KeyNeeded::Open),
+    ("/api/publish", KeyNeeded::Publish),
+    ("/api/publish_as", KeyNeeded::Publish),
+    ("/api/history", KeyNeeded::Publish),
+    ("/stats", KeyNeeded::Admin),
+    ("/metrics", KeyNeeded::Admin),
+    ("/status", KeyNeeded::Admin),
+    ("/status/events", KeyNeeded::Admin),
+    ("/api/follow", KeyNeeded::Admin),
+    ("/api/unfollow", KeyNeeded::Admin),
+    ("/api/users", KeyNeeded::Admin),
+    ("/api/followers", KeyNeeded::Admin),
+    ("/api/following", KeyNeeded::Admin),
 ];
 
 /// What the endpoint at `path` asks of a caller; `None` if there is none.
-pub fn of(path: &str) -> Option<Access> {
+pub fn of(path: &str) -> Option<KeyNeeded> {
     ENDPOINTS
         .iter()
         .find(|(endpoint, _)| *endpoint == path)
@@ -92,14 +92,14 @@ impl Refusal {
 /// only); a publish key is never configured without an admin key.
 pub fn check(
     config: &Config,
-    access: Access,
+    access: KeyNeeded,
     method: &Method,
     headers: &HeaderMap,
 ) -> Result<(), Refusal> {
     let Some(admin_key) = config.admin_key.as_deref() else {
         return Ok(());
     };
-    if access == Access::Open {
+    if access == KeyNeeded::Open {
         return Ok(());
     }
     let safe = method == Method::GET || method == Method::HEAD;
@@ -112,7 +112,7 @@ pub fn check(
         .as_deref()
         .is_some_and(|key| constant_time_eq(&given, key.as_bytes()));
     match (publish, access) {
-        (true, Access::Publish) => Ok(()),
+        (true, KeyNeeded::Publish) => Ok(()),
         (true, _) => Err(Refusal::Forbidden),
         (false, _) => Err(Refusal::Unauthorized),
     }
@@ -255,8 +255,8 @@ mod tests {
         let both = config(Some("pub"), Some("adm"));
         let encoded = base64::engine::general_purpose::STANDARD.encode("x:adm");
         let basic = headers("authorization", &format!("Basic {encoded}"));
-        assert_eq!(check(&both, Access::Admin, &Method::GET, &basic), Ok(()));
-        for access in [Access::Publish, Access::Admin] {
+        assert_eq!(check(&both, KeyNeeded::Admin, &Method::GET, &basic), Ok(()));
+        for access in [KeyNeeded::Publish, KeyNeeded::Admin] {
             assert_eq!(
                 check(&both, access, &Method::POST, &basic),
                 Err(Refusal::Unauthorized),
@@ -265,7 +265,7 @@ mod tests {
         }
         let bearer = headers("authorization", "Bearer adm");
         assert_eq!(
-            check(&both, Access::Publish, &Method::POST, &bearer),
+            check(&both, KeyNeeded::Publish, &Method::POST, &bearer),
             Ok(())
         );
     }
@@ -277,7 +277,7 @@ mod tests {
         let open = config(None, None);
         let with = |key: &str| headers("x-api-key", key);
         let none = HeaderMap::new();
-        use Access::*;
+        use KeyNeeded::*;
         use Refusal::*;
         for (config, access, headers, want) in [
             (&both, Publish, with("pub"), Ok(())),
@@ -305,11 +305,11 @@ mod tests {
 
     #[test]
     fn only_healthz_is_open() {
-        assert_eq!(of("/healthz"), Some(Access::Open));
+        assert_eq!(of("/healthz"), Some(KeyNeeded::Open));
         assert_eq!(of("/nope"), None);
-        assert_eq!(of("/api/publish"), Some(Access::Publish));
-        assert_eq!(of("/api/history"), Some(Access::Publish));
-        assert_eq!(of("/status/events"), Some(Access::Admin));
-        assert_eq!(of("/api/follow"), Some(Access::Admin));
+        assert_eq!(of("/api/publish"), Some(KeyNeeded::Publish));
+        assert_eq!(of("/api/history"), Some(KeyNeeded::Publish));
+        assert_eq!(of("/status/events"), Some(KeyNeeded::Admin));
+        assert_eq!(of("/api/follow"), Some(KeyNeeded::Admin));
     }
 }

@@ -23,7 +23,7 @@ use super::{
 use crate::feeds::{feed_subject, Direction, FeedsError, Relation};
 use crate::hub::Wakeups;
 use crate::metrics::ErrorKind;
-use crate::worker::Shared;
+use crate::shared::Shared;
 
 /// How long a follow waits for workers to apply it before answering 503.
 const SETTLE_WAIT: Duration = Duration::from_secs(5);

@@ -43,9 +43,9 @@ use crate::feeds::{Direction, Relation};
 use crate::hub::Wakeups;
 use crate::metrics::ErrorKind;
 use crate::process;
+use crate::shared::Shared;
 use crate::status;
 use crate::transport::TransportKind;
-use crate::worker::Shared;
 use body::{BodyError, Publish, PublishItem};
 
 /// How long a publish request waits for congested workers before giving up with 503.

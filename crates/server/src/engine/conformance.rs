@@ -343,7 +343,7 @@ fn namespaces() -> Namespaces {
     let ns = |prefix: &str, size, ttl_ms: Option<u64>| Namespace {
         prefix: prefix.to_owned(),
         history_size: Some(size),
-        history_ttl: ttl_ms.map(|ms| crate::config::Ttl(Duration::from_millis(ms))),
+        history_ttl: ttl_ms.map(|ms| crate::span::Span(Duration::from_millis(ms))),
         ..Namespace::default()
     };
     Namespaces::new(

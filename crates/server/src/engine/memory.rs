@@ -48,9 +48,10 @@ use crate::history::{Freed, HistoryPolicy, Recovery, SubjectHistory};
 use crate::hub::{Event, Hub, Route, Wakeups};
 use crate::namespace::{NamespaceId, Namespaces};
 use crate::publication::Publication;
-
-/// Stream shards: a power of two well above the core count.
-const SHARDS: usize = crate::hub::SHARDS;
+// The engine keeps its stream shards itself, not in a `Sharded`: a
+// shard's index also names its oldest and idle marks. It locks them under
+// the node's one poison policy all the same.
+use crate::sharded::{self, SHARDS};
 
 /// How often idle subjects are checked for expired history.
 const EXPIRY_SWEEP: Duration = Duration::from_secs(1);
@@ -297,11 +298,9 @@ impl Inner {
     }
 
     fn lock(&self, index: usize) -> MutexGuard<'_, Shard> {
-        // A poisoned shard means a thread panicked mid-update; every update
-        // leaves the maps consistent between statements, so go on.
-        self.shards[index]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        // Every update leaves the maps consistent between statements, as
+        // the poison policy asks.
+        sharded::lock(&self.shards[index])
     }
 
     fn new_epoch(&self) -> Epoch {

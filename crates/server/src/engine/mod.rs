@@ -3,7 +3,7 @@
 //!
 //! Workers and the admin API reach subjects only through an [`Engine`]; only
 //! the engine knows whether the world is this node ([`memory`]) or a cluster
-//! (a Redis engine, later). The engine in turn hands publications to the
+//! joined over Redis ([`redis`]). The engine in turn hands publications to the
 //! node's [`Hub`](crate::hub::Hub), which fans them out to workers.
 //!
 //! # The contract
@@ -57,64 +57,19 @@ pub(crate) mod conformance;
 use std::sync::Arc;
 
 use myriad_protocol::position::{Epoch, Position};
-use thiserror::Error;
 use tokio::sync::oneshot;
 
 use crate::hub::{Event, Hub, Wakeups};
-use crate::publication::Publication;
-use crate::registry::ConnId;
+
+// The mailbox messages are defined below the hub (see `crate::messages`);
+// to the engine's callers they are part of its API.
+pub use crate::messages::engine::{
+    Answer, Attached, Attachment, Broken, ConnAnswer, ConnRequest, EngineError, HistoryPage,
+    Published,
+};
 
 pub use memory::MemoryEngine;
 pub use redis::{RedisEngine, RedisEngineError, RedisSettings};
-
-/// Why an engine could not do what it was asked.
-#[derive(Debug, Clone, Error, PartialEq, Eq)]
-pub enum EngineError {
-    /// The node is shutting down and takes no more requests.
-    #[error("the node is shutting down")]
-    ShuttingDown,
-    /// The subject's Redis cannot be reached (the node reconnects by
-    /// itself); the request was not sent.
-    #[error("redis_unavailable: the subject's Redis cannot be reached")]
-    RedisUnavailable,
-    /// The connection to the subject's Redis broke while the request was
-    /// on it: Redis may have carried it out. Counted, and named, as
-    /// unavailable; it differs only in what is known of the outcome.
-    #[error(
-        "redis_unavailable: the connection to the subject's Redis broke before it answered; \
-         the request may have been carried out"
-    )]
-    RedisLost,
-    /// The subject's Redis did not answer within the timeout: the request
-    /// was sent, and Redis may carry it out when it wakes.
-    #[error(
-        "redis_timeout: the subject's Redis did not answer in time; the request may still be \
-         carried out"
-    )]
-    RedisTimeout,
-    /// Too many requests, or too many bytes of them, already wait for the
-    /// subject's Redis.
-    #[error("redis_busy: too many requests or bytes wait for the subject's Redis")]
-    RedisBusy,
-    /// Redis answered with an error.
-    #[error("redis_error: {0}")]
-    Redis(String),
-}
-
-impl EngineError {
-    /// Whether the request may have been carried out although it failed
-    /// (a publish published): it reached Redis, whose answer never came or
-    /// could not be read. The other errors refuse a request before it is
-    /// sent, so it was not.
-    pub fn outcome_unknown(&self) -> bool {
-        match self {
-            EngineError::RedisLost | EngineError::RedisTimeout | EngineError::Redis(_) => true,
-            EngineError::ShuttingDown | EngineError::RedisUnavailable | EngineError::RedisBusy => {
-                false
-            }
-        }
-    }
-}
 
 /// A new epoch: random, so that a stream created again, on any node or
 /// after any restart, never continues an old one's offsets.
@@ -133,16 +88,6 @@ pub(crate) fn random_epoch() -> Epoch {
     Epoch(hasher.finish())
 }
 
-/// A publish's outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Published {
-    /// The position given to the publication; `None` when the subject had no
-    /// subscribers and keeps no history, so the publication was dropped.
-    pub position: Option<Position>,
-    /// Subscribers on this node it was handed to.
-    pub subscribers: u32,
-}
-
 /// A read of a subject's history.
 #[derive(Debug, Clone)]
 pub struct HistoryQuery {
@@ -150,49 +95,6 @@ pub struct HistoryQuery {
     /// Only publications after this position; the last `limit` when unset.
     pub since: Option<Position>,
     pub limit: usize,
-}
-
-/// What a history read found.
-#[derive(Debug, Clone)]
-pub struct HistoryPage {
-    pub subject: Arc<str>,
-    /// The subject's position when it was read.
-    pub position: Position,
-    /// With `since`: whether the publications are everything after it (up
-    /// to `limit`); `false` means the epoch changed or history is too short.
-    pub recovered: Option<bool>,
-    /// Oldest first.
-    pub publications: Vec<Arc<Publication>>,
-}
-
-impl HistoryPage {
-    /// The oldest publications whose envelopes fit `budget` bytes, and at
-    /// least the first, so that one large publication cannot hide the rest
-    /// from a reader paging on with `since`.
-    pub fn page(&self, budget: usize) -> &[Arc<Publication>] {
-        let mut used = 0;
-        let fit = self
-            .publications
-            .iter()
-            .take_while(|p| {
-                used += p.envelope().len() + 1;
-                used <= budget
-            })
-            .count();
-        &self.publications[..fit.max(self.publications.len().min(1))]
-    }
-}
-
-/// A request made on behalf of one connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ConnRequest {
-    pub worker: usize,
-    pub conn: ConnId,
-    /// Which connection of that slab slot: slots are reused, and an answer
-    /// that arrives after its connection closed must not reach the next.
-    pub life: u32,
-    /// The client's request id, when it gave one.
-    pub request: Option<u64>,
 }
 
 /// A connection asking to receive a subject.
@@ -213,67 +115,6 @@ pub struct Attach {
     /// for room there instead of refusing it at once: a refusal is an error
     /// to a client that asked for nothing, and a retry from the keeper.
     pub can_wait: bool,
-}
-
-/// The answer to an [`Attach`], in line with the subject's publications.
-#[derive(Debug)]
-pub struct Attached {
-    pub subject: Arc<str>,
-    pub to: ConnRequest,
-    pub token: u64,
-    pub outcome: Result<Attachment, EngineError>,
-}
-
-/// A successful attach.
-#[derive(Debug)]
-pub struct Attachment {
-    /// Where the attach was taken: live delivery continues after the last
-    /// of `replay`, or after this position when there is none.
-    pub position: Position,
-    /// Whether the recovery asked for was complete; `None` when none was.
-    pub recovered: Option<bool>,
-    /// Oldest first: with a complete recovery, the publications after
-    /// `since`; without one asked, the publications after `position` that
-    /// an engine whose answers trail live delivery had already handed to
-    /// the worker (always none from the memory engine). Empty when the
-    /// recovery failed.
-    pub replay: Vec<Arc<Publication>>,
-}
-
-/// A subject's stream broke under its live subscribers: an engine that
-/// lost sight of it (a Redis that restarted empty, or history too short to
-/// cover an outage) tells every worker with subscribers where it goes on.
-#[derive(Debug)]
-pub struct Broken {
-    pub subject: Arc<str>,
-    /// Live delivery continues after this position.
-    pub position: Position,
-}
-
-/// An answer for a connection, delivered through its worker's mailbox.
-#[derive(Debug)]
-pub struct ConnAnswer {
-    pub to: ConnRequest,
-    pub answer: Answer,
-}
-
-/// What a connection's request came to.
-#[derive(Debug)]
-pub enum Answer {
-    Published(Result<Published, EngineError>),
-    History(Result<HistoryPage, EngineError>),
-}
-
-impl From<Result<Published, EngineError>> for Answer {
-    fn from(result: Result<Published, EngineError>) -> Answer {
-        Answer::Published(result)
-    }
-}
-
-impl From<Result<HistoryPage, EngineError>> for Answer {
-    fn from(result: Result<HistoryPage, EngineError>) -> Answer {
-        Answer::History(result)
-    }
 }
 
 /// Where an engine sends an answer.

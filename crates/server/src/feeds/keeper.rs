@@ -14,7 +14,7 @@
 //! SQLite this node is the store's only writer, so the keeper numbers its
 //! own writes and applies each as it makes it. With a shared store (Redis)
 //! every node writes, and the store announces each change, numbered, from
-//! the script that applies it; a [`Listener`] thread hands what it hears
+//! the script that applies it; a [`ChangeStream`] thread hands what it hears
 //! to the keeper, which applies it here, the node that wrote it included.
 //! A write's answer waits until this keeper has applied its announcement
 //! (`waiting`), so once a follow is answered, the follower's connections
@@ -35,7 +35,7 @@
 //!
 //! # Catching up
 //! A subscription hears nothing while it is broken (a Redis restart, a cut
-//! connection). So whenever the listener subscribes again, and whenever an
+//! connection). So whenever the change stream subscribes again, and whenever an
 //! announcement skips a number, does not parse, or is a bulk change too big
 //! to list, the keeper **resyncs**: it reads the last change number, then
 //! the known users, then every present user's whole following list, and
@@ -58,7 +58,9 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use myriad_graph::redis_store::Heard;
 use myriad_graph::store::read_pages;
-use myriad_graph::{Announced, Announcement, DataDir, Edge, Listener, Store, StoreError, UserId};
+use myriad_graph::{
+    Announced, Announcement, ChangeStream, DataDir, Edge, Store, StoreError, UserId,
+};
 use tokio::sync::oneshot;
 use tracing::{info, warn};
 
@@ -66,8 +68,8 @@ use super::{
     settling, AckMaker, Applied, Apply, Direction, FeedChange, Feeds, FeedsError, KnownUsers,
     Presence, Relation, StreamCounts,
 };
-use crate::engine::ConnRequest;
 use crate::hub::{Event, Hub, Wakeups};
+use crate::messages::engine::ConnRequest;
 
 /// Users read per page when loading the known users.
 const KNOWN_PAGE: usize = 100_000;
@@ -104,9 +106,9 @@ pub(crate) enum Job {
     },
     /// The engine refused a feed of `to`'s: read its feeds again later.
     Refused { user: UserId, to: ConnRequest },
-    /// What the listener heard from a shared store.
+    /// What the change stream heard from a shared store.
     Heard(Heard),
-    /// The listener could not subscribe, or its subscription broke.
+    /// The change stream could not subscribe, or its subscription broke.
     Broken(StoreError),
     /// The node is shutting down: the keeper ends.
     Stop,
@@ -116,7 +118,7 @@ pub(crate) enum Job {
 pub(crate) struct Handle {
     jobs: Sender<Job>,
     thread: Mutex<Option<JoinHandle<()>>>,
-    /// Tells the listener thread, if any, to end.
+    /// Tells the change stream thread, if any, to end.
     stop_listening: Arc<AtomicBool>,
 }
 
@@ -128,7 +130,7 @@ impl Handle {
     }
 
     pub(crate) fn stop(&self) {
-        // The listener ends within its idle poll; nothing waits for it,
+        // The change stream ends within its idle poll; nothing waits for it,
         // as nothing it could still hear matters at shutdown.
         self.stop_listening.store(true, Ordering::Release);
         self.send(Job::Stop);
@@ -177,37 +179,37 @@ pub struct Keeper {
     refused: Vec<(UserId, ConnRequest)>,
     /// When the owed resync and the refused connections are tried again.
     retry_at: Option<Instant>,
-    /// The jobs workers, the admin API and the listener send.
+    /// The jobs workers, the admin API and the change stream send.
     queue: Receiver<Job>,
     /// A job taken from `queue` while gathering connects: handled next.
     next: Option<Job>,
 }
 
 impl Keeper {
-    /// Starts the keeper over `store`. With a `listener` (a shared store),
+    /// Starts the keeper over `store`. With a `changes` stream (a shared store),
     /// first subscribes to the store's announcements, failing the start
     /// when that fails, so that no change after the reads below goes
     /// unheard; then loads the known users and starts the keeper thread.
     pub fn start(
         dir: Option<DataDir>,
         mut store: Box<dyn Store>,
-        listener: Option<Listener>,
+        changes: Option<ChangeStream>,
         hub: Arc<Hub>,
         max_following: u64,
     ) -> Result<Feeds, StoreError> {
         let (jobs, queue) = crossbeam_channel::unbounded();
         let stop_listening = Arc::new(AtomicBool::new(false));
         let stream = Arc::new(StreamCounts::default());
-        let shared = listener.is_some();
-        if let Some(listener) = listener {
-            spawn_listener(listener, jobs.clone(), Arc::clone(&stop_listening))?;
+        let shared = changes.is_some();
+        if let Some(changes) = changes {
+            spawn_change_stream(changes, jobs.clone(), Arc::clone(&stop_listening))?;
             match queue.recv() {
                 Ok(Job::Heard(Heard::Subscribed)) => {}
                 Ok(Job::Broken(e)) => {
                     stop_listening.store(true, Ordering::Release);
                     return Err(e);
                 }
-                _ => unreachable!("only the listener sends before the keeper runs"),
+                _ => unreachable!("only the change stream sends before the keeper runs"),
             }
         }
         let applied = store.last_change()?;
@@ -634,8 +636,8 @@ impl Keeper {
 /// Starts the thread that listens to a shared store's announcements and
 /// hands them to the keeper, subscribing again after each failure, after a
 /// pause that grows while failures repeat.
-fn spawn_listener(
-    listener: Listener,
+fn spawn_change_stream(
+    changes: ChangeStream,
     jobs: Sender<Job>,
     stop: Arc<AtomicBool>,
 ) -> Result<(), StoreError> {
@@ -643,7 +645,7 @@ fn spawn_listener(
         let mut pause = Duration::from_millis(50);
         while !stop.load(Ordering::Acquire) {
             let mut subscribed = false;
-            let outcome = listener.listen(&stop, |heard| {
+            let outcome = changes.listen(&stop, |heard| {
                 subscribed |= matches!(heard, Heard::Subscribed);
                 let _ = jobs.send(Job::Heard(heard));
             });
@@ -666,7 +668,7 @@ fn spawn_listener(
         .name("myriad-graph-listen".into())
         .spawn(run)
         .map(drop)
-        .map_err(|e| StoreError::Backend(format!("cannot start the graph listener: {e}")))
+        .map_err(|e| StoreError::Backend(format!("cannot start the graph's change stream: {e}")))
 }
 
 #[cfg(test)]
@@ -781,8 +783,8 @@ mod tests {
     }
 
     /// A keeper over the Redis store under a fresh prefix on `server`, as a
-    /// node with a listener would run it, but driven by the test: it hands
-    /// the keeper what the listener would have heard, in the order the
+    /// node with a change stream would run it, but driven by the test: it hands
+    /// the keeper what the change stream would have heard, in the order the
     /// test needs. Also a second store under the same prefix: another node.
     fn shared_keeper(
         server: &myriad_testkit::RedisServer,

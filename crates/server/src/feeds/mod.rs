@@ -29,15 +29,18 @@
 pub mod keeper;
 pub mod presence;
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 
 use myriad_graph::{Edge, StoreError, UserId};
 use myriad_protocol::subject::FEED_PREFIX;
 use roaring::RoaringTreemap;
 use tokio::sync::oneshot;
 
-use crate::engine::ConnRequest;
+// The feed changes are defined below the hub (see `crate::messages`).
+use crate::messages::engine::ConnRequest;
+pub(crate) use crate::messages::feeds::{settling, AckMaker};
+pub use crate::messages::feeds::{Ack, Apply, FeedChange};
 pub use keeper::Keeper;
 pub use presence::Presence;
 
@@ -76,80 +79,6 @@ impl KnownUsers {
 pub enum Direction {
     Follow,
     Unfollow,
-}
-
-/// What a [`FeedChange`] does to a connection's graph feeds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Apply {
-    /// Subscribe to these feeds too.
-    Add,
-    /// Drop these feeds.
-    Drop,
-    /// Hold exactly these feeds and the user's own, dropping the other
-    /// graph feeds: the keeper read the user's whole list, at connect, on
-    /// a retry after the engine refused a feed, or because it may have
-    /// missed changes (see the keeper's module docs). The own feed is made
-    /// at open, not by the keeper; a retry is what makes it again when the
-    /// engine refused it.
-    Replace,
-}
-
-/// A change to one connection's feed subscriptions, for its worker.
-#[derive(Debug)]
-pub struct FeedChange {
-    pub to: ConnRequest,
-    pub how: Apply,
-    /// The users whose feeds to add, drop, or hold.
-    pub feeds: Vec<UserId>,
-    /// Held until the worker has applied the change (or dropped it: the
-    /// connection is gone), which is what a follow's acknowledgement waits
-    /// for; one per batch the change settles.
-    pub acks: Vec<Ack>,
-}
-
-/// One outstanding application of a follow or unfollow batch; the batch is
-/// settled when every `Ack` made for it has been dropped.
-#[derive(Debug)]
-pub struct Ack(Arc<Settling>);
-
-#[derive(Debug)]
-struct Settling {
-    left: AtomicUsize,
-    done: Mutex<Option<oneshot::Sender<()>>>,
-}
-
-impl Drop for Ack {
-    fn drop(&mut self) {
-        if self.0.left.fetch_sub(1, Ordering::AcqRel) == 1 {
-            if let Some(done) = self.0.done.lock().expect("ack lock poisoned").take() {
-                // The waiter may have given up; then nobody needs to hear.
-                let _ = done.send(());
-            }
-        }
-    }
-}
-
-/// Makes acks for one batch; `settled` fires once the last is dropped
-/// (at once when none was made).
-fn settling() -> (AckMaker, oneshot::Receiver<()>) {
-    let (tx, rx) = oneshot::channel();
-    let state = Arc::new(Settling {
-        // The maker holds one count until it is finished.
-        left: AtomicUsize::new(1),
-        done: Mutex::new(Some(tx)),
-    });
-    (AckMaker(Ack(state)), rx)
-}
-
-/// Hands out [`Ack`]s for one batch; dropping it says no more will come.
-#[derive(Debug)]
-struct AckMaker(Ack);
-
-impl AckMaker {
-    fn ack(&self) -> Ack {
-        self.0 .0.left.fetch_add(1, Ordering::AcqRel);
-        Ack(Arc::clone(&self.0 .0))
-    }
 }
 
 /// A follow or unfollow batch, as applied.

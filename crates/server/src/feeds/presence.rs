@@ -8,29 +8,21 @@
 //! hold several connections, on several workers.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::MutexGuard;
 
 use foldhash::fast::RandomState;
 use myriad_graph::UserId;
 use smallvec::SmallVec;
 
-use crate::engine::ConnRequest;
-
-const SHARDS: usize = 64;
+use crate::messages::engine::ConnRequest;
+use crate::sharded::Sharded;
 
 type Connections = SmallVec<[ConnRequest; 1]>;
 
 /// Users present on this node; see the module docs.
+#[derive(Default)]
 pub struct Presence {
-    shards: Box<[Mutex<HashMap<UserId, Connections, RandomState>>]>,
-}
-
-impl Default for Presence {
-    fn default() -> Self {
-        Presence {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-        }
-    }
+    shards: Sharded<HashMap<UserId, Connections, RandomState>>,
 }
 
 /// The same connection: worker, slot and life (request ids don't matter).
@@ -39,13 +31,9 @@ fn same(a: &ConnRequest, b: &ConnRequest) -> bool {
 }
 
 impl Presence {
-    fn shard(
-        &self,
-        user: UserId,
-    ) -> std::sync::MutexGuard<'_, HashMap<UserId, Connections, RandomState>> {
-        self.shards[(user.get() % SHARDS as u64) as usize]
-            .lock()
-            .expect("presence lock poisoned")
+    fn shard(&self, user: UserId) -> MutexGuard<'_, HashMap<UserId, Connections, RandomState>> {
+        // Nothing runs under this lock but the map.
+        self.shards.lock(&user)
     }
 
     pub fn add(&self, user: UserId, conn: ConnRequest) {
@@ -70,18 +58,13 @@ impl Presence {
     /// Every user with at least one connection here, in no order.
     pub fn users_present(&self) -> Vec<UserId> {
         let mut users = Vec::new();
-        for shard in self.shards.iter() {
-            users.extend(shard.lock().expect("presence lock poisoned").keys());
-        }
+        self.shards.for_each(|shard| users.extend(shard.keys()));
         users
     }
 
     /// Users with at least one connection here.
     pub fn users(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|s| s.lock().expect("presence lock poisoned").len())
-            .sum()
+        self.shards.sum(HashMap::len)
     }
 }
 

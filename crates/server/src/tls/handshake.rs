@@ -29,7 +29,7 @@ pub const MAX_INPUT: usize = 32 * 1024;
 
 /// Why a handshake failed. Each ends the connection.
 #[derive(Debug, Error)]
-pub enum HandshakeError {
+pub enum TlsHandshakeError {
     #[error("the client spoke plain HTTP to the TLS port")]
     PlainHttp,
     #[error(transparent)]
@@ -105,15 +105,15 @@ impl Handshake {
     /// Takes bytes read from the client and runs the handshake as far as
     /// they go. On failure [`Handshake::output`] may hold an alert for the
     /// client.
-    pub fn advance(&mut self, fresh: &[u8]) -> Result<Progress, HandshakeError> {
+    pub fn advance(&mut self, fresh: &[u8]) -> Result<Progress, TlsHandshakeError> {
         // A TLS connection opens with a handshake record (type 22); an HTTP
         // request with its method's capital letters.
         if !self.fed && fresh.first().is_some_and(u8::is_ascii_uppercase) {
-            return Err(HandshakeError::PlainHttp);
+            return Err(TlsHandshakeError::PlainHttp);
         }
         self.fed |= !fresh.is_empty();
         if self.input.len() + fresh.len() > MAX_INPUT {
-            return Err(HandshakeError::TooLarge);
+            return Err(TlsHandshakeError::TooLarge);
         }
         self.input.extend_from_slice(fresh);
         loop {
@@ -135,7 +135,7 @@ impl Handshake {
 
     /// One state of rustls' unbuffered connection; `Some` once the
     /// handshake waits for input or is done.
-    fn step(&mut self) -> Result<Option<Progress>, HandshakeError> {
+    fn step(&mut self) -> Result<Option<Progress>, TlsHandshakeError> {
         let status = self.conn.process_tls_records(&mut self.input);
         let mut discard = status.discard;
         let state = match status.state {
@@ -185,12 +185,12 @@ impl Handshake {
             ConnectionState::BlockedHandshake => Some(Progress::Pending),
             ConnectionState::WriteTraffic(_) => Some(Progress::Ready),
             ConnectionState::PeerClosed | ConnectionState::Closed => {
-                return Err(HandshakeError::Closed)
+                return Err(TlsHandshakeError::Closed)
             }
             ConnectionState::ReadEarlyData(_) => {
-                return Err(HandshakeError::Unexpected("early data"))
+                return Err(TlsHandshakeError::Unexpected("early data"))
             }
-            _ => return Err(HandshakeError::Unexpected("unknown state")),
+            _ => return Err(TlsHandshakeError::Unexpected("unknown state")),
         };
         self.input.drain(..discard);
         Ok(progress)
@@ -198,7 +198,7 @@ impl Handshake {
 
     /// Takes the traffic keys from rustls; what the connection keeps of the
     /// handshake. Only after [`Progress::Ready`].
-    pub fn finish(self: Box<Self>) -> Result<Established, HandshakeError> {
+    pub fn finish(self: Box<Self>) -> Result<Established, TlsHandshakeError> {
         let Handshake {
             conn,
             input,
@@ -209,7 +209,7 @@ impl Handshake {
         // rustls' KernelConnection is what key updates would need; it is
         // dropped here (904 bytes per connection, see `super::record`).
         let (secrets, _kernel) = conn.dangerous_into_kernel_connection()?;
-        let records = Records::new(secrets).ok_or(HandshakeError::Unsupported)?;
+        let records = Records::new(secrets).ok_or(TlsHandshakeError::Unsupported)?;
         Ok(Established {
             records,
             plaintext,
@@ -236,7 +236,7 @@ mod tests {
         let (mut handshake, _) = fresh();
         let refused = handshake.advance(b"GET /ws HTTP/1.1\r\n");
         assert!(
-            matches!(refused, Err(HandshakeError::PlainHttp)),
+            matches!(refused, Err(TlsHandshakeError::PlainHttp)),
             "{refused:?}"
         );
         // The same letters later in a handshake are rustls' to judge.
@@ -253,7 +253,7 @@ mod tests {
         // A handshake record holding no ClientHello.
         let refused = handshake.advance(&[22, 3, 1, 0, 4, 1, 0, 0, 0]);
         assert!(
-            matches!(refused, Err(HandshakeError::Rustls(_))),
+            matches!(refused, Err(TlsHandshakeError::Rustls(_))),
             "{refused:?}"
         );
         assert_eq!(handshake.output()[0], 21, "an alert record");
@@ -268,7 +268,9 @@ mod tests {
         assert!(
             matches!(
                 refused,
-                Err(HandshakeError::Rustls(rustls::Error::NoApplicationProtocol))
+                Err(TlsHandshakeError::Rustls(
+                    rustls::Error::NoApplicationProtocol
+                ))
             ),
             "{refused:?}"
         );
@@ -293,7 +295,7 @@ mod tests {
         let filler = vec![0; MAX_INPUT];
         assert!(matches!(
             handshake.advance(&filler),
-            Err(HandshakeError::TooLarge)
+            Err(TlsHandshakeError::TooLarge)
         ));
     }
 }

@@ -19,7 +19,7 @@ pub mod handshake;
 pub mod record;
 
 pub use certs::{read_chain, read_key, Acceptor, CertError, Certificates, TlsFiles};
-pub use handshake::{Established, Handshake, HandshakeError};
+pub use handshake::{Established, Handshake, TlsHandshakeError};
 pub use record::{RecordError, Records};
 
 /// Every way TLS refuses or ends a connection, or fails a reload; each is
@@ -167,5 +167,38 @@ pub(crate) mod testing {
                 return handshake.finish().unwrap();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ALL` is kept by hand; the error metric's labels read it. A variant added to the enum
+    /// breaks the exhaustive match below until it is named here, and
+    /// then this fails until `ALL` names it too.
+    #[test]
+    fn all_names_every_tls_failure() {
+        macro_rules! every {
+            ($($variant:ident),* $(,)?) => {{
+                fn _exhaustive(v: TlsFailure) {
+                    match v {
+                        $(TlsFailure::$variant => {})*
+                    }
+                }
+                [$(TlsFailure::$variant),*]
+            }}
+        }
+        let every = every!(
+            PlainHttp,
+            HandshakeFailed,
+            HandshakeTimeout,
+            BadRecord,
+            Alert,
+            KeyUpdate,
+            KeysUsedUp,
+            ReloadFailed
+        );
+        assert_eq!(every, TlsFailure::ALL);
     }
 }

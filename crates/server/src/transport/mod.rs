@@ -209,3 +209,32 @@ pub fn addressed(
     let owed = session.cursor_settled() && transport.defers_cursor(session) && session.owe_cursor();
     (bytes, more, owed)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `ALL` is kept by hand; per-transport metrics and `/stats`
+    /// read it. A variant added to the enum
+    /// breaks the exhaustive match below until it is named here, and
+    /// then this fails until `ALL` names it too.
+    #[test]
+    fn all_names_every_transport() {
+        macro_rules! every {
+            ($($variant:ident),* $(,)?) => {{
+                fn _exhaustive(v: TransportKind) {
+                    match v {
+                        $(TransportKind::$variant => {})*
+                    }
+                }
+                [$(TransportKind::$variant),*]
+            }}
+        }
+        let every = every!(WebSocket, Sse, Stream, Poll);
+        assert_eq!(every, TransportKind::ALL);
+        // Per-kind caches index by `index()`, so ALL is in that order too.
+        for (at, kind) in TransportKind::ALL.into_iter().enumerate() {
+            assert_eq!(kind.index(), at);
+        }
+    }
+}

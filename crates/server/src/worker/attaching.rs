@@ -21,11 +21,11 @@ use crate::registry::ConnId;
 const SHRINK_ABOVE: usize = 64;
 
 /// The connections attaching to one subject, each with its answer's token.
-type Waiting = SmallVec<[(ConnId, u64); 2]>;
+type Attachers = SmallVec<[(ConnId, u64); 2]>;
 
 #[derive(Debug, Default)]
 pub(super) struct Attaching {
-    waiting: HashMap<Arc<str>, Waiting, RandomState>,
+    waiting: HashMap<Arc<str>, Attachers, RandomState>,
     next_token: u64,
 }
 

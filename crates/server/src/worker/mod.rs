@@ -10,7 +10,7 @@
 //! One turn of the loop: poll; accept; read what is readable; take a batch of
 //! events from the mailbox (unless its queues are past their high water and
 //! still draining) and queue what they carry; then flush every connection
-//! that got output this turn, each with one `writev` of all it has queued.
+//! that got output this turn, each with one `writev` per 64 frames queued.
 //! Queueing first and writing once per turn is what coalesces a burst of
 //! publishes into few system calls. Once a second the worker sweeps the slab
 //! for timeouts and heartbeats: no connection has a timer of its own.
@@ -35,7 +35,7 @@ mod request;
 
 use std::io;
 use std::net::TcpListener as StdListener;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -48,19 +48,15 @@ use myriad_protocol::ws::{ReadLimits, Role};
 use slab::Slab;
 use tracing::{debug, warn};
 
-use crate::auth::Auth;
-use crate::config::Config;
 use crate::conn::{flags, Conn, Phase};
-use crate::engine::Engine;
 use crate::fds;
-use crate::feeds::Feeds;
-use crate::hub::{Event, Hub, Wakeups};
+use crate::hub::{Event, Wakeups};
 use crate::link::{Link, LinkError, Tls, SEAL_BYTES};
-use crate::metrics::{ErrorKind, Metrics, WorkerMetrics};
+use crate::metrics::{ErrorKind, WorkerMetrics};
 use crate::outbound::Flushed;
-use crate::peers::{PeerCounts, TokenFailures};
 use crate::registry::{ConnId, Registry};
-use crate::tls::{self, Acceptor, Certificates, Handshake, TlsFailure};
+use crate::shared::Shared;
+use crate::tls::{self, Acceptor, Handshake, TlsFailure};
 use crate::transport::http::error_response;
 use crate::transport::{self, Heartbeat, TransportKind};
 
@@ -91,62 +87,6 @@ const QUEUE_BUDGET: u64 = 256 * 1024;
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Events taken from one `epoll_wait`.
 const EVENTS_CAPACITY: usize = 1024;
-
-/// State shared by all workers and the admin API.
-pub struct Shared {
-    pub config: Config,
-    pub hub: Arc<Hub>,
-    pub engine: Arc<dyn Engine>,
-    /// Token verification and who may do what with each subject.
-    pub auth: Auth,
-    /// Open connections per source address (`max_connections_per_ip`).
-    pub peers: PeerCounts,
-    /// Failed token checks per source address (`token_failures_per_ip`).
-    pub token_failures: TokenFailures,
-    /// The follow graph's keeper, presence and known users.
-    pub feeds: Feeds,
-    pub metrics: Arc<Metrics>,
-    /// Open client connections on the node, checked against `max_connections`.
-    pub connections: AtomicUsize,
-    /// Client sockets held only to answer 429 (`max_connections_per_ip`):
-    /// not in `connections`, so one address cannot take others' places,
-    /// and within `fds::CLIENT_REFUSALS` with the 503s.
-    pub refusing: AtomicUsize,
-    /// Connections admitted before new ones get 503: the configured
-    /// `max_connections`, lowered to what the open-file limit allows.
-    pub max_connections: usize,
-    /// Set once by the signal handler; every worker then drains and exits.
-    pub shutting_down: AtomicBool,
-    /// The client listener's certificates, when it speaks TLS.
-    pub tls: Option<Arc<Certificates>>,
-    /// Resident memory once the node had started, before any connection:
-    /// what memory per connection is counted from.
-    pub baseline_rss_bytes: u64,
-}
-
-impl Shared {
-    /// Where the node's memory goes now (see [`crate::process::Memory`]).
-    pub fn memory(
-        &self,
-        usage: &crate::process::Usage,
-        engine: &crate::engine::EngineStats,
-        metrics: &crate::metrics::Snapshot,
-    ) -> crate::process::Memory {
-        let held = crate::process::Held {
-            history_bytes: engine.history.bytes,
-            history_max_bytes: self.config.history_max_bytes as u64,
-            subject_bytes: engine.subject_bytes,
-            partial_input_bytes: metrics.partial_input_bytes,
-            outbound_bytes: metrics.outbound_bytes,
-        };
-        crate::process::Memory::new(
-            usage.rss_bytes,
-            self.baseline_rss_bytes,
-            held,
-            metrics.connections,
-        )
-    }
-}
 
 /// Seconds since the worker started, as stored in connection timestamps.
 /// Starts at 1 so that 0 can mean "never".

@@ -7,7 +7,7 @@
 //! passed.
 //!
 //! Held oldest first, up to `redis_feed_backlog` per instance; past it they
-//! are refused as before. The shard's task takes them into its batches
+//! are refused as before. The instance's task takes them into its batches
 //! ([`Backlog::take`]) beside what comes through the queue. It owns no
 //! Redis I/O and knows nothing of what it holds.
 
@@ -19,14 +19,14 @@ use tokio::sync::Notify;
 
 /// The held requests of one instance.
 pub struct Backlog<T> {
-    /// A plain mutex: locked by workers and the shard's task only to push
+    /// A plain mutex: locked by workers and the instance's task only to push
     /// or drain, never across an `.await`.
     held: Mutex<VecDeque<T>>,
     /// How many are held, read without the lock (stats, batch shares).
     len: AtomicUsize,
     /// `redis_feed_backlog`.
     max: usize,
-    /// Wakes the shard's task when one is held.
+    /// Wakes the instance's task when one is held.
     pub added: Notify,
 }
 

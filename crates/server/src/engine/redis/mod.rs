@@ -5,7 +5,7 @@
 //! instances, [`ring`]). There a Lua script gives every publish its offset,
 //! stores it in history within the namespace's limits and publishes it on
 //! the subject's channel, in one atomic step ([`scripts`], lib.lua); one
-//! call of it serves a run of a batch's publishes ([`script_calls`]). A
+//! call of it serves a run of a batch's publishes ([`ops::script_calls`]). A
 //! node listens only to the channels of subjects it has subscribers of
 //! (interest-based routing): its first attach of a subject subscribes, its
 //! last detach unsubscribes. Every publication, the node's own included,
@@ -30,29 +30,36 @@
 //! - the history figures of [`Engine::stats`] are the instances' totals as
 //!   of the node's last round trip to each.
 //!
-//! Submodules: [`shard`] (one instance: its queue, batching and
+//! Submodules: [`instance`] (one instance: its queue, batching and
 //! connection), [`backlog`] (feed attaches waiting for room in a full
 //! queue), [`router`] (local interest and the attach switch), [`codec`]
-//! (what the scripts write), [`ring`], [`scripts`].
+//! (what the scripts write), [`ring`], [`scripts`]; below the instance
+//! task, so that it never calls back up into this file: [`context`] (what
+//! the engine and its tasks share, and how a script call is sent and
+//! answered) and [`ops`] (the requests and the scripts' replies).
 
 mod backlog;
 mod codec;
+mod context;
+mod instance;
+mod ops;
 mod ring;
 mod router;
 mod scripts;
-mod shard;
+mod settings;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
-use redis::Value;
 use thiserror::Error;
 
+use self::context::{Context, Failures, TotalsCell};
+use self::instance::{Instance, InstanceQueue};
+use self::ops::{Op, PublishOp, ReadOp};
 use self::router::Router;
 use self::scripts::Scripts;
 pub use self::scripts::{publish_call, PUBLISH_SCRIPT};
-use self::shard::{Op, PublishOp, Read, ReadOp, ScriptCall, ScriptReply, Shard, ShardQueue};
+pub use self::settings::RedisSettings;
 use super::{
     Attach, Engine, EngineError, EngineFailures, EngineStats, HistoryPage, HistoryQuery,
     HistoryStats, Published, Reply,
@@ -60,40 +67,6 @@ use super::{
 use crate::hub::{Hub, Wakeups};
 use crate::namespace::Namespaces;
 use crate::redis_tls::RedisTls;
-
-/// Publishes one publish.lua call carries at most, and about how many
-/// bytes of data: Redis runs nothing else while a script runs, so a call
-/// is kept to a few milliseconds of its time.
-const PUBLISH_RUN: usize = 256;
-const PUBLISH_RUN_BYTES: usize = 1 << 20;
-
-/// Where the Redis engine's instances are and how to use them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RedisSettings {
-    /// What `rediss://` instances are checked with and shown.
-    pub tls: Option<RedisTls>,
-    /// One URL per instance (`redis://host:port[/db]`); subjects are spread
-    /// over them in this order, so only ever append to the list.
-    pub urls: Vec<String>,
-    /// Prefix of every key and channel, so clusters can share a Redis.
-    pub prefix: String,
-    /// Connect and reply timeout.
-    pub timeout: Duration,
-    /// Requests waiting for one instance; past it requests are refused.
-    pub queue: usize,
-    /// Bytes of subjects and data waiting for one instance; past it
-    /// requests are refused.
-    pub queue_bytes: usize,
-    /// Requests waiting for one instance past which publishing pauses, as
-    /// it does when a worker's mailbox is full ([`Engine::congested`]),
-    /// instead of running into `queue`'s refusals; 0 = never.
-    pub queue_high_water: usize,
-    /// How long a request may wait for others to share its round trip.
-    pub linger: Duration,
-    /// Attaches that can wait ([`Attach::can_wait`]) held per instance for
-    /// room past a full `queue`; past it they are refused too.
-    pub feed_backlog: usize,
-}
 
 /// Why the Redis engine could not start.
 #[derive(Debug, Error)]
@@ -114,292 +87,10 @@ pub enum RedisEngineError {
     Thread(std::io::Error),
 }
 
-/// An instance's history totals, from its scripts' replies.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Totals {
-    bytes: i64,
-    messages: i64,
-    evictions: i64,
-    subjects: i64,
-}
-
-#[derive(Debug, Default)]
-struct TotalsCell {
-    bytes: AtomicU64,
-    messages: AtomicU64,
-    evictions: AtomicU64,
-    subjects: AtomicU64,
-}
-
-impl TotalsCell {
-    fn set(&self, t: Totals) {
-        let n = |v: i64| u64::try_from(v).unwrap_or(0);
-        self.bytes.store(n(t.bytes), Ordering::Relaxed);
-        self.messages.store(n(t.messages), Ordering::Relaxed);
-        self.evictions.store(n(t.evictions), Ordering::Relaxed);
-        self.subjects.store(n(t.subjects), Ordering::Relaxed);
-    }
-
-    /// From a `{bytes, messages, evictions, subjects}` reply.
-    fn store(&self, values: Vec<Value>) {
-        let reply = ScriptReply::new(Value::Array(values));
-        if let Ok(totals) = reply.and_then(|mut r| r.totals()) {
-            self.set(totals);
-        }
-    }
-}
-
-/// Failures towards Redis, by kind, for `/metrics`.
-#[derive(Debug, Default)]
-struct Failures {
-    unavailable: AtomicU64,
-    timeout: AtomicU64,
-    busy: AtomicU64,
-    error: AtomicU64,
-}
-
-/// What the engine's callers, shard tasks and inboxes share.
-pub struct Context {
-    router: Router,
-    namespaces: Namespaces,
-    settings: RedisSettings,
-    max_bytes: usize,
-    scripts: Scripts,
-    shards: usize,
-    totals: Box<[TotalsCell]>,
-    failures: Failures,
-    publishes: AtomicU64,
-    publishes_unrouted: AtomicU64,
-    /// Script pipelines sent, over every instance.
-    round_trips: AtomicU64,
-    /// `<prefix>:c:`: what channel names start with.
-    channel_prefix: String,
-}
-
-impl Context {
-    fn channel(&self, subject: &str) -> String {
-        format!("{}{subject}", self.channel_prefix)
-    }
-
-    fn count_failure(&self, error: &EngineError) {
-        let counter = match error {
-            EngineError::RedisUnavailable | EngineError::RedisLost => &self.failures.unavailable,
-            EngineError::RedisTimeout => &self.failures.timeout,
-            EngineError::RedisBusy => &self.failures.busy,
-            EngineError::Redis(_) => &self.failures.error,
-            EngineError::ShuttingDown => return,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A message on one of this node's channels.
-    fn on_message(&self, channel: &[u8], payload: &[u8]) {
-        let Some(subject) = channel
-            .strip_prefix(self.channel_prefix.as_bytes())
-            .and_then(|s| std::str::from_utf8(s).ok())
-        else {
-            return;
-        };
-        let mut wakeups = Wakeups::default();
-        let decode = |name: &Arc<str>| match codec::channel_message(name, payload) {
-            Ok(publication) => Some(publication),
-            Err(e) => {
-                self.failures.error.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(error = %e, "dropped a malformed channel message");
-                None
-            }
-        };
-        self.router.deliver(subject, decode, &mut wakeups);
-        self.router.hub().wake(wakeups);
-    }
-
-    /// Adds `call` to a batch's pipeline; `epoch` is the one a stream
-    /// created by it starts.
-    fn add_script(&self, pipe: &mut redis::Pipeline, call: &ScriptCall, epoch: &str) {
-        match call {
-            ScriptCall::Publish(run) => {
-                let publications = run.iter().map(|PublishOp { subject, data, .. }| {
-                    let policy = self.namespaces.policy_for(subject);
-                    let ttl_ms = policy.ttl.as_millis() as u64;
-                    (&**subject, &**data, policy.size, ttl_ms)
-                });
-                pipe.add_command(publish_call(
-                    &self.scripts.publish,
-                    &self.settings.prefix,
-                    self.max_bytes,
-                    epoch,
-                    publications,
-                ));
-            }
-            ScriptCall::Read(ReadOp::Attach { attach, .. }) => {
-                let read = ReadScript {
-                    mode: ReadMode::Attach,
-                    since: attach.since,
-                    limit: usize::MAX,
-                    max_bytes: attach.max_replay_bytes,
-                };
-                self.add_read(pipe, &attach.subject, read, epoch);
-            }
-            ScriptCall::Read(ReadOp::History { query, .. }) => {
-                let read = ReadScript {
-                    mode: ReadMode::Read,
-                    since: query.since,
-                    limit: query.limit,
-                    max_bytes: usize::MAX,
-                };
-                self.add_read(pipe, &query.subject, read, epoch);
-            }
-        }
-    }
-
-    /// Adds a run of read.lua for `subject` to a pipeline.
-    fn add_read(&self, pipe: &mut redis::Pipeline, subject: &str, read: ReadScript, epoch: &str) {
-        let policy = self.namespaces.policy_for(subject);
-        let (since_epoch, since_offset) = read
-            .since
-            .map_or((String::new(), 0), |p| (p.epoch.to_string(), p.offset));
-        let mode = match read.mode {
-            ReadMode::Attach => "attach",
-            ReadMode::Read => "read",
-        };
-        pipe.add_command(scripts::evalsha(&self.scripts.read))
-            .arg(&self.settings.prefix)
-            .arg(subject)
-            .arg(mode)
-            .arg(policy.ttl.as_millis() as u64)
-            .arg(epoch)
-            .arg(since_epoch)
-            .arg(since_offset)
-            .arg(read.limit)
-            .arg(read.max_bytes);
-    }
-
-    /// Answers the requests of `call` (see [`script_calls`]) with its
-    /// reply.
-    fn finish(&self, shard: usize, call: ScriptCall, value: Value, wakeups: &mut Wakeups) {
-        let run = match call {
-            ScriptCall::Publish(run) => run,
-            ScriptCall::Read(read) => return self.finish_read(shard, read, value, wakeups),
-        };
-        // {totals, then epoch and offset of each publish}; a call that
-        // failed fails each of its publishes the same way.
-        let mut reply = ScriptReply::new(value).and_then(|mut r| {
-            self.totals[shard].set(r.totals()?);
-            Ok(r)
-        });
-        for PublishOp {
-            subject,
-            reply: answer,
-            ..
-        } in run
-        {
-            let outcome = match &mut reply {
-                Ok(r) => r.position().map(|(epoch, offset)| {
-                    epoch.map(|e| myriad_protocol::position::Position::new(e, offset))
-                }),
-                Err(e) => Err(e.clone()),
-            };
-            let outcome = outcome.map(|position| {
-                let subscribers = self.router.subscribers(&subject);
-                if subscribers == 0 {
-                    self.publishes_unrouted.fetch_add(1, Ordering::Relaxed);
-                }
-                Published {
-                    position,
-                    subscribers: if position.is_some() { subscribers } else { 0 },
-                }
-            });
-            if let Err(e) = &outcome {
-                self.count_failure(e);
-            }
-            answer.send(self.router.hub(), outcome, wakeups);
-        }
-    }
-
-    /// Answers an attach or history read with its script's reply.
-    fn finish_read(&self, shard: usize, read: ReadOp, value: Value, wakeups: &mut Wakeups) {
-        let hub = self.router.hub();
-        match read {
-            ReadOp::Attach { attach, life } => {
-                let outcome = Read::parse(&attach.subject, value).map(|read| {
-                    self.totals[shard].set(read.totals);
-                    read.into_attachment()
-                });
-                if let Err(e) = &outcome {
-                    self.count_failure(e);
-                }
-                self.router.answered(attach, life, outcome, wakeups);
-            }
-            ReadOp::History { query, reply } => {
-                let outcome = Read::parse(&query.subject, value).map(|read| {
-                    self.totals[shard].set(read.totals);
-                    HistoryPage {
-                        subject: query.subject,
-                        position: read.position,
-                        recovered: read.recovered,
-                        publications: read.entries,
-                    }
-                });
-                if let Err(e) = &outcome {
-                    self.count_failure(e);
-                }
-                reply.send(hub, outcome, wakeups);
-            }
-        }
-    }
-}
-
-/// Splits a batch's ops into script calls: each run of consecutive
-/// publishes is one call of publish.lua (up to [`PUBLISH_RUN`] publishes
-/// and about [`PUBLISH_RUN_BYTES`] of data, so one call never holds Redis
-/// for long), each attach or read one call of read.lua. Order is kept:
-/// Redis runs the calls in the pipeline's order.
-fn script_calls(ops: Vec<Op>) -> Vec<ScriptCall> {
-    let mut calls: Vec<ScriptCall> = Vec::new();
-    let mut run_bytes = 0;
-    for op in ops {
-        match (op, calls.last_mut()) {
-            (Op::Publish(p), Some(ScriptCall::Publish(run)))
-                if run.len() < PUBLISH_RUN && run_bytes + p.data.len() <= PUBLISH_RUN_BYTES =>
-            {
-                run_bytes += p.data.len();
-                run.push(p);
-            }
-            (Op::Publish(p), _) => {
-                run_bytes = p.data.len();
-                calls.push(ScriptCall::Publish(vec![p]));
-            }
-            (Op::Read(read), _) => calls.push(ScriptCall::Read(read)),
-        }
-    }
-    calls
-}
-
-/// How read.lua treats a subject Redis has no stream for.
-#[derive(Debug, Clone, Copy)]
-enum ReadMode {
-    /// A subscriber reads: the stream is created (and kept from expiring).
-    Attach,
-    /// A history read: the answer is a fresh epoch no stream shares.
-    Read,
-}
-
-/// One read of a subject's position and history.
-#[derive(Debug, Clone, Copy)]
-struct ReadScript {
-    mode: ReadMode,
-    /// Publications after this position (a recovery); the last `limit`
-    /// when unset.
-    since: Option<myriad_protocol::position::Position>,
-    limit: usize,
-    /// Past this much, a recovery is reported incomplete.
-    max_bytes: usize,
-}
-
 /// The engine of a node in a cluster joined over Redis.
 pub struct RedisEngine {
     ctx: Arc<Context>,
-    queues: Vec<ShardQueue>,
+    queues: Vec<InstanceQueue>,
     closed: AtomicBool,
     /// Stops the engine's thread when the engine goes.
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -423,7 +114,7 @@ impl RedisEngine {
             .iter()
             .map(|url| client(url, settings.tls.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
-        let shards = clients.len();
+        let instances = clients.len();
         let ctx = Arc::new(Context {
             router: Router::new(hub),
             namespaces,
@@ -431,8 +122,8 @@ impl RedisEngine {
             settings,
             max_bytes,
             scripts: Scripts::new(),
-            shards,
-            totals: (0..shards).map(|_| TotalsCell::default()).collect(),
+            instances,
+            totals: (0..instances).map(|_| TotalsCell::default()).collect(),
             failures: Failures::default(),
             publishes: AtomicU64::new(0),
             publishes_unrouted: AtomicU64::new(0),
@@ -442,17 +133,17 @@ impl RedisEngine {
             .enable_all()
             .build()
             .map_err(RedisEngineError::Thread)?;
-        let mut tasks = Vec::with_capacity(shards);
-        let mut queues = Vec::with_capacity(shards);
+        let mut tasks = Vec::with_capacity(instances);
+        let mut queues = Vec::with_capacity(instances);
         for (index, client) in clients.into_iter().enumerate() {
-            let (mut shard, queue) = Shard::new(index, client, Arc::clone(&ctx));
-            runtime
-                .block_on(shard.connect())
-                .map_err(|source| RedisEngineError::Unreachable {
+            let (mut instance, queue) = Instance::new(index, client, Arc::clone(&ctx));
+            runtime.block_on(instance.connect()).map_err(|source| {
+                RedisEngineError::Unreachable {
                     url: ctx.settings.urls[index].clone(),
                     source,
-                })?;
-            tasks.push(shard);
+                }
+            })?;
+            tasks.push(instance);
             queues.push(queue);
         }
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -460,8 +151,8 @@ impl RedisEngine {
             .name("myriad-redis".into())
             .spawn(move || {
                 let local = tokio::task::LocalSet::new();
-                for shard in tasks {
-                    local.spawn_local(shard.run());
+                for instance in tasks {
+                    local.spawn_local(instance.run());
                 }
                 // Either stop was sent or the engine was dropped: both end it.
                 let _ = runtime.block_on(local.run_until(stopped));
@@ -476,8 +167,8 @@ impl RedisEngine {
         })
     }
 
-    fn queue(&self, subject: &str) -> &ShardQueue {
-        &self.queues[ring::shard_of(subject, self.queues.len())]
+    fn queue(&self, subject: &str) -> &InstanceQueue {
+        &self.queues[ring::instance_of(subject, self.queues.len())]
     }
 }
 
@@ -556,7 +247,7 @@ impl Engine for RedisEngine {
     }
 
     fn congested(&self) -> bool {
-        self.ctx.router.hub().congested() || self.queues.iter().any(ShardQueue::congested)
+        self.ctx.router.hub().congested() || self.queues.iter().any(InstanceQueue::congested)
     }
 
     fn stats(&self) -> EngineStats {
@@ -609,6 +300,7 @@ impl Engine for RedisEngine {
 mod tests {
     use std::sync::atomic::AtomicUsize;
     use std::sync::Mutex;
+    use std::time::Duration;
 
     use myriad_testkit::RedisServer;
 
@@ -622,54 +314,6 @@ mod tests {
     /// expects). The server belongs to the test, which stops it: a static
     /// one would outlive the test process.
     static URL: Mutex<Option<String>> = Mutex::new(None);
-
-    fn publish(bytes: usize) -> Op {
-        Op::Publish(PublishOp {
-            subject: Arc::from("s"),
-            data: "x".repeat(bytes).into(),
-            reply: Reply::Task(tokio::sync::oneshot::channel().0),
-        })
-    }
-
-    fn read() -> Op {
-        Op::Read(ReadOp::History {
-            query: HistoryQuery {
-                subject: Arc::from("s"),
-                since: None,
-                limit: 1,
-            },
-            reply: Reply::Task(tokio::sync::oneshot::channel().0),
-        })
-    }
-
-    /// The calls `ops` make: publishes per publish.lua call, 0 for a read.
-    fn calls(ops: Vec<Op>) -> Vec<usize> {
-        script_calls(ops)
-            .iter()
-            .map(|call| match call {
-                ScriptCall::Publish(run) => run.len(),
-                ScriptCall::Read(_) => 0,
-            })
-            .collect()
-    }
-
-    #[test]
-    fn publishes_share_a_call_until_a_read_or_a_bound_comes() {
-        let ops = vec![publish(1), publish(1), read(), read(), publish(1)];
-        assert_eq!(calls(ops), [2, 0, 0, 1]);
-        let many: Vec<Op> = (0..PUBLISH_RUN * 2 + 1).map(|_| publish(1)).collect();
-        let n = PUBLISH_RUN;
-        assert_eq!(calls(many), [n, n, 1]);
-        let half = PUBLISH_RUN_BYTES / 2;
-        let big = vec![
-            publish(half),
-            publish(half),
-            publish(1),
-            publish(PUBLISH_RUN_BYTES * 2),
-        ];
-        assert_eq!(calls(big), [2, 1, 1]);
-        assert!(script_calls(Vec::new()).is_empty());
-    }
 
     fn redis(workers: usize, namespaces: Namespaces, max_bytes: usize) -> Harness {
         let url = URL.lock().unwrap().clone().expect("the suite's Redis");
@@ -793,7 +437,7 @@ mod tests {
         };
         // More feeds than batches take at once, so the backlog must be
         // taken from again without a new one arriving.
-        let feeds = 3 * shard::MAX_BATCH;
+        let feeds = 3 * instance::MAX_BATCH;
         let h = harness(full(feeds), 1, ten_kept(), 1 << 20);
         for conn in 0..3 {
             h.attach(&format!("asked{conn}"), conn, false);
@@ -828,19 +472,19 @@ mod tests {
         let settings = RedisSettings {
             queue_bytes: 0,
             timeout: Duration::from_secs(60),
-            feed_backlog: 2 * shard::MAX_BATCH,
+            feed_backlog: 2 * instance::MAX_BATCH,
             ..settings(server.url())
         };
         let h = harness(settings, 1, ten_kept(), 1 << 20);
         server.pause();
         // The task takes one batch at most, and is stuck with it.
-        let feeds = 2 * shard::MAX_BATCH;
+        let feeds = 2 * instance::MAX_BATCH;
         for conn in 0..feeds as u32 {
             h.attach(&format!("feed{conn}"), conn, true);
         }
         h.engine.shut_down();
         assert_eq!(h.engine.stats().waiting_attaches, 0);
-        for _ in 0..feeds - shard::MAX_BATCH {
+        for _ in 0..feeds - instance::MAX_BATCH {
             let attached = h.attached();
             assert!(matches!(attached.outcome, Err(EngineError::ShuttingDown)));
         }

@@ -2,20 +2,20 @@
 //! configured instances, the same on every node.
 //!
 //! Jump consistent hashing (Lamping and Veach, 2014) over a fixed 64-bit
-//! FNV-1a hash of the subject's bytes. Every node computes the same shard
+//! FNV-1a hash of the subject's bytes. Every node computes the same instance
 //! without talking to the others, and appending an instance to the list
 //! moves only about 1/(n+1) of the subjects, all of them to the new one;
 //! the rest keep their Redis, their positions and their history. (A
 //! moved subject starts a new epoch on its new Redis: its clients recover
-//! with `recovered: false`. docs/operations.md says how to add a shard.)
+//! with `recovered: false`. docs/operations.md says how to add an instance.)
 //! The hash must never change between versions: nodes of two versions in
 //! one cluster must agree, so it is written out here rather than taken
 //! from a hasher whose output may change.
 
-/// The shard of `subject` among `shards` instances.
-pub fn shard_of(subject: &str, shards: usize) -> usize {
-    debug_assert!(shards > 0);
-    jump(fnv1a(subject.as_bytes()), shards as i64) as usize
+/// The instance of `subject` among `instances` instances.
+pub fn instance_of(subject: &str, instances: usize) -> usize {
+    debug_assert!(instances > 0);
+    jump(fnv1a(subject.as_bytes()), instances as i64) as usize
 }
 
 /// 64-bit FNV-1a.
@@ -49,14 +49,14 @@ mod tests {
         assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(fnv1a(b"foobar"), 0x8594_4171_f739_67e8);
-        assert_eq!(shard_of("anything", 1), 0);
+        assert_eq!(instance_of("anything", 1), 0);
     }
 
     #[test]
     fn subjects_spread_evenly() {
         let mut counts = [0usize; 4];
         for i in 0..40_000 {
-            counts[shard_of(&format!("user.{i}"), 4)] += 1;
+            counts[instance_of(&format!("user.{i}"), 4)] += 1;
         }
         for count in counts {
             assert!((9_000..11_000).contains(&count), "{counts:?}");
@@ -64,22 +64,22 @@ mod tests {
     }
 
     proptest! {
-        /// Adding a shard moves a subject only onto the new shard.
+        /// Adding an instance moves a subject only onto the new instance.
         #[test]
-        fn adding_a_shard_moves_subjects_only_to_it(subject in ".{0,40}", shards in 1usize..32) {
-            let before = shard_of(&subject, shards);
-            let after = shard_of(&subject, shards + 1);
-            prop_assert!(before < shards);
-            prop_assert!(after == before || after == shards);
+        fn adding_an_instance_moves_subjects_only_to_it(subject in ".{0,40}", instances in 1usize..32) {
+            let before = instance_of(&subject, instances);
+            let after = instance_of(&subject, instances + 1);
+            prop_assert!(before < instances);
+            prop_assert!(after == before || after == instances);
         }
     }
 
     #[test]
-    fn adding_a_shard_moves_about_its_share() {
+    fn adding_an_instance_moves_about_its_share() {
         let moved = (0..30_000)
             .filter(|i| {
                 let s = format!("s{i}");
-                shard_of(&s, 5) != shard_of(&s, 6)
+                instance_of(&s, 5) != instance_of(&s, 6)
             })
             .count();
         // 1/6 of 30,000 is 5,000.

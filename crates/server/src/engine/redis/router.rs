@@ -28,9 +28,8 @@
 //! offset once and in order (clause 2).
 
 use std::collections::VecDeque;
-use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, MutexGuard};
 
 use foldhash::fast::RandomState;
 use hashbrown::HashMap;
@@ -40,8 +39,7 @@ use crate::engine::{Attach, Attached, Attachment, Broken, EngineError};
 use crate::heap;
 use crate::hub::{Event, Hub, Route, Wakeups};
 use crate::publication::Publication;
-
-const SHARDS: usize = crate::hub::SHARDS;
+use crate::sharded::Sharded;
 
 /// Publications kept for attaches in flight, per subject; past it a
 /// recovery that needed them reports `recovered: false`.
@@ -49,7 +47,7 @@ const RECENT_LIMIT: usize = 4_096;
 
 /// An attach Redis has answered, waiting for its place in the stream.
 #[derive(Debug)]
-struct Waiting {
+struct Answered {
     attach: Attach,
     answered: Attachment,
 }
@@ -61,7 +59,7 @@ struct Switching {
     in_flight: u32,
     /// Publications that arrived while attaches were in flight, oldest first.
     recent: VecDeque<Arc<Publication>>,
-    waiting: Vec<Waiting>,
+    waiting: Vec<Answered>,
     /// Set while the subject's Redis connection is being restored: the
     /// last position handed out before it was lost. The catch-up read
     /// brings live subscribers from here to the present (see `resumed`).
@@ -100,8 +98,7 @@ type Shard = HashMap<Arc<str>, Subject, RandomState>;
 /// Every subject with interest on this node.
 pub struct Router {
     hub: Arc<Hub>,
-    shards: Box<[Mutex<Shard>]>,
-    hasher: RandomState,
+    shards: Sharded<Shard>,
     lives: AtomicU64,
     /// What the subjects' entries take ([`heap::named_entry_bytes`]).
     held_bytes: AtomicUsize,
@@ -111,8 +108,7 @@ impl Router {
     pub fn new(hub: Arc<Hub>) -> Router {
         Router {
             hub,
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
-            hasher: RandomState::default(),
+            shards: Sharded::default(),
             lives: AtomicU64::new(0),
             held_bytes: AtomicUsize::new(0),
         }
@@ -123,11 +119,9 @@ impl Router {
     }
 
     fn lock(&self, subject: &str) -> MutexGuard<'_, Shard> {
-        let index = self.hasher.hash_one(subject) as usize % SHARDS;
-        // Every update leaves the map consistent between statements.
-        self.shards[index]
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        // Every update leaves the map consistent between statements, as
+        // the sharded module's poison policy asks.
+        self.shards.lock(subject)
     }
 
     /// An attach is on its way to Redis: counts its subscriber. Returns
@@ -182,10 +176,7 @@ impl Router {
 
     /// Subjects with interest on this node.
     pub fn count(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|shard| shard.lock().unwrap_or_else(|p| p.into_inner()).len())
-            .sum()
+        self.shards.sum(Shard::len)
     }
 
     /// What the entries of those subjects take on this node (their
@@ -197,10 +188,9 @@ impl Router {
     /// The subjects with interest on this node that `keep` picks.
     pub fn subjects(&self, mut keep: impl FnMut(&str) -> bool) -> Vec<Arc<str>> {
         let mut out = Vec::new();
-        for shard in self.shards.iter() {
-            let shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+        self.shards.for_each(|shard| {
             out.extend(shard.keys().filter(|s| keep(s)).cloned());
-        }
+        });
         out
     }
 
@@ -241,7 +231,7 @@ impl Router {
             return;
         };
         keep_recent(switching, publication);
-        let (due, still): (Vec<Waiting>, Vec<Waiting>) = std::mem::take(&mut switching.waiting)
+        let (due, still): (Vec<Answered>, Vec<Answered>) = std::mem::take(&mut switching.waiting)
             .into_iter()
             .partition(|w| w.answered.position.offset <= position.offset);
         switching.waiting = still;
@@ -283,13 +273,19 @@ impl Router {
             .is_some_and(|s| s.resume_from.is_some());
         match entry.routed {
             // Live subscribers are still catching up: after them.
-            _ if resuming => entry.switching().waiting.push(Waiting { attach, answered }),
+            _ if resuming => entry
+                .switching()
+                .waiting
+                .push(Answered { attach, answered }),
             Some(routed)
                 if routed.epoch == answered.position.epoch
                     && routed.offset < answered.position.offset =>
             {
                 // Publications up to P are still on their way: wait for P.
-                entry.switching().waiting.push(Waiting { attach, answered });
+                entry
+                    .switching()
+                    .waiting
+                    .push(Answered { attach, answered });
             }
             _ => self.place(entry, attach, answered, wakeups),
         }
@@ -383,8 +379,7 @@ impl Router {
         error: &EngineError,
         wakeups: &mut Wakeups,
     ) {
-        for shard in self.shards.iter() {
-            let mut shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+        self.shards.for_each(|shard| {
             for (subject, entry) in shard.iter_mut() {
                 if !affected(subject) {
                     continue;
@@ -411,21 +406,20 @@ impl Router {
                     entry.switching = None;
                 }
             }
-        }
+        });
     }
 
     /// Subscriptions waiting for their catch-up, with where each stopped.
     pub fn resumes(&self, mut keep: impl FnMut(&str) -> bool) -> Vec<(Arc<str>, Position)> {
         let mut out = Vec::new();
-        for shard in self.shards.iter() {
-            let shard = shard.lock().unwrap_or_else(|p| p.into_inner());
+        self.shards.for_each(|shard| {
             for (subject, entry) in shard.iter() {
                 let from = entry.switching.as_ref().and_then(|s| s.resume_from);
                 if let Some(from) = from.filter(|_| keep(subject)) {
                     out.push((Arc::clone(subject), from));
                 }
             }
-        }
+        });
         out
     }
 

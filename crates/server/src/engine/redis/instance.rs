@@ -2,7 +2,7 @@
 //! requests towards it, their batching into round trips, its subscription
 //! connection, and what happens when it goes away.
 //!
-//! Workers never wait on Redis: they put a request in the shard's queue
+//! Workers never wait on Redis: they put a request in the instance's queue
 //! (`try_send`; a full queue refuses at once with `redis_busy`, except an
 //! attach that can wait, which the [`Backlog`] holds) and the answer comes
 //! back through the worker's mailbox. A subject losing its
@@ -36,16 +36,15 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use myriad_protocol::position::{Epoch, Position};
 use redis::aio::{AsyncPushSender, MultiplexedConnection, SendError};
 use redis::{AsyncConnectionConfig, PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use super::backlog::Backlog;
-use super::codec;
-use super::{Context, Totals};
-use crate::engine::{Attach, Attachment, EngineError, HistoryPage, HistoryQuery, Published, Reply};
+use super::context::{Context, ReadMode, ReadScript};
+use super::ops::{script_calls, Op, Read, ReadOp, ScriptCall};
+use crate::engine::EngineError;
 use crate::hub::Wakeups;
 
 /// Requests one round trip carries at most.
@@ -64,87 +63,6 @@ const SWEEP_BATCH: usize = 1_000;
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
-/// A request for one Redis: a publish (runs of them share a call of
-/// publish.lua) or a read (a call of read.lua each).
-pub enum Op {
-    Publish(PublishOp),
-    Read(ReadOp),
-}
-
-/// A publish waiting for its Redis.
-pub struct PublishOp {
-    pub subject: Arc<str>,
-    pub data: Box<str>,
-    pub reply: Reply<Published>,
-}
-
-/// A read of a subject's stream waiting for its Redis.
-pub enum ReadOp {
-    /// A subscriber attaches (its subject's stream is created if need be).
-    Attach { attach: Attach, life: u64 },
-    /// A history read.
-    History {
-        query: HistoryQuery,
-        reply: Reply<HistoryPage>,
-    },
-}
-
-impl ReadOp {
-    fn subject(&self) -> &str {
-        match self {
-            ReadOp::Attach { attach, .. } => &attach.subject,
-            ReadOp::History { query, .. } => &query.subject,
-        }
-    }
-}
-
-impl Op {
-    /// What the request holds of the node's memory while it waits, for the
-    /// queue's byte bound: its subject, and a publication's data.
-    fn weight(&self) -> usize {
-        match self {
-            Op::Publish(p) => p.subject.len() + p.data.len(),
-            Op::Read(read) => read.subject().len(),
-        }
-    }
-
-    /// Whether it may wait in the backlog when the queue is full.
-    fn can_wait(&self) -> bool {
-        matches!(self, Op::Read(ReadOp::Attach { attach, .. }) if attach.can_wait)
-    }
-
-    /// Answers the request with `error`.
-    fn fail(self, ctx: &Context, error: EngineError, wakeups: &mut Wakeups) {
-        ctx.count_failure(&error);
-        let hub = ctx.router.hub();
-        match self {
-            Op::Publish(p) => p.reply.send(hub, Err(error), wakeups),
-            Op::Read(ReadOp::Attach { attach, life }) => {
-                ctx.router.answered(attach, life, Err(error), wakeups)
-            }
-            Op::Read(ReadOp::History { reply, .. }) => reply.send(hub, Err(error), wakeups),
-        }
-    }
-}
-
-/// One script call of a batch, with the requests it answers.
-pub enum ScriptCall {
-    /// A run of consecutive publishes: one call of publish.lua.
-    Publish(Vec<PublishOp>),
-    /// One call of read.lua.
-    Read(ReadOp),
-}
-
-impl ScriptCall {
-    /// The requests, to be refused together.
-    fn into_ops(self) -> Vec<Op> {
-        match self {
-            ScriptCall::Publish(run) => run.into_iter().map(Op::Publish).collect(),
-            ScriptCall::Read(read) => vec![Op::Read(read)],
-        }
-    }
-}
-
 /// Subjects whose last subscriber on the node left, waiting for the task.
 #[derive(Default)]
 struct Leaving {
@@ -153,8 +71,8 @@ struct Leaving {
     added: Notify,
 }
 
-/// The sending side of a shard's queue.
-pub struct ShardQueue {
+/// The sending side of an instance's queue.
+pub struct InstanceQueue {
     tx: mpsc::Sender<Op>,
     leaving: Arc<Leaving>,
     /// Bytes (subjects and data) of the requests queued, or taken from the
@@ -172,7 +90,7 @@ pub struct ShardQueue {
     backlog: Arc<Backlog<Op>>,
 }
 
-impl ShardQueue {
+impl InstanceQueue {
     /// More requests wait than `redis_queue_high_water`.
     pub fn congested(&self) -> bool {
         self.high_water > 0 && self.tx.max_capacity() - self.tx.capacity() > self.high_water
@@ -212,7 +130,7 @@ impl ShardQueue {
             match e {
                 mpsc::error::TrySendError::Full(op) => self.full(op, ctx, wakeups),
                 mpsc::error::TrySendError::Closed(op) => {
-                    op.fail(ctx, EngineError::ShuttingDown, wakeups)
+                    ctx.fail(op, EngineError::ShuttingDown, wakeups)
                 }
             }
         }
@@ -221,10 +139,10 @@ impl ShardQueue {
     /// `op` found the queue full.
     fn full(&self, op: Op, ctx: &Context, wakeups: &mut Wakeups) {
         if !op.can_wait() {
-            return op.fail(ctx, EngineError::RedisBusy, wakeups);
+            return ctx.fail(op, EngineError::RedisBusy, wakeups);
         }
         if let Err(op) = self.backlog.hold(op) {
-            op.fail(ctx, EngineError::RedisBusy, wakeups);
+            ctx.fail(op, EngineError::RedisBusy, wakeups);
         }
     }
 
@@ -238,7 +156,7 @@ impl ShardQueue {
         let mut waiting = Vec::new();
         self.backlog.take(&mut waiting, usize::MAX);
         for op in waiting {
-            op.fail(ctx, error.clone(), wakeups);
+            ctx.fail(op, error.clone(), wakeups);
         }
     }
 }
@@ -270,7 +188,7 @@ impl AsyncPushSender for Inbox {
 }
 
 /// The task owning one Redis.
-pub struct Shard {
+pub struct Instance {
     index: usize,
     client: redis::Client,
     ctx: Arc<Context>,
@@ -282,25 +200,29 @@ pub struct Shard {
     /// Subjects whose channel this node listens to on this Redis.
     subscribed: HashSet<Arc<str>>,
     leaving: Arc<Leaving>,
-    /// See [`ShardQueue::queued_bytes`].
+    /// See [`InstanceQueue::queued_bytes`].
     queued_bytes: Arc<AtomicUsize>,
-    /// See [`ShardQueue::backlog`]; the task takes from it with each batch.
+    /// See [`InstanceQueue::backlog`]; the task takes from it with each batch.
     backlog: Arc<Backlog<Op>>,
     backoff: Duration,
     next_attempt: Instant,
 }
 
-impl Shard {
+impl Instance {
     /// The task of instance `index` and its queue, bounded as
     /// `ctx.settings` says.
-    pub fn new(index: usize, client: redis::Client, ctx: Arc<Context>) -> (Shard, ShardQueue) {
+    pub fn new(
+        index: usize,
+        client: redis::Client,
+        ctx: Arc<Context>,
+    ) -> (Instance, InstanceQueue) {
         let (tx, rx) = mpsc::channel(ctx.settings.queue.max(1));
         let max_bytes = ctx.settings.queue_bytes;
         let high_water = ctx.settings.queue_high_water;
         let leaving = Arc::new(Leaving::default());
         let queued_bytes = Arc::new(AtomicUsize::new(0));
         let backlog = Arc::new(Backlog::new(ctx.settings.feed_backlog));
-        let shard = Shard {
+        let instance = Instance {
             index,
             client,
             ctx,
@@ -315,7 +237,7 @@ impl Shard {
             backoff: MIN_BACKOFF,
             next_attempt: Instant::now(),
         };
-        let queue = ShardQueue {
+        let queue = InstanceQueue {
             tx,
             leaving,
             queued_bytes,
@@ -323,11 +245,11 @@ impl Shard {
             high_water,
             backlog,
         };
-        (shard, queue)
+        (instance, queue)
     }
 
     /// Connects, loads the scripts and subscribes to every subject this
-    /// node has interest in on this shard.
+    /// node has interest in on this instance.
     pub async fn connect(&mut self) -> Result<(), redis::RedisError> {
         let timeout = self.ctx.settings.timeout;
         self.closed = Arc::new(AtomicBool::new(false));
@@ -348,11 +270,11 @@ impl Shard {
             script.load_async(&mut conn).await?;
         }
         let index = self.index;
-        let shards = self.ctx.shards;
+        let instances = self.ctx.instances;
         let subjects = self
             .ctx
             .router
-            .subjects(|s| super::ring::shard_of(s, shards) == index);
+            .subjects(|s| super::ring::instance_of(s, instances) == index);
         for chunk in subjects.chunks(RESUBSCRIBE_CHUNK) {
             let channels: Vec<String> = chunk.iter().map(|s| self.ctx.channel(s)).collect();
             conn.subscribe(&channels).await?;
@@ -367,11 +289,11 @@ impl Shard {
     /// Brings the live subscribers of every resubscribed subject from where
     /// they stopped to the present: one read per subject, pipelined.
     async fn catch_up(&self, conn: &mut MultiplexedConnection) -> Result<(), redis::RedisError> {
-        let (index, shards) = (self.index, self.ctx.shards);
+        let (index, instances) = (self.index, self.ctx.instances);
         let resumes = self
             .ctx
             .router
-            .resumes(|s| super::ring::shard_of(s, shards) == index);
+            .resumes(|s| super::ring::instance_of(s, instances) == index);
         let epoch = crate::engine::random_epoch().to_string();
         for chunk in resumes.chunks(RESUBSCRIBE_CHUNK) {
             let mut pipe = redis::pipe();
@@ -379,8 +301,8 @@ impl Shard {
             for (subject, from) in chunk {
                 // As an attach: the stream is created again if Redis lost
                 // it, so the position it announces is the one that goes on.
-                let read = super::ReadScript {
-                    mode: super::ReadMode::Attach,
+                let read = ReadScript {
+                    mode: ReadMode::Attach,
                     since: Some(*from),
                     limit: usize::MAX,
                     max_bytes: usize::MAX,
@@ -406,16 +328,16 @@ impl Shard {
         Ok(())
     }
 
-    /// The connection is gone: every subject of this shard starts over.
+    /// The connection is gone: every subject of this instance starts over.
     fn disconnect(&mut self, why: &redis::RedisError) {
         if self.conn.take().is_some() {
-            tracing::warn!(shard = self.index, error = %why, "lost the connection to Redis");
+            tracing::warn!(instance = self.index, error = %why, "lost the connection to Redis");
         }
         self.subscribed.clear();
-        let (index, shards) = (self.index, self.ctx.shards);
+        let (index, instances) = (self.index, self.ctx.instances);
         let mut wakeups = Wakeups::default();
         self.ctx.router.reset(
-            |s| super::ring::shard_of(s, shards) == index,
+            |s| super::ring::instance_of(s, instances) == index,
             &EngineError::RedisUnavailable,
             &mut wakeups,
         );
@@ -479,7 +401,8 @@ impl Shard {
                 // The subscriptions went with the connection; a reconnect
                 // subscribes only to subjects with subscribers.
                 for op in ops {
-                    op.fail(&self.ctx, EngineError::RedisUnavailable, &mut wakeups);
+                    self.ctx
+                        .fail(op, EngineError::RedisUnavailable, &mut wakeups);
                 }
             } else {
                 self.execute(leaving, ops, &mut wakeups).await;
@@ -560,7 +483,7 @@ impl Shard {
         // One fresh epoch serves the batch: only streams that do not exist
         // take it, and a subject is created at most once per batch.
         let epoch = crate::engine::random_epoch().to_string();
-        let calls = super::script_calls(scripted);
+        let calls = script_calls(scripted);
         for call in &calls {
             ctx.add_script(&mut pipe, call, &epoch);
         }
@@ -627,7 +550,7 @@ impl Shard {
             e => e,
         };
         for op in ops {
-            op.fail(&self.ctx, engine_error.clone(), wakeups);
+            self.ctx.fail(op, engine_error.clone(), wakeups);
         }
         if error.is_unrecoverable_error() || error.is_timeout() || error.is_connection_dropped() {
             self.disconnect(error);
@@ -672,133 +595,4 @@ fn connection_dropped() -> redis::RedisError {
 
 fn protocol_error(what: String) -> redis::RedisError {
     redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::InvalidData, what))
-}
-
-/// The reply of a publish or read script, read field by field.
-pub struct ScriptReply {
-    values: std::vec::IntoIter<Value>,
-}
-
-impl ScriptReply {
-    pub fn new(value: Value) -> Result<ScriptReply, EngineError> {
-        match value {
-            Value::Array(values) => Ok(ScriptReply {
-                values: values.into_iter(),
-            }),
-            Value::ServerError(e) => Err(EngineError::Redis(e.to_string())),
-            other => Err(EngineError::Redis(format!(
-                "unexpected script reply {other:?}"
-            ))),
-        }
-    }
-
-    fn next(&mut self) -> Result<Value, EngineError> {
-        self.values
-            .next()
-            .ok_or_else(|| EngineError::Redis("short script reply".into()))
-    }
-
-    pub fn bytes(&mut self) -> Result<Vec<u8>, EngineError> {
-        match self.next()? {
-            Value::BulkString(bytes) => Ok(bytes),
-            Value::SimpleString(s) => Ok(s.into_bytes()),
-            other => Err(EngineError::Redis(format!(
-                "expected a string, got {other:?}"
-            ))),
-        }
-    }
-
-    pub fn int(&mut self) -> Result<i64, EngineError> {
-        match self.next()? {
-            Value::Int(n) => Ok(n),
-            other => Err(EngineError::Redis(format!(
-                "expected an integer, got {other:?}"
-            ))),
-        }
-    }
-
-    /// An epoch, or `None` for the empty string (a dropped publish).
-    pub fn epoch(&mut self) -> Result<Option<Epoch>, EngineError> {
-        let bytes = self.bytes()?;
-        if bytes.is_empty() {
-            return Ok(None);
-        }
-        std::str::from_utf8(&bytes)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .map(Some)
-            .ok_or_else(|| {
-                EngineError::Redis(format!("bad epoch {:?}", String::from_utf8_lossy(&bytes)))
-            })
-    }
-
-    pub fn position(&mut self) -> Result<(Option<Epoch>, u64), EngineError> {
-        let epoch = self.epoch()?;
-        let offset =
-            u64::try_from(self.int()?).map_err(|_| EngineError::Redis("negative offset".into()))?;
-        Ok((epoch, offset))
-    }
-
-    pub fn totals(&mut self) -> Result<Totals, EngineError> {
-        Ok(Totals {
-            bytes: self.int()?,
-            messages: self.int()?,
-            evictions: self.int()?,
-            subjects: self.int()?,
-        })
-    }
-
-    /// The rest: history entries of `subject` in `epoch`.
-    pub fn entries(
-        self,
-        subject: &Arc<str>,
-        epoch: Epoch,
-    ) -> Result<Vec<Arc<crate::publication::Publication>>, EngineError> {
-        self.values
-            .map(|v| match v {
-                Value::BulkString(entry) => codec::history_entry(subject, epoch, &entry)
-                    .map_err(|e| EngineError::Redis(e.to_string())),
-                other => Err(EngineError::Redis(format!(
-                    "expected an entry, got {other:?}"
-                ))),
-            })
-            .collect()
-    }
-}
-
-/// What a read script found.
-pub struct Read {
-    pub position: Position,
-    pub recovered: Option<bool>,
-    pub entries: Vec<Arc<crate::publication::Publication>>,
-    pub totals: Totals,
-}
-
-impl Read {
-    pub fn parse(subject: &Arc<str>, value: Value) -> Result<Read, EngineError> {
-        let mut reply = ScriptReply::new(value)?;
-        let (epoch, offset) = reply.position()?;
-        let epoch = epoch.ok_or_else(|| EngineError::Redis("read without an epoch".into()))?;
-        let recovered = match reply.int()? {
-            -1 => None,
-            flag => Some(flag == 1),
-        };
-        let totals = reply.totals()?;
-        let entries = reply.entries(subject, epoch)?;
-        Ok(Read {
-            position: Position::new(epoch, offset),
-            recovered,
-            entries,
-            totals,
-        })
-    }
-
-    /// As an attach's answer, before the router places it.
-    pub fn into_attachment(self) -> Attachment {
-        Attachment {
-            position: self.position,
-            recovered: self.recovered,
-            replay: self.entries,
-        }
-    }
 }

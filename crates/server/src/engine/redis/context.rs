@@ -1,0 +1,299 @@
+//! [`Context`]: what the Redis engine's callers, instance tasks and
+//! inboxes share (the router, settings, scripts, counters), and how a
+//! script call is put into a pipeline and its reply answered.
+//!
+//! Below the instance task (`instance.rs`), which holds it and calls it, and
+//! above [`ops`](super::ops), whose requests it answers; it must not name
+//! the instance task or the engine in `mod.rs`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use redis::Value;
+
+use super::codec;
+use super::ops::{Op, PublishOp, Read, ReadOp, ScriptCall, ScriptReply, Totals};
+use super::router::Router;
+use super::scripts::{self, publish_call, Scripts};
+use super::settings::RedisSettings;
+use crate::engine::{EngineError, HistoryPage, Published};
+use crate::hub::Wakeups;
+use crate::namespace::Namespaces;
+
+#[derive(Debug, Default)]
+pub(super) struct TotalsCell {
+    pub(super) bytes: AtomicU64,
+    pub(super) messages: AtomicU64,
+    pub(super) evictions: AtomicU64,
+    pub(super) subjects: AtomicU64,
+}
+
+impl TotalsCell {
+    pub(super) fn set(&self, t: Totals) {
+        let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        self.bytes.store(n(t.bytes), Ordering::Relaxed);
+        self.messages.store(n(t.messages), Ordering::Relaxed);
+        self.evictions.store(n(t.evictions), Ordering::Relaxed);
+        self.subjects.store(n(t.subjects), Ordering::Relaxed);
+    }
+
+    /// From a `{bytes, messages, evictions, subjects}` reply.
+    pub(super) fn store(&self, values: Vec<Value>) {
+        let reply = ScriptReply::new(Value::Array(values));
+        if let Ok(totals) = reply.and_then(|mut r| r.totals()) {
+            self.set(totals);
+        }
+    }
+}
+
+/// Failures towards Redis, by kind, for `/metrics`.
+#[derive(Debug, Default)]
+pub(super) struct Failures {
+    pub(super) unavailable: AtomicU64,
+    pub(super) timeout: AtomicU64,
+    pub(super) busy: AtomicU64,
+    pub(super) error: AtomicU64,
+}
+
+/// What the engine's callers, instance tasks and inboxes share.
+pub struct Context {
+    pub(super) router: Router,
+    pub(super) namespaces: Namespaces,
+    pub(super) settings: RedisSettings,
+    pub(super) max_bytes: usize,
+    pub(super) scripts: Scripts,
+    pub(super) instances: usize,
+    pub(super) totals: Box<[TotalsCell]>,
+    pub(super) failures: Failures,
+    pub(super) publishes: AtomicU64,
+    pub(super) publishes_unrouted: AtomicU64,
+    /// Script pipelines sent, over every instance.
+    pub(super) round_trips: AtomicU64,
+    /// `<prefix>:c:`: what channel names start with.
+    pub(super) channel_prefix: String,
+}
+
+impl Context {
+    /// Answers the request with `error`.
+    pub(super) fn fail(&self, op: Op, error: EngineError, wakeups: &mut Wakeups) {
+        self.count_failure(&error);
+        let hub = self.router.hub();
+        match op {
+            Op::Publish(p) => p.reply.send(hub, Err(error), wakeups),
+            Op::Read(ReadOp::Attach { attach, life }) => {
+                self.router.answered(attach, life, Err(error), wakeups)
+            }
+            Op::Read(ReadOp::History { reply, .. }) => reply.send(hub, Err(error), wakeups),
+        }
+    }
+
+    pub(super) fn channel(&self, subject: &str) -> String {
+        format!("{}{subject}", self.channel_prefix)
+    }
+
+    pub(super) fn count_failure(&self, error: &EngineError) {
+        let counter = match error {
+            EngineError::RedisUnavailable | EngineError::RedisLost => &self.failures.unavailable,
+            EngineError::RedisTimeout => &self.failures.timeout,
+            EngineError::RedisBusy => &self.failures.busy,
+            EngineError::Redis(_) => &self.failures.error,
+            EngineError::ShuttingDown => return,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A message on one of this node's channels.
+    pub(super) fn on_message(&self, channel: &[u8], payload: &[u8]) {
+        let Some(subject) = channel
+            .strip_prefix(self.channel_prefix.as_bytes())
+            .and_then(|s| std::str::from_utf8(s).ok())
+        else {
+            return;
+        };
+        let mut wakeups = Wakeups::default();
+        let decode = |name: &Arc<str>| match codec::channel_message(name, payload) {
+            Ok(publication) => Some(publication),
+            Err(e) => {
+                self.failures.error.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "dropped a malformed channel message");
+                None
+            }
+        };
+        self.router.deliver(subject, decode, &mut wakeups);
+        self.router.hub().wake(wakeups);
+    }
+
+    /// Adds `call` to a batch's pipeline; `epoch` is the one a stream
+    /// created by it starts.
+    pub(super) fn add_script(&self, pipe: &mut redis::Pipeline, call: &ScriptCall, epoch: &str) {
+        match call {
+            ScriptCall::Publish(run) => {
+                let publications = run.iter().map(|PublishOp { subject, data, .. }| {
+                    let policy = self.namespaces.policy_for(subject);
+                    let ttl_ms = policy.ttl.as_millis() as u64;
+                    (&**subject, &**data, policy.size, ttl_ms)
+                });
+                pipe.add_command(publish_call(
+                    &self.scripts.publish,
+                    &self.settings.prefix,
+                    self.max_bytes,
+                    epoch,
+                    publications,
+                ));
+            }
+            ScriptCall::Read(ReadOp::Attach { attach, .. }) => {
+                let read = ReadScript {
+                    mode: ReadMode::Attach,
+                    since: attach.since,
+                    limit: usize::MAX,
+                    max_bytes: attach.max_replay_bytes,
+                };
+                self.add_read(pipe, &attach.subject, read, epoch);
+            }
+            ScriptCall::Read(ReadOp::History { query, .. }) => {
+                let read = ReadScript {
+                    mode: ReadMode::Read,
+                    since: query.since,
+                    limit: query.limit,
+                    max_bytes: usize::MAX,
+                };
+                self.add_read(pipe, &query.subject, read, epoch);
+            }
+        }
+    }
+
+    /// Adds a run of read.lua for `subject` to a pipeline.
+    pub(super) fn add_read(
+        &self,
+        pipe: &mut redis::Pipeline,
+        subject: &str,
+        read: ReadScript,
+        epoch: &str,
+    ) {
+        let policy = self.namespaces.policy_for(subject);
+        let (since_epoch, since_offset) = read
+            .since
+            .map_or((String::new(), 0), |p| (p.epoch.to_string(), p.offset));
+        let mode = match read.mode {
+            ReadMode::Attach => "attach",
+            ReadMode::Read => "read",
+        };
+        pipe.add_command(scripts::evalsha(&self.scripts.read))
+            .arg(&self.settings.prefix)
+            .arg(subject)
+            .arg(mode)
+            .arg(policy.ttl.as_millis() as u64)
+            .arg(epoch)
+            .arg(since_epoch)
+            .arg(since_offset)
+            .arg(read.limit)
+            .arg(read.max_bytes);
+    }
+
+    /// Answers the requests of `call` (see [`script_calls`](super::ops::script_calls)) with its
+    /// reply.
+    pub(super) fn finish(
+        &self,
+        instance: usize,
+        call: ScriptCall,
+        value: Value,
+        wakeups: &mut Wakeups,
+    ) {
+        let run = match call {
+            ScriptCall::Publish(run) => run,
+            ScriptCall::Read(read) => return self.finish_read(instance, read, value, wakeups),
+        };
+        // {totals, then epoch and offset of each publish}; a call that
+        // failed fails each of its publishes the same way.
+        let mut reply = ScriptReply::new(value).and_then(|mut r| {
+            self.totals[instance].set(r.totals()?);
+            Ok(r)
+        });
+        for PublishOp {
+            subject,
+            reply: answer,
+            ..
+        } in run
+        {
+            let outcome = match &mut reply {
+                Ok(r) => r.position().map(|(epoch, offset)| {
+                    epoch.map(|e| myriad_protocol::position::Position::new(e, offset))
+                }),
+                Err(e) => Err(e.clone()),
+            };
+            let outcome = outcome.map(|position| {
+                let subscribers = self.router.subscribers(&subject);
+                if subscribers == 0 {
+                    self.publishes_unrouted.fetch_add(1, Ordering::Relaxed);
+                }
+                Published {
+                    position,
+                    subscribers: if position.is_some() { subscribers } else { 0 },
+                }
+            });
+            if let Err(e) = &outcome {
+                self.count_failure(e);
+            }
+            answer.send(self.router.hub(), outcome, wakeups);
+        }
+    }
+
+    /// Answers an attach or history read with its script's reply.
+    pub(super) fn finish_read(
+        &self,
+        instance: usize,
+        read: ReadOp,
+        value: Value,
+        wakeups: &mut Wakeups,
+    ) {
+        let hub = self.router.hub();
+        match read {
+            ReadOp::Attach { attach, life } => {
+                let outcome = Read::parse(&attach.subject, value).map(|read| {
+                    self.totals[instance].set(read.totals);
+                    read.into_attachment()
+                });
+                if let Err(e) = &outcome {
+                    self.count_failure(e);
+                }
+                self.router.answered(attach, life, outcome, wakeups);
+            }
+            ReadOp::History { query, reply } => {
+                let outcome = Read::parse(&query.subject, value).map(|read| {
+                    self.totals[instance].set(read.totals);
+                    HistoryPage {
+                        subject: query.subject,
+                        position: read.position,
+                        recovered: read.recovered,
+                        publications: read.entries,
+                    }
+                });
+                if let Err(e) = &outcome {
+                    self.count_failure(e);
+                }
+                reply.send(hub, outcome, wakeups);
+            }
+        }
+    }
+}
+
+/// How read.lua treats a subject Redis has no stream for.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum ReadMode {
+    /// A subscriber reads: the stream is created (and kept from expiring).
+    Attach,
+    /// A history read: the answer is a fresh epoch no stream shares.
+    Read,
+}
+
+/// One read of a subject's position and history.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ReadScript {
+    pub(super) mode: ReadMode,
+    /// Publications after this position (a recovery); the last `limit`
+    /// when unset.
+    pub(super) since: Option<myriad_protocol::position::Position>,
+    pub(super) limit: usize,
+    /// Past this much, a recovery is reported incomplete.
+    pub(super) max_bytes: usize,
+}
