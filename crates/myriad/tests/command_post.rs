@@ -424,3 +424,24 @@ fn the_publish_rate_is_the_connections_as_on_a_websocket() {
     let stats = node.stats();
     assert_eq!(stats["errors"]["rate_limited"], limited as u64, "{stats:#}");
 }
+
+#[test]
+fn a_command_sent_before_the_previous_answer_is_refused_after_it() {
+    let node = Node::start(&["--workers", "1"]);
+    let one = json!({"op": "publish", "id": 1, "subject": "room", "data": 1}).to_string();
+    let two = json!({"op": "publish", "id": 2, "subject": "room", "data": 2}).to_string();
+    let post = |body: &str| {
+        format!(
+            "POST /cmd HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let mut poster = Poster::open(node.ws);
+    // Both in one write: the second arrives while the first is held.
+    let first = poster.raw(&(post(&one) + &post(&two)));
+    assert_eq!(first.json()["id"], 1, "{}", first.body);
+    assert!(first.head.contains("Connection: close"), "{}", first.head);
+    let refused = poster.raw("");
+    assert_eq!(refused.refusal(), (400, "pipelined".into()));
+    assert!(poster.closed());
+}
