@@ -13,7 +13,7 @@ import net from "node:net";
 import { after, test } from "node:test";
 import { Client } from "../../src/client.js";
 import type { EventSourceLike } from "../../src/http.js";
-import { publish, startNode, until, WS, type Node } from "./harness.js";
+import { hs256, publish, startNode, until, WS, type Node } from "./harness.js";
 
 const cleanup: Array<() => Promise<void> | void> = [];
 after(async () => {
@@ -192,3 +192,32 @@ for (const transports of [
     await assert.rejects(c.publish("@1", 1), (e: { code?: string }) => e.code === "reserved_subject");
   });
 }
+
+test("with a token: the stream and the posted commands carry it, grants decide, send reaches the feed", async () => {
+  const secret = "f".repeat(32);
+  const n = await startNode(["--token-hmac-secret", secret]);
+  cleanup.push(() => n.kill());
+  const proxy = new RefusingProxy(n.ws, 1_000_000);
+  cleanup.push(() => proxy.close());
+  const token = hs256(secret, { sub: "7", exp: Math.floor(Date.now() / 1000) + 60, subscribe: ["chat.*", "@7"], publish: ["chat.room"] });
+  const c = new Client(await proxy.listen(), { WebSocket: WS, token, minReconnectDelay: 20, maxReconnectDelay: 200 });
+  cleanup.push(() => c.close());
+  c.connect();
+  const room = c.subscribe("chat.room");
+  const feed = c.subscribe("@7");
+  const got: unknown[] = [];
+  room.on("publication", (p) => got.push(p.data));
+  feed.on("publication", (p) => got.push(p.data));
+  await Promise.all([room.ready(), feed.ready()]);
+  assert.ok(proxy.upgradesRefused >= 2);
+  await c.publish("chat.room", "hello");
+  await c.send("to my followers");
+  await until("both", () => got.length === 2);
+  assert.deepEqual(got.sort(), ["hello", "to my followers"]);
+  await assert.rejects(c.publish("chat.other", 1), (e: { code?: string }) => e.code === "forbidden");
+  // A subject the token does not grant: the stream refuses it, the rest stay.
+  const secretRoom = c.subscribe("secret");
+  await until("refused", () => secretRoom.state === "unsubscribed");
+  await c.publish("chat.room", "still here");
+  await until("three", () => got.length === 3);
+});
