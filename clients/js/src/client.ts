@@ -116,7 +116,7 @@ export class Client extends Emitter<ClientEvents> {
 
   private readonly urls: string[];
   private readonly o: Required<Omit<ClientOptions, "token" | "getToken" | "window" | "EventSource">> & Pick<ClientOptions, "getToken" | "EventSource">;
-  /** Index in `o.transports` of the transport in use, and the attempts on it that failed before it worked. */
+  /** Index in `o.transports` of the transport in use, and the attempts in a row on it that failed before getting through (-1: the current one got through). */
   private transport = 0;
   private unopened = 0;
   private opened = false;
@@ -293,6 +293,7 @@ export class Client extends Emitter<ClientEvents> {
     let ws: WebSocketLike;
     const kind = this.o.transports[this.transport]!;
     this.opened = false;
+    if (this.unopened < 0) this.unopened = 0;
     try {
       ws = kind === "websocket" ? new this.o.WebSocket(url) : new HttpLink(url, kind, this.o.fetch, this.o.EventSource);
     } catch (error) {
@@ -302,6 +303,7 @@ export class Client extends Emitter<ClientEvents> {
     this.ws = ws;
     ws.onopen = () => {
       this.opened = kind === "websocket";
+      this.gotThrough();
       this.token ? this.authenticate(generation, url) : this.established(generation, url);
     };
     ws.onmessage = (event: { data: unknown }) => generation === this.generation && this.receive(event.data);
@@ -381,11 +383,7 @@ export class Client extends Emitter<ClientEvents> {
    */
   private lost(generation: number, cause: ClientCause): void {
     if (generation !== this.generation || (this.state !== "connecting" && this.state !== "connected")) return;
-    const link = this.ws as HttpLink | undefined;
-    if (this.opened || link?.heard) {
-      this.unopened = 0;
-      tryOr(() => (globalThis as { sessionStorage?: Storage }).sessionStorage?.setItem(STORED, this.o.transports[this.transport]!));
-    } else if (++this.unopened >= 2 && this.transport + 1 < this.o.transports.length) {
+    if (!this.gotThrough() && ++this.unopened >= 2 && this.transport + 1 < this.o.transports.length) {
       // Two attempts in a row that never got through: the next transport.
       this.transport++;
       this.unopened = 0;
@@ -576,7 +574,17 @@ export class Client extends Emitter<ClientEvents> {
 
   // ---- what the node says
 
+  /** Whether the current attempt got through; the first time it has, the transport is remembered. */
+  private gotThrough(): boolean {
+    if (this.unopened < 0) return true;
+    if (!this.opened && !(this.ws as HttpLink | undefined)?.heard) return false;
+    this.unopened = -1; // until the next attempt
+    tryOr(() => (globalThis as { sessionStorage?: Storage }).sessionStorage?.setItem(STORED, this.o.transports[this.transport]!));
+    return true;
+  }
+
   private receive(text: unknown): void {
+    this.gotThrough();
     this.watch();
     const { message, op } = parseServerMessage(text);
     if (!message) {

@@ -690,3 +690,30 @@ test("two attempts that never open move to the next transport; commands are post
   assert.deepEqual({ ...JSON.parse(asked[0]!.body!), id: 0 }, { op: "publish", subject: "news", data: 1, id: 0 });
   client.close();
 });
+
+test("the transport that got through is remembered for the page's session, and a new client starts from it", () => {
+  const stored = new Map<string, string>();
+  const g = globalThis as { sessionStorage?: unknown };
+  g.sessionStorage = { getItem: (k: string) => stored.get(k) ?? null, setItem: (k: string, v: string) => void stored.set(k, v) };
+  try {
+    const first = setup({ transports: ["websocket", "http_stream"] });
+    first.client.connect();
+    first.server.last.open();
+    assert.equal(stored.get("myriad.transport"), "websocket");
+    first.client.close();
+    stored.set("myriad.transport", "http_stream");
+    const asked: string[] = [];
+    const fetch = (url: string) => (asked.push(url), new Promise(() => {}));
+    const second = setup({ transports: ["websocket", "http_stream"], fetch });
+    second.client.connect();
+    mock.timers.tick(1);
+    assert.equal(second.server.sockets.length, 0, "no WebSocket tried");
+    assert.equal(second.client.state, "connected");
+    second.client.subscribe("news");
+    mock.timers.tick(1);
+    assert.deepEqual(asked, ["http://a/stream?subject=news"]);
+    second.client.close();
+  } finally {
+    delete g.sessionStorage;
+  }
+});
