@@ -57,10 +57,35 @@ class RefusingProxy {
       this.sockets.add(s);
       s.on("close", () => this.sockets.delete(s));
     });
-    this.server.on("upgrade", (_req, socket: net.Socket) => {
+    this.server.on("upgrade", (req, socket: net.Socket, head: Buffer) => {
+      if (this.passUpgrades) return this.tunnel(req, socket, head);
       this.upgradesRefused++;
       socket.end("HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
     });
+  }
+
+  /** While true, upgrades go through to the node (as bytes, both ways). */
+  passUpgrades = false;
+
+  private tunnel(req: http.IncomingMessage, socket: net.Socket, head: Buffer): void {
+    const [host, port] = this.target.split(":");
+    const up = net.connect(Number(port), host!);
+    let text = `${req.method} ${req.url} HTTP/1.1\r\n`;
+    for (let i = 0; i < req.rawHeaders.length; i += 2) text += `${req.rawHeaders[i]}: ${req.rawHeaders[i + 1]}\r\n`;
+    up.write(text + "\r\n");
+    up.write(head);
+    for (const s of [socket, up]) {
+      this.sockets.add(s);
+      s.on("error", () => {});
+      s.on("close", () => (socket.destroy(), up.destroy()));
+    }
+    socket.pipe(up);
+    up.pipe(socket);
+  }
+
+  /** Cuts every connection through the proxy. */
+  cut(): void {
+    for (const s of this.sockets) s.destroy();
   }
 
   async listen(): Promise<string> {
@@ -220,4 +245,31 @@ test("with a token: the stream and the posted commands carry it, grants decide, 
   await until("refused", () => secretRoom.state === "unsubscribed");
   await c.publish("chat.room", "still here");
   await until("three", () => got.length === 3);
+});
+
+test("a subscription moved from WebSocket to HTTP streaming resumes from its position", async () => {
+  const { n, proxy, url } = await setup();
+  proxy.passUpgrades = true;
+  const c = new Client(url, { WebSocket: WS, minReconnectDelay: 20, maxReconnectDelay: 200 });
+  cleanup.push(() => c.close());
+  c.connect();
+  const a = c.subscribe("a");
+  const got: number[] = [];
+  const holes: unknown[] = [];
+  a.on("publication", (p) => got.push(p.data as number));
+  a.on("discontinuity", (d) => holes.push(d));
+  await a.ready();
+  await publish(n, Array.from({ length: 100 }, (_, i) => ({ subject: "a", data: i })));
+  await until("100 over WebSocket", () => got.length === 100);
+  assert.equal(proxy.upgradesRefused, 0);
+  // From now on the proxy refuses upgrades; what is published meanwhile
+  // comes on the stream, replayed from the position the WebSocket reached.
+  proxy.passUpgrades = false;
+  proxy.cut();
+  await publish(n, Array.from({ length: 100 }, (_, i) => ({ subject: "a", data: 100 + i })));
+  await until("200 in all", () => got.length === 200);
+  assert.ok(proxy.upgradesRefused >= 2);
+  assert.deepEqual(got, Array.from({ length: 200 }, (_, i) => i));
+  assert.deepEqual(holes, []);
+  assert.equal((await c.publish("a", "posted")).offset, 201);
 });
