@@ -11,6 +11,7 @@ import { backoff } from "./backoff.js";
 import { Emitter } from "./emitter.js";
 import { MyriadError, ServerError, TimeoutError, UnauthorizedError } from "./errors.js";
 import { KNOWN_OPS, mayReconnect, parseServerMessage, TOKEN_EXPIRED, type Position, type ServerMessage } from "./protocol.js";
+import { HttpLink, type EventSourceConstructor, type FetchLike, type Transport } from "./http.js";
 import { Subscription } from "./subscription.js";
 import { refreshDelay, tokenExp } from "./token.js";
 
@@ -54,6 +55,11 @@ export interface ClientOptions {
   random?: () => number;
   /** The page's window, for `online`/`offline` and visibility (default: the global one, when there is one). */
   window?: WindowLike;
+  /** Transports in the order tried (docs/sdk.md, "Transports and fallback"). */
+  transports?: Transport[];
+  /** For the HTTP transports (default: the global ones). */
+  fetch?: FetchLike;
+  EventSource?: EventSourceConstructor;
 }
 
 export type ClientState = "disconnected" | "connecting" | "connected" | "closed";
@@ -109,7 +115,11 @@ export class Client extends Emitter<ClientEvents> {
   readonly counters: Counters = { badMessages: 0, unknownOps: 0, unexpectedPublications: 0, duplicates: 0, callbackErrors: 0 };
 
   private readonly urls: string[];
-  private readonly o: Required<Omit<ClientOptions, "token" | "getToken" | "window">> & Pick<ClientOptions, "getToken">;
+  private readonly o: Required<Omit<ClientOptions, "token" | "getToken" | "window" | "EventSource">> & Pick<ClientOptions, "getToken" | "EventSource">;
+  /** Index in `o.transports` of the transport in use, and the attempts in a row on it that failed before getting through (-1: the current one got through). */
+  private transport = 0;
+  private unopened = 0;
+  private opened = false;
   private readonly window?: WindowLike;
   /** The window said `offline`: no attempt until `online`. */
   private offline = false;
@@ -153,11 +163,17 @@ export class Client extends Emitter<ClientEvents> {
       heartbeatTimeout: 10_000,
       WebSocket: (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket!,
       random: Math.random,
+      transports: ["websocket", "http_stream", "sse"],
+      fetch: (globalThis as { fetch?: FetchLike }).fetch!,
+      EventSource: (globalThis as { EventSource?: EventSourceConstructor }).EventSource,
       // An option given as undefined keeps its default.
       ...Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined)),
     };
     this.caught = (error) => this.report("callback_threw", error);
-    const global = globalThis as { addEventListener?: unknown };
+    const global = globalThis as { addEventListener?: unknown; sessionStorage?: Storage };
+    // What worked before, for this page's session.
+    const kept = this.o.transports.indexOf(tryOr(() => global.sessionStorage?.getItem(STORED)) as Transport);
+    if (kept > 0) this.transport = kept;
     this.window = options.window ?? (typeof global.addEventListener === "function" ? (globalThis as unknown as WindowLike) : undefined);
   }
 
@@ -275,14 +291,21 @@ export class Client extends Emitter<ClientEvents> {
       if (generation !== this.generation) return;
     }
     let ws: WebSocketLike;
+    const kind = this.o.transports[this.transport]!;
+    this.opened = false;
+    if (this.unopened < 0) this.unopened = 0;
     try {
-      ws = new this.o.WebSocket(url);
+      ws = kind === "websocket" ? new this.o.WebSocket(url) : new HttpLink(url, kind, this.o.fetch, this.o.EventSource);
     } catch (error) {
       this.lost(generation, { type: "close", code: 1006, reason: String(error) });
       return;
     }
     this.ws = ws;
-    ws.onopen = () => (this.token ? this.authenticate(generation, url) : this.established(generation, url));
+    ws.onopen = () => {
+      this.opened = kind === "websocket";
+      this.gotThrough();
+      this.token ? this.authenticate(generation, url) : this.established(generation, url);
+    };
     ws.onmessage = (event: { data: unknown }) => generation === this.generation && this.receive(event.data);
     ws.onclose = (event: { code?: number; reason?: string }) =>
       this.lost(generation, { type: "close", code: event.code ?? 1006, reason: event.reason ?? "" });
@@ -360,6 +383,11 @@ export class Client extends Emitter<ClientEvents> {
    */
   private lost(generation: number, cause: ClientCause): void {
     if (generation !== this.generation || (this.state !== "connecting" && this.state !== "connected")) return;
+    if (!this.gotThrough() && ++this.unopened >= 2 && this.transport + 1 < this.o.transports.length) {
+      // Two attempts in a row that never got through: the next transport.
+      this.transport++;
+      this.unopened = 0;
+    }
     this.drop(new MyriadError("connection_lost", "the connection was lost before the answer"), cause);
     if (cause.type === "close" && cause.code === TOKEN_EXPIRED) {
       this.token = undefined;
@@ -546,7 +574,17 @@ export class Client extends Emitter<ClientEvents> {
 
   // ---- what the node says
 
+  /** Whether the current attempt got through; the first time it has, the transport is remembered. */
+  private gotThrough(): boolean {
+    if (this.unopened < 0) return true;
+    if (!this.opened && !(this.ws as HttpLink | undefined)?.heard) return false;
+    this.unopened = -1; // until the next attempt
+    tryOr(() => (globalThis as { sessionStorage?: Storage }).sessionStorage?.setItem(STORED, this.o.transports[this.transport]!));
+    return true;
+  }
+
   private receive(text: unknown): void {
+    this.gotThrough();
     this.watch();
     const { message, op } = parseServerMessage(text);
     if (!message) {
@@ -628,6 +666,16 @@ function asError(code: string, detail: unknown): MyriadError {
 
 function publishResult(m: Record<string, unknown>): PublishResult {
   return { epoch: m.epoch as string | undefined, offset: m.offset as number | undefined, reached: (m.reached as number) ?? 0 };
+}
+
+const STORED = "myriad.transport";
+
+function tryOr<T>(f: () => T): T | undefined {
+  try {
+    return f();
+  } catch {
+    return undefined; // sessionStorage may be denied
+  }
 }
 
 /** Whether a token runs out within a second (or has run out). */

@@ -15,6 +15,7 @@ export type {
   WebSocketConstructor,
   WebSocketLike,
 } from "./client.js";
+export type { EventSourceConstructor, EventSourceLike, FetchLike, Transport } from "./http.js";
 export { Subscription } from "./subscription.js";
 export type { Discontinuity, SubscriptionCause, SubscriptionEvents, SubscriptionState } from "./subscription.js";
 export type { Position, Publication } from "./protocol.js";

@@ -18,12 +18,13 @@ use common::{subscribe, Node};
 use serde_json::{json, Value};
 
 /// The ids of the figures the test reads off the page.
-const FIGURES: [&str; 14] = [
+const FIGURES: [&str; 15] = [
     "connections",
     "connections-websocket",
     "connections-sse",
     "connections-stream",
     "connections-poll",
+    "connections-cmd",
     "subscriptions",
     "subjects",
     "deliveries-per-second",
@@ -142,6 +143,7 @@ fn the_page_follows_connections_and_deliveries_live() {
     );
     assert_eq!(live.number("connections-stream"), Some(0.0));
     assert_eq!(live.number("connections-poll"), Some(0.0));
+    assert_eq!(live.number("connections-cmd"), Some(0.0));
     assert_eq!(live.number("subjects"), Some(1.0));
     assert_eq!(live.number("slow-consumer-closes"), Some(0.0));
     assert_eq!(live.number("chart-connections-max"), Some(5.0));

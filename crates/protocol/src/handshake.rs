@@ -230,6 +230,11 @@ pub struct RequestHead<'a> {
     /// The request announces a body (`Content-Length` above 0 or any
     /// `Transfer-Encoding`); no endpoint on the client listener takes one.
     pub has_body: bool,
+    /// `Content-Length` (RFC 9110 §8.6): `None` when absent or when a
+    /// `Transfer-Encoding` decides the length instead (RFC 9112 §6.3);
+    /// `u64::MAX`, a length no limit admits, when it is not one decimal
+    /// number or is repeated with another value.
+    pub content_length: Option<u64>,
     /// Bytes of the request head, including the blank line.
     pub header_len: usize,
 }
@@ -270,6 +275,7 @@ pub fn parse_request(
         header_len,
         ..RequestHead::default()
     };
+    let mut chunked = false;
     for header in req.headers.iter() {
         let name = header.name;
         if name.eq_ignore_ascii_case("host") {
@@ -300,10 +306,21 @@ pub fn parse_request(
         } else if name.eq_ignore_ascii_case("last-event-id") {
             head.last_event_id = Some(header_str(header.value)?);
         } else if name.eq_ignore_ascii_case("content-length") {
-            head.has_body |= header_str(header.value)? != "0";
+            let value = header_str(header.value)?;
+            head.has_body |= value != "0";
+            // Two lengths that disagree leave none to trust.
+            let length = value.parse::<u64>().ok();
+            head.content_length = match head.content_length {
+                Some(earlier) if length != Some(earlier) => Some(u64::MAX),
+                _ => length.or(Some(u64::MAX)),
+            };
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
             head.has_body = true;
+            chunked = true;
         }
+    }
+    if chunked {
+        head.content_length = None;
     }
     Ok(Some(head))
 }
@@ -513,5 +530,30 @@ mod tests {
         assert!(has_token("UPGRADE", "upgrade"));
         assert!(!has_token("upgrades", "upgrade"));
         assert!(!has_token("", "upgrade"));
+    }
+
+    #[test]
+    fn content_length_is_read_once_and_only_when_it_decides() {
+        let length = |headers: &str| {
+            let text = format!("POST /cmd HTTP/1.1\r\nHost: x\r\n{headers}\r\n");
+            let head = parse_request(text.as_bytes(), 8192).unwrap().unwrap();
+            (head.content_length, head.has_body)
+        };
+        assert_eq!(length(""), (None, false));
+        assert_eq!(length("Content-Length: 0\r\n"), (Some(0), false));
+        assert_eq!(length("Content-Length: 42\r\n"), (Some(42), true));
+        assert_eq!(
+            length("Content-Length: 4\r\nContent-Length: 4\r\n"),
+            (Some(4), true)
+        );
+        assert_eq!(
+            length("Content-Length: 4\r\nContent-Length: 5\r\n"),
+            (Some(u64::MAX), true)
+        );
+        assert_eq!(length("Content-Length: -1\r\n"), (Some(u64::MAX), true));
+        assert_eq!(
+            length("Content-Length: 4\r\nTransfer-Encoding: chunked\r\n"),
+            (None, true)
+        );
     }
 }

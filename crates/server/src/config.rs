@@ -62,6 +62,12 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_POLL_PATH", default_value = "/poll")]
     pub poll_path: String,
 
+    /// Path of the command endpoint: `POST` one protocol v1 `publish`,
+    /// `send` or `history`, answered with its reply (for clients on a
+    /// one-way transport).
+    #[arg(long, env = "MYRIAD_CMD_PATH", default_value = "/cmd")]
+    pub cmd_path: String,
+
     /// Access-Control-Allow-Origin sent by the HTTP transports: "*", one
     /// origin, or "" for no CORS headers.
     #[arg(long, env = "MYRIAD_CORS_ORIGIN", default_value = "*")]

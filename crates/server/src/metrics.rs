@@ -257,8 +257,11 @@ impl Metrics {
             "subscriptions",
             "Subscriptions held (subject, connection pairs)",
         );
-        let messages_in: Family<WorkerLabel, Counter> =
-            registered(r, "messages_in", "WebSocket messages received from clients");
+        let messages_in: Family<WorkerLabel, Counter> = registered(
+            r,
+            "messages_in",
+            "Messages received from clients: WebSocket messages and posted commands",
+        );
         let messages_out: Family<WorkerLabel, Counter> = registered(
             r,
             "messages_out",

@@ -17,10 +17,14 @@ const E2 = "00000000000000e2";
 beforeEach(() => mock.timers.enable({ apis: ["setTimeout", "Date"], now: 1_700_000_000_000 }));
 afterEach(() => mock.timers.reset());
 
-/** A client on a fake node; random() is 0.5, so the n-th pause is 250 × 2^(n−1) ms. */
+/**
+ * A client on a fake node; random() is 0.5, so the n-th pause is 250 ×
+ * 2^(n−1) ms. WebSocket only, unless `options` says otherwise: these tests
+ * are about one transport's states (the fallback has its own).
+ */
 function setup(options: ClientOptions = {}, urls: string[] = ["ws://a/ws"]) {
   const server = new FakeServer();
-  const client = new Client(urls, { WebSocket: server.WebSocket, random: () => 0.5, ...options });
+  const client = new Client(urls, { WebSocket: server.WebSocket, random: () => 0.5, transports: ["websocket"], ...options });
   const states: string[] = [];
   const causes: unknown[] = [];
   const errors: MyriadError[] = [];
@@ -656,4 +660,60 @@ test("unsubscribe never rejects, even when the connection ends before its ok; op
   assert.equal(client.state, "connected");
   mock.timers.tick(1);
   await assert.rejects(slow, (e: MyriadError) => e.code === "timeout", "the default timeout, 10 s");
+});
+
+test("two attempts that never open move to the next transport; commands are posted, subjects streamed", async () => {
+  const asked: Array<{ url: string; method: string; body?: string }> = [];
+  const fetch = (url: string, init: { method?: string; body?: string } = {}) => {
+    asked.push({ url, method: init.method ?? "GET", body: init.body });
+    return new Promise(() => {}); // never answers: only what is asked matters here
+  };
+  const { server, client } = setup({ transports: ["websocket", "http_stream"], fetch });
+  client.connect();
+  server.last.end(1006);
+  mock.timers.tick(250);
+  server.last.end(1006);
+  mock.timers.tick(500);
+  assert.equal(server.sockets.length, 2, "no third WebSocket");
+  mock.timers.tick(1);
+  assert.equal(client.state, "connected");
+  client.subscribe("news", { since: { epoch: E1, offset: 4 } });
+  void client.publish("news", 1).catch(() => {});
+  mock.timers.tick(1);
+  assert.deepEqual(
+    asked.map((a) => [a.method, a.url]),
+    [
+      ["POST", "http://a/cmd"],
+      ["GET", `http://a/stream?subject=news&since=${E1}%3A4`],
+    ],
+  );
+  assert.deepEqual({ ...JSON.parse(asked[0]!.body!), id: 0 }, { op: "publish", subject: "news", data: 1, id: 0 });
+  client.close();
+});
+
+test("the transport that got through is remembered for the page's session, and a new client starts from it", () => {
+  const stored = new Map<string, string>();
+  const g = globalThis as { sessionStorage?: unknown };
+  g.sessionStorage = { getItem: (k: string) => stored.get(k) ?? null, setItem: (k: string, v: string) => void stored.set(k, v) };
+  try {
+    const first = setup({ transports: ["websocket", "http_stream"] });
+    first.client.connect();
+    first.server.last.open();
+    assert.equal(stored.get("myriad.transport"), "websocket");
+    first.client.close();
+    stored.set("myriad.transport", "http_stream");
+    const asked: string[] = [];
+    const fetch = (url: string) => (asked.push(url), new Promise(() => {}));
+    const second = setup({ transports: ["websocket", "http_stream"], fetch });
+    second.client.connect();
+    mock.timers.tick(1);
+    assert.equal(second.server.sockets.length, 0, "no WebSocket tried");
+    assert.equal(second.client.state, "connected");
+    second.client.subscribe("news");
+    mock.timers.tick(1);
+    assert.deepEqual(asked, ["http://a/stream?subject=news"]);
+    second.client.close();
+  } finally {
+    delete g.sessionStorage;
+  }
 });

@@ -44,10 +44,15 @@ pub struct UpgradeQuery {
 /// status and a stable code, which is also its metric label.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum RequestError {
-    #[error("method not allowed: use GET")]
-    MethodNotAllowed,
+    /// The method was not the one the endpoint takes, which is given.
+    #[error("method not allowed: use {0}")]
+    MethodNotAllowed(&'static str),
     #[error("a request to this endpoint cannot carry a body")]
     BodyNotAllowed,
+    #[error("a command must come with a Content-Length (not chunked)")]
+    LengthRequired,
+    #[error("a command of {len} bytes passes max_message_size ({limit})")]
+    BodyTooLarge { len: u64, limit: usize },
     #[error("unknown query parameter {0:?}; known: subject, since, token")]
     UnknownParameter(String),
     #[error("query parameter {0:?} given more than once")]
@@ -97,9 +102,11 @@ pub enum RequestError {
 
 impl RequestError {
     /// Every metric label, `request_` and the code.
-    pub const LABELS: [&'static str; 15] = [
+    pub const LABELS: [&'static str; 17] = [
         "request_method_not_allowed",
         "request_body_not_allowed",
+        "request_length_required",
+        "request_message_too_large",
         "request_unknown_parameter",
         "request_repeated_parameter",
         "request_missing_subject",
@@ -129,7 +136,9 @@ impl RequestError {
 
     pub fn status(&self) -> u16 {
         match self {
-            RequestError::MethodNotAllowed => 405,
+            RequestError::MethodNotAllowed(_) => 405,
+            RequestError::LengthRequired => 411,
+            RequestError::BodyTooLarge { .. } => 413,
             RequestError::UnknownUser(_) => 404,
             RequestError::InvalidToken(TokenError::RateLimited(_)) => 429,
             RequestError::InvalidToken(_) => 401,
@@ -145,8 +154,10 @@ impl RequestError {
     /// The stable code in the error body, and the metric label.
     pub fn code(&self) -> &'static str {
         match self {
-            RequestError::MethodNotAllowed => "method_not_allowed",
+            RequestError::MethodNotAllowed(_) => "method_not_allowed",
             RequestError::BodyNotAllowed => "body_not_allowed",
+            RequestError::LengthRequired => "length_required",
+            RequestError::BodyTooLarge { .. } => "message_too_large",
             RequestError::UnknownParameter(_) => "unknown_parameter",
             RequestError::RepeatedParameter(_) => "repeated_parameter",
             RequestError::NoSubject => "missing_subject",
@@ -171,7 +182,8 @@ impl RequestError {
     pub fn response(&self, config: &Config) -> Vec<u8> {
         let mut headers = cors_headers(config);
         match self {
-            RequestError::MethodNotAllowed => headers.push(("Allow", "GET, OPTIONS")),
+            RequestError::MethodNotAllowed("GET") => headers.push(("Allow", "GET, OPTIONS")),
+            RequestError::MethodNotAllowed(_) => headers.push(("Allow", "POST, OPTIONS")),
             RequestError::InvalidToken(TokenError::RateLimited(_)) => {
                 headers.push(("Retry-After", "1"))
             }
@@ -248,7 +260,7 @@ pub fn parse_stream_request(
     config: &Config,
 ) -> Result<StreamRequest, RequestError> {
     if head.method != "GET" {
-        return Err(RequestError::MethodNotAllowed);
+        return Err(RequestError::MethodNotAllowed("GET"));
     }
     if head.has_body {
         return Err(RequestError::BodyNotAllowed);
@@ -359,17 +371,28 @@ pub fn cors_headers(config: &Config) -> Vec<(&'static str, &str)> {
 }
 
 /// The answer to a CORS preflight (`OPTIONS`): which method and headers a
-/// page on another origin may use. EventSource sends `Last-Event-ID`.
-pub fn preflight_response(config: &Config) -> Vec<u8> {
+/// page on another origin may use. EventSource sends `Last-Event-ID`; a
+/// command (`post`) is JSON with a token.
+pub fn preflight_response(config: &Config, post: bool) -> Vec<u8> {
     let mut headers = cors_headers(config);
-    headers.extend([
-        ("Access-Control-Allow-Methods", "GET, OPTIONS"),
-        (
-            "Access-Control-Allow-Headers",
-            "Last-Event-ID, Cache-Control, Authorization",
-        ),
-        ("Access-Control-Max-Age", "86400"),
-    ]);
+    headers.extend(if post {
+        [
+            ("Access-Control-Allow-Methods", "POST, OPTIONS"),
+            (
+                "Access-Control-Allow-Headers",
+                "Content-Type, Authorization",
+            ),
+        ]
+    } else {
+        [
+            ("Access-Control-Allow-Methods", "GET, OPTIONS"),
+            (
+                "Access-Control-Allow-Headers",
+                "Last-Event-ID, Cache-Control, Authorization",
+            ),
+        ]
+    });
+    headers.extend([("Access-Control-Max-Age", "86400")]);
     http_response(204, reason_phrase(204), &headers, "")
 }
 

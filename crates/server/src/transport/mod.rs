@@ -12,11 +12,13 @@
 //! A connection stores only its [`TransportKind`] (one byte); the
 //! transports themselves are stateless statics. Each lives in one module:
 //! WebSocket ([`ws`]), Server-Sent Events ([`sse`]), HTTP streaming of
-//! newline-delimited JSON ([`stream`]) and long-poll ([`poll`]). What the
+//! newline-delimited JSON ([`stream`]), long-poll ([`poll`]), and the
+//! command endpoint ([`cmd`]), which answers one posted command. What the
 //! HTTP ones share (reading the request's subjects and cursor, response
 //! heads, CORS) is in [`http`]. Adding a transport is one module here and
 //! one variant of [`TransportKind`].
 
+pub mod cmd;
 pub mod http;
 pub mod poll;
 pub mod sse;
@@ -135,7 +137,7 @@ pub trait Transport: Sync {
         _keep_alive: bool,
         _config: &Config,
     ) -> (Bytes, Bytes) {
-        unreachable!("only long-poll answers once")
+        unreachable!("only long-poll and the command endpoint answer once")
     }
 
     /// The last bytes sent when the server ends the connection for `reason`,
@@ -150,16 +152,19 @@ pub enum TransportKind {
     Sse,
     Stream,
     Poll,
+    /// `POST` of one command, answered with its reply.
+    Command,
 }
 
 impl TransportKind {
     /// How many kinds there are, for per-kind caches and metrics.
-    pub const COUNT: usize = 4;
+    pub const COUNT: usize = 5;
     pub const ALL: [TransportKind; Self::COUNT] = [
         TransportKind::WebSocket,
         TransportKind::Sse,
         TransportKind::Stream,
         TransportKind::Poll,
+        TransportKind::Command,
     ];
 
     /// The transport itself.
@@ -169,6 +174,7 @@ impl TransportKind {
             TransportKind::Sse => &sse::ServerSentEvents,
             TransportKind::Stream => &stream::HttpStream,
             TransportKind::Poll => &poll::LongPoll,
+            TransportKind::Command => &cmd::CommandPost,
         }
     }
 
@@ -184,6 +190,7 @@ impl TransportKind {
             TransportKind::Sse => "sse",
             TransportKind::Stream => "stream",
             TransportKind::Poll => "poll",
+            TransportKind::Command => "cmd",
         }
     }
 }

@@ -37,13 +37,17 @@ use crate::transport;
 impl Worker {
     /// Handles one text message on the pub/sub endpoint.
     pub(super) fn on_command(&mut self, id: ConnId, text: &str) -> Flow {
-        let command = match parse_command(text, self.shared.config.max_subject_len) {
-            Ok(command) => command,
+        match parse_command(text, self.shared.config.max_subject_len) {
+            Ok(command) => self.run_command(id, command),
             Err(e) => {
                 self.refuse(id, e.id, e.code, &e.detail);
-                return Flow::Continue;
+                Flow::Continue
             }
-        };
+        }
+    }
+
+    /// Runs one parsed command of `id`, whichever transport brought it.
+    pub(super) fn run_command(&mut self, id: ConnId, command: Command<'_>) -> Flow {
         let request = command.id();
         match command {
             Command::Subscribe {

@@ -499,8 +499,13 @@ impl Worker {
 
     /// Queues one protocol reply, in the connection's transport.
     fn send_reply(&mut self, id: ConnId, json: &[u8]) {
-        let conn = &self.conns[id as usize];
+        let conn = &mut self.conns[id as usize];
         let bytes = conn.transport.get().reply(json, &conn.session);
+        // A posted command is answered by its one reply.
+        if conn.transport == TransportKind::Command && conn.has_flag(flags::HELD) {
+            conn.set_flag(flags::NEWS);
+            self.answering.push(id);
+        }
         self.send_message(id, bytes);
     }
 
@@ -886,6 +891,7 @@ impl Worker {
                     // idle at once.
                     let idle_due = idle > 0
                         && conn.session.subscriptions.is_empty()
+                        && !conn.has_flag(flags::HELD)
                         && (!can.bidirectional || passed(now, conn.last_message, idle));
                     let expired = conn
                         .session

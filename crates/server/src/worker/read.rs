@@ -184,11 +184,12 @@ impl Worker {
         flow
     }
 
-    /// The most one incomplete unit can need: a request head, or a frame
-    /// of the largest message with the longest header.
+    /// The most one incomplete unit can need: a request head with a posted
+    /// command of the largest message, or a frame of the largest message
+    /// with the longest header.
     fn inbound_bound(&self) -> usize {
         let frame = self.limits.max_message + myriad_protocol::ws::MAX_HEADER_LEN;
-        frame.max(self.shared.config.max_request_head)
+        frame.max(self.shared.config.max_request_head + self.shared.config.max_message_size)
     }
 
     /// Consumes whole requests and frames from the front of `buf`; returns

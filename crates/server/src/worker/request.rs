@@ -14,6 +14,7 @@ use bytes::Bytes;
 use myriad_graph::UserId;
 use myriad_protocol::close::CloseReason;
 use myriad_protocol::handshake::{parse_request, switching_protocols, RequestHead};
+use myriad_protocol::message::{parse_command, Command, ErrorCode};
 
 use super::abuse::Bucket;
 use super::{Flow, Worker};
@@ -57,6 +58,8 @@ fn route(config: &Config, path: &str) -> Option<Endpoint> {
         Some(Endpoint::Http(TransportKind::Stream))
     } else if path == config.poll_path {
         Some(Endpoint::Http(TransportKind::Poll))
+    } else if path == config.cmd_path {
+        Some(Endpoint::Http(TransportKind::Command))
     } else {
         None
     }
@@ -148,9 +151,10 @@ impl Worker {
                     Some(buf.len())
                 }
             },
-            Endpoint::Http(_) if head.method == "OPTIONS" => {
+            Endpoint::Http(kind) if head.method == "OPTIONS" => {
                 // A CORS preflight: answered, then the connection ends.
-                self.end_after(id, Bytes::from(preflight_response(config)), None);
+                let post = kind == TransportKind::Command;
+                self.end_after(id, Bytes::from(preflight_response(config, post)), None);
                 Some(buf.len())
             }
             Endpoint::Http(kind)
@@ -163,6 +167,7 @@ impl Worker {
                 self.refuse_request(id, ErrorKind::Handshake(400), response);
                 Some(buf.len())
             }
+            Endpoint::Http(TransportKind::Command) => self.on_posted_command(id, &head, buf),
             Endpoint::Http(kind) => {
                 let admitted = parse_stream_request(&head, config)
                     .and_then(|r| self.admit_stream(id, &head, r))
@@ -188,6 +193,111 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// A command posted to the command endpoint (see `transport::cmd`):
+    /// `None` until its body is whole. It is admitted as a WebSocket's
+    /// upgrade would be (its token in `Authorization`, or `?user=` on a
+    /// node that checks none), then run as that WebSocket's command would
+    /// be, and answered with its reply once the engine has it.
+    fn on_posted_command(
+        &mut self,
+        id: ConnId,
+        head: &RequestHead<'_>,
+        buf: &[u8],
+    ) -> Option<usize> {
+        let shared = Arc::clone(&self.shared);
+        let config = &shared.config;
+        let limit = config.max_message_size;
+        let length = match head.content_length {
+            _ if head.method != "POST" => Err(RequestError::MethodNotAllowed("POST")),
+            None if head.has_body => Err(RequestError::LengthRequired),
+            None => Ok(0),
+            Some(len) if len > limit as u64 => Err(RequestError::BodyTooLarge { len, limit }),
+            Some(len) => Ok(len as usize),
+        };
+        let admitted = length.and_then(|len| {
+            // The token travels in a header, never in a URL that logs keep.
+            match parse_upgrade_query(head.query)? {
+                q if q.token.is_some() => Err(RequestError::UnknownParameter("token".into())),
+                _ => Ok(len),
+            }
+        });
+        let len = match admitted {
+            Ok(len) => len,
+            Err(e) => {
+                self.refuse_request(id, ErrorKind::Request(e.label()), e.response(config));
+                return Some(buf.len());
+            }
+        };
+        let end = head.header_len + len;
+        let body = buf.get(head.header_len..end)?;
+        let who = match self.upgrade_credentials(id, head) {
+            Ok(who) => who,
+            Err(e) => {
+                self.refuse_request(id, ErrorKind::Request(e.label()), e.response(config));
+                return Some(buf.len());
+            }
+        };
+        let now = self.clock.tick();
+        self.set_transport(id, TransportKind::Command);
+        let conn = &mut self.conns[id as usize];
+        conn.enter(Phase::PubSub, now);
+        // As on a stream: the caller's identity for this one request, with
+        // no feeds, so the user is not made present.
+        let (user, access) = match who {
+            Credentials::Token(v) => (Some(v.user), Some(v.access)),
+            Credentials::User(user) => (Some(user), None),
+            Credentials::Anonymous => (None, None),
+        };
+        conn.session.identity = user.map(|user| {
+            Box::new(Identity {
+                user,
+                graph_feeds: 0,
+                client_feeds: Vec::new(),
+                access,
+            })
+        });
+        conn.last_message = now;
+        conn.last_heard = now;
+        conn.ping_sent = 0;
+        conn.set_flag(flags::HELD);
+        if head.connection_close {
+            conn.clear_flag(flags::KEEP_ALIVE);
+        } else {
+            conn.set_flag(flags::KEEP_ALIVE);
+        }
+        self.metrics.messages_in.inc();
+        let Ok(text) = std::str::from_utf8(body) else {
+            self.refuse(id, None, ErrorCode::InvalidJson, "the body is not UTF-8");
+            return Some(end);
+        };
+        let command = match parse_command(text, config.max_subject_len) {
+            Ok(command) => command,
+            Err(e) => {
+                self.refuse(id, e.id, e.code, &e.detail);
+                return Some(end);
+            }
+        };
+        match command {
+            Command::Publish { id: None, .. }
+            | Command::Send { id: None, .. }
+            | Command::History { id: None, .. } => {
+                let detail = "a posted command needs an id: its reply is the answer";
+                self.refuse(id, None, ErrorCode::MissingField, detail);
+            }
+            Command::Publish { .. } | Command::Send { .. } | Command::History { .. } => {
+                // A congested engine pauses a WebSocket's reading; here the
+                // held answer already keeps one command in flight.
+                let _ = self.run_command(id, command);
+            }
+            other => {
+                let detail = "only publish, send and history are posted; \
+                              a stream changes its subjects by reopening with its cursor";
+                self.refuse(id, other.id(), ErrorCode::UnknownOp, detail);
+            }
+        }
+        Some(end)
     }
 
     /// Who a WebSocket upgrade says it is: its token (`Authorization:
