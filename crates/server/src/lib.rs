@@ -7,7 +7,8 @@
 //! - [`config`]: every setting, its default and its sources; [`namespace`]:
 //!   per-prefix settings.
 //! - [`listener`]: one `SO_REUSEPORT` client listener per worker; [`fds`]:
-//!   how the open-file limit is shared between the listeners.
+//!   how the open-file limit is shared between the listeners; [`doctor`]:
+//!   the host's limits against what the node is set up to hold.
 //! - [`link`]: a connection's byte stream, plain TCP or TLS ([`tls`]: the
 //!   certificates, the handshake by rustls, the record layer run after it).
 //! - [`worker`]: the per-core event loops; each owns its connections
@@ -33,6 +34,7 @@ pub mod admin;
 pub mod auth;
 pub mod config;
 pub mod conn;
+pub mod doctor;
 pub mod engine;
 pub mod fds;
 pub mod feeds;
