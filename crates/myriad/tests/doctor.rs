@@ -1,9 +1,13 @@
-//! `myriad doctor`, run as the real binary. The host is whatever runs the
-//! tests, so these assert what holds anywhere: the document's shape, and the open-file check under a limit
+//! `myriad doctor` and the host checks at `serve`'s start, run as the real
+//! binary. The host is whatever runs the tests, so these assert what holds
+//! anywhere: the document's shape, and the open-file check under a limit
 //! the test lowers for the child alone (no sysctl is touched).
 
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
@@ -119,4 +123,65 @@ fn the_configured_max_connections_is_the_default_target() {
     let out = run(doctor(&["--json", "--config", file.to_str().unwrap()]));
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["target"]["connections"], 1234);
+}
+
+/// `myriad serve` with `extra` under a 300-descriptor limit and asks for
+/// 1,000 connections; returns whether it came up, and its log.
+fn serve_with_few_files(extra: &[&str]) -> (bool, String) {
+    let mut command = with_open_files(common::serve_command(), 300);
+    let data = tempfile::tempdir().unwrap();
+    let mut child = command
+        .args(["--workers", "1", "--max-connections", "1000", "--data-dir"])
+        .arg(data.path())
+        .args(extra)
+        .env("MYRIAD_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start myriad");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let listening = line.contains("\"listening\"");
+    if listening {
+        child.kill().unwrap();
+    }
+    let status = child.wait().unwrap();
+    assert_eq!(
+        listening,
+        status.code().is_none(),
+        "killed only if it started"
+    );
+    let mut log = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    (listening, log)
+}
+
+#[test]
+fn serve_warns_of_a_failed_check_and_starts() {
+    let (listening, log) = serve_with_few_files(&[]);
+    assert!(listening, "{log}");
+    let warning = log
+        .lines()
+        .find(|l| l.contains("host check open files failed"))
+        .unwrap_or_else(|| panic!("no warning for open files in {log}"));
+    assert!(warning.contains("WARN"), "{warning}");
+}
+
+#[test]
+fn strict_host_checks_refuse_to_start_naming_the_checks() {
+    let (listening, log) = serve_with_few_files(&["--strict-host-checks"]);
+    assert!(!listening, "{log}");
+    let error = log
+        .lines()
+        .find(|l| l.starts_with("myriad: host checks failed:"))
+        .unwrap_or_else(|| panic!("no refusal in {log}"));
+    assert!(error.contains("open files"), "{error}");
+    assert!(error.contains("strict_host_checks"), "{error}");
 }

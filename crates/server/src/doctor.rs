@@ -1,5 +1,6 @@
 //! The host, judged against what a node is set up to hold: `myriad doctor`
-//! prints it.
+//! prints it, and `serve` logs it at start (refusing to start on a failed
+//! check with `strict_host_checks`).
 //!
 //! Each check reads one thing from the host (a sysctl, a process limit, a
 //! line of `/proc/meminfo`), says what the target number of connections
@@ -732,6 +733,28 @@ fn size(bytes: u64) -> String {
     } else {
         format!("{value:.1} {}", UNITS[unit])
     }
+}
+
+/// The checks at `serve`'s start: one warning per check that is not ok,
+/// and the names of those that failed.
+pub fn at_start(config: &Config) -> Vec<&'static str> {
+    let report = examine(&Host::real(), &Target::from_config(config, None));
+    for c in report.checks.iter().filter(|c| c.verdict != Verdict::Ok) {
+        tracing::warn!(
+            value = %c.value,
+            needs = %c.needs,
+            fix = %c.fix,
+            "host check {} {}: {}",
+            c.name,
+            if c.verdict == Verdict::Fail {
+                "failed"
+            } else {
+                "warns"
+            },
+            c.why
+        );
+    }
+    report.failed().map(|c| c.name).collect()
 }
 
 #[cfg(test)]

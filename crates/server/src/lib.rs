@@ -112,6 +112,11 @@ pub enum ServeError {
     TokenKeys(#[from] auth::keys::KeyError),
     #[error(transparent)]
     OpenFiles(#[from] fds::FdsError),
+    #[error(
+        "host checks failed: {}; strict_host_checks refuses to start (run `myriad doctor` for the fixes)",
+        .0.join(", ")
+    )]
+    HostChecks(Vec<&'static str>),
     #[error("cannot start the Redis engine: {0}")]
     Redis(#[from] engine::RedisEngineError),
     #[error(transparent)]
@@ -124,6 +129,12 @@ pub enum ServeError {
 /// for it to learn ephemeral ports).
 pub fn serve(config: Config) -> Result<(), ServeError> {
     let workers = config.worker_count();
+    // Before the limit is raised and anything is bound: the checks judge
+    // the hard limit, and a refusal leaves nothing half started.
+    let failed = doctor::at_start(&config);
+    if config.strict_host_checks && !failed.is_empty() {
+        return Err(ServeError::HostChecks(failed));
+    }
     let auth = Auth::from_config(&config)?;
     let max_connections = admission_cap(&config)?;
     let tls = config
