@@ -631,7 +631,38 @@ fn conntrack(host: &Host, target: &Target, out: &mut Vec<Check>) {
     let count = host
         .number("proc/sys/net/netfilter/nf_conntrack_count")
         .unwrap_or(0);
+    // Loaded yet empty while TCP sockets are open: no rule asks for
+    // tracking (loopback connections are not entered by default), so the
+    // node's connections will not be tracked either.
+    let tcp_open = host
+        .read("proc/net/sockstat")
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("TCP:"))?.to_owned();
+            let mut words = line.split_whitespace();
+            words.find(|w| *w == "inuse")?;
+            words.next()?.parse::<u64>().ok()
+        })
+        .unwrap_or(0);
     let need = count.saturating_add(target.connections);
+    let fix = format!(
+        "sysctl -w net.netfilter.nf_conntrack_max={}",
+        need.saturating_mul(5) / 4
+    );
+    if count == 0 && tcp_open > 0 {
+        out.push(Check {
+            name: "nf_conntrack",
+            value: format!(
+                "max {}, nothing tracked with {} TCP sockets open",
+                thousands(max),
+                thousands(tcp_open)
+            ),
+            needs: format!("max >= {} once a rule tracks TCP", thousands(need)),
+            verdict: Verdict::Ok,
+            why: WHY,
+            fix,
+        });
+        return;
+    }
     out.push(Check {
         name: "nf_conntrack",
         value: format!("max {}, {} in use", thousands(max), thousands(count)),
@@ -642,10 +673,7 @@ fn conntrack(host: &Host, target: &Target, out: &mut Vec<Check>) {
             Verdict::Fail
         },
         why: WHY,
-        fix: format!(
-            "sysctl -w net.netfilter.nf_conntrack_max={}",
-            need.saturating_mul(5) / 4
-        ),
+        fix,
     });
 }
 

@@ -310,6 +310,37 @@ fn conntrack_is_checked_only_when_loaded() {
 }
 
 #[test]
+fn conntrack_loaded_but_tracking_nothing_passes() {
+    let (dir, host) = healthy();
+    write(
+        dir.path(),
+        "proc/sys/net/netfilter/nf_conntrack_max",
+        "65536",
+    );
+    write(dir.path(), "proc/sys/net/netfilter/nf_conntrack_count", "0");
+    write(
+        dir.path(),
+        "proc/net/sockstat",
+        "sockets: used 46\nTCP: inuse 17 orphan 0 tw 56 alloc 17 mem 223\n",
+    );
+    let c = check(&host, &TARGET, "nf_conntrack");
+    assert_eq!(c.verdict, Verdict::Ok, "{c:?}");
+    assert!(
+        c.value.contains("nothing tracked with 17 TCP sockets open"),
+        "{}",
+        c.value
+    );
+    assert_eq!(c.fix, "sysctl -w net.netfilter.nf_conntrack_max=23750");
+    // Entries while sockets are open: rules track, and 19,000 will not fit.
+    write(
+        dir.path(),
+        "proc/sys/net/netfilter/nf_conntrack_count",
+        "50000",
+    );
+    assert_eq!(check(&host, &TARGET, "nf_conntrack").verdict, Verdict::Fail);
+}
+
+#[test]
 fn huge_pages_always_and_eager_swap_warn() {
     let (dir, host) = healthy();
     write(
