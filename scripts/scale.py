@@ -41,9 +41,12 @@ picks its own 127.0.0.x source addresses. Nodes default to
 ceil(connections / (open-file limit - 500)): the rest of each node's files
 are its own, its Redis links and its admin listener's.
 
-Before starting anything it checks the box (open files, memory, tcp_mem,
-ports, fs.file-max, somaxconn, conntrack) against what the run needs and
-prints a verdict; a run that cannot fit is refused with the setting to
+Before starting anything it checks the box against what the run needs and
+prints a verdict: one node's limits (open files, fs.nr_open, the accept
+queues, send buffers, paging) as `myriad doctor --json` judges them for
+the connections each node will hold, and the whole run's (memory, tcp_mem,
+ports, fs.file-max, conntrack) here, since nodes, bench and Redis share the
+box; a run that cannot fit is refused with the setting to
 change. It changes no setting of the host's, except that --netns (root)
 sets net.ipv4.tcp_child_ehash_entries while it makes a network namespace
 for the run, with a TCP connection table sized for millions of sockets,
@@ -176,25 +179,42 @@ def plan(args):
     }
 
 
-def check_box(p):
+# Rows of `myriad doctor` this script judges for the whole run instead (every
+# node, the bench and Redis on one box), not for one node.
+RUN_WIDE = {"fs.file-max", "net.ipv4.tcp_mem", "memory", "net.ipv4.ip_local_port_range", "nf_conntrack"}
+
+
+def doctor(myriad, per_node, node_args):
+    """`myriad doctor`'s rows for one node of the run, but the run-wide ones:
+    the node's own checks are the node's to know."""
+    out = subprocess.run([myriad, "doctor", "--json", "--connections", str(per_node), *node_args],
+                         stdout=subprocess.PIPE, text=True)
+    if out.returncode not in (0, 1):
+        sys.exit(f"scale.py: myriad doctor exited {out.returncode}")
+    return [row for row in json.loads(out.stdout)["checks"] if row["name"] not in RUN_WIDE]
+
+
+def check_box(p, myriad, node_args):
     """[(level, what, detail)] with level ok, warn or refuse; a refusal
-    names the setting and a value that would fit."""
+    names the setting and a value that would fit. One node's limits come
+    from `myriad doctor`; the whole run's (memory, tcp_mem, ports, files,
+    conntrack) are judged here."""
     out = []
 
     def add(level, what, detail):
         out.append({"level": level, "what": what, "detail": detail})
 
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     per_node = p["connections_per_node"]
-    if per_node + NODE_RESERVED_FDS > soft:
-        need = math.ceil(p["client_connections"] / max(soft - NODE_RESERVED_FDS, 1))
-        add("refuse", "open files per node",
-            f"{per_node:,} connections per node + {NODE_RESERVED_FDS} of its own > ulimit -n {soft:,}: "
-            f"use --nodes {need} or more")
-    else:
-        add("ok", "open files per process",
-            f"ulimit -n {soft:,} (hard {hard:,}): {p['nodes']} nodes of <= {per_node:,} connections, "
-            f"{p['bench_processes']} bench processes")
+    for row in doctor(myriad, per_node, node_args):
+        level = {"ok": "ok", "warn": "warn", "fail": "refuse"}[row["verdict"]]
+        detail = f"{row['value']}; needs {row['needs']} for {per_node:,} connections a node"
+        if level != "ok":
+            detail += f": {row['fix']}"
+        if level == "refuse" and row["name"] == "open files":
+            need = math.ceil(p["client_connections"] / max(soft - NODE_RESERVED_FDS, 1))
+            detail += f"; or use --nodes {need} or more"
+        add(level, row["name"], detail)
     mem = dict(line.split(":", 1) for line in open("/proc/meminfo"))
     available = int(mem["MemAvailable"].split()[0]) * KIB
     need = p["memory_bytes"]
@@ -240,18 +260,6 @@ def check_box(p):
             f"sysctl -w fs.file-max={(allocated + p['files']) * 2}")
     else:
         add("ok", "fs.file-max", f"{file_max:,}; {allocated:,} open now, the run adds ~{p['files']:,}")
-    nr_open = int(read("/proc/sys/fs/nr_open"))
-    if nr_open < soft:
-        add("refuse", "fs.nr_open", f"{nr_open:,} < ulimit -n {soft:,}: sysctl -w fs.nr_open={soft}")
-    else:
-        add("ok", "fs.nr_open", f"{nr_open:,}")
-    somaxconn = int(read("/proc/sys/net/core/somaxconn"))
-    if somaxconn < 1024:
-        add("warn", "net.core.somaxconn",
-            f"{somaxconn}: each node's listen backlog is cut to it, and the bench sets up 1,000 "
-            f"connections at a time per process: sysctl -w net.core.somaxconn=4096")
-    else:
-        add("ok", "net.core.somaxconn", f"{somaxconn:,}")
     ct_max = read("/proc/sys/net/netfilter/nf_conntrack_max")
     if ct_max is None:
         add("ok", "conntrack", "nf_conntrack not loaded")
@@ -877,14 +885,14 @@ def main():
         except ValueError:
             sys.exit(f"--{name} {getattr(args, name)!r}: expected a duration above 0 like 10m, 60s or 500ms")
     p = plan(args)
-    box = check_box(p)
+    args.myriad = os.path.abspath(locate_myriad(args))
+    box = check_box(p, args.myriad, args.node_arg)
     fits = print_verdict(p, box)
     if args.check:
         sys.exit(0 if fits else 1)
     if not fits and not args.force:
         sys.exit("scale.py: the run cannot fit on this box (see [refuse] above); nothing was started")
     args.out = os.path.abspath(args.out or os.path.join(REPO, "target", "scale", args.scenario))
-    args.myriad = os.path.abspath(locate_myriad(args))
     publish_s = secs(args.duration) + secs(args.interval) * args.count if args.scenario == "broadcast" \
         else secs(args.duration) * 2 + secs(args.drain)
     args.timeout = args.timeout or (60 + args.connections / 500 + publish_s + 120)

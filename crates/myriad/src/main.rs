@@ -1,4 +1,5 @@
-//! The `myriad` command: `serve` runs a node, `sub` and `pub` are a tiny
+//! The `myriad` command: `serve` runs a node, `doctor` checks the host
+//! against what that node is set up to hold, `sub` and `pub` are a tiny
 //! client for trying it, `token` mints a connection token for it, `graph`
 //! builds follow graphs, and `bench` drives the load tools.
 
@@ -31,6 +32,10 @@ struct Cli {
 enum Command {
     /// Run a node (no configuration needed; see docs/operations.md).
     Serve(Box<ServeArgs>),
+    /// Check this host's limits against a node's settings: open files,
+    /// accept queues, kernel memory, ports, conntrack, paging. Exits 1
+    /// when a check fails.
+    Doctor(Box<DoctorArgs>),
     /// Subscribe to subjects and print every delivery as a JSON line.
     Sub(SubArgs),
     /// Publish one message over WebSocket.
@@ -52,6 +57,22 @@ struct ServeArgs {
     config: Option<PathBuf>,
     /// Declares the settings' flags; `Config::assemble` reads them back from
     /// the matches, where it can also see which ones were given explicitly.
+    #[command(flatten)]
+    _settings: Config,
+}
+
+#[derive(Args)]
+struct DoctorArgs {
+    /// Connections to check for; the node's max_connections by default.
+    #[arg(long)]
+    connections: Option<u64>,
+    /// Print one JSON document instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// TOML file with settings, read as `serve` reads it.
+    #[arg(long, env = "MYRIAD_CONFIG")]
+    config: Option<PathBuf>,
+    /// The same settings as `serve`, so the doctor sees the node's sizes.
     #[command(flatten)]
     _settings: Config,
 }
@@ -101,6 +122,12 @@ fn main() -> ExitCode {
                 .expect("clap matched serve");
             serve(args.config, serve_matches)
         }
+        Command::Doctor(args) => {
+            let doctor_matches = matches
+                .subcommand_matches("doctor")
+                .expect("clap matched doctor");
+            doctor(&args, doctor_matches)
+        }
         Command::Sub(args) => report(subscribe(args)),
         Command::Pub(args) => report(publish(args)),
         Command::Bench(cmd) => myriad_bench::run(*cmd),
@@ -131,6 +158,34 @@ fn serve(file: Option<PathBuf>, matches: &clap::ArgMatches) -> ExitCode {
             eprintln!("myriad: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+fn doctor(args: &DoctorArgs, matches: &clap::ArgMatches) -> ExitCode {
+    use myriad_server::doctor::{examine, Host, Target};
+    let config = match Config::assemble(matches, args.config.as_deref()) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("myriad: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let report = examine(
+        &Host::real(),
+        &Target::from_config(&config, args.connections),
+    );
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("a report serializes")
+        );
+    } else {
+        print!("{}", report.to_text());
+    }
+    if report.failed().next().is_some() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
 }
 

@@ -218,6 +218,12 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_BACKLOG", default_value_t = 4_096)]
     pub backlog: u32,
 
+    /// Refuse to start when a host check fails (`myriad doctor`: open
+    /// files, kernel memory, conntrack for max_connections); without it
+    /// each failing or warning check is logged and the node starts.
+    #[arg(long, env = "MYRIAD_STRICT_HOST_CHECKS", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub strict_host_checks: bool,
+
     /// Seconds a connection may take to complete the WebSocket handshake.
     #[arg(long, env = "MYRIAD_HANDSHAKE_TIMEOUT", default_value_t = 10)]
     pub handshake_timeout: u32,

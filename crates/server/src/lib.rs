@@ -9,7 +9,8 @@
 //!   written in.
 //! - [`listener`]: one `SO_REUSEPORT` client listener per worker; [`fds`]:
 //!   how the open-file limit is shared between the listeners; [`peers`]:
-//!   connections and failed token checks per source address.
+//!   connections and failed token checks per source address; [`doctor`]:
+//!   the host's limits against what the node is set up to hold.
 //! - [`link`]: a connection's byte stream, plain TCP or TLS ([`tls`]: the
 //!   certificates, the handshake by rustls, the record layer run after it).
 //! - [`worker`]: the per-core event loops; each owns its connections
@@ -45,6 +46,7 @@ pub mod admin;
 pub mod auth;
 pub mod config;
 pub mod conn;
+pub mod doctor;
 pub mod engine;
 pub mod fds;
 pub mod feeds;
@@ -127,6 +129,11 @@ pub enum ServeError {
     TokenKeys(#[from] auth::keys::KeyError),
     #[error(transparent)]
     OpenFiles(#[from] fds::FdsError),
+    #[error(
+        "host checks failed: {}; strict_host_checks refuses to start (run `myriad doctor` for the fixes)",
+        .0.join(", ")
+    )]
+    HostChecks(Vec<&'static str>),
     #[error("cannot start the Redis engine: {0}")]
     Redis(#[from] engine::RedisEngineError),
     #[error(transparent)]
@@ -139,6 +146,12 @@ pub enum ServeError {
 /// for it to learn ephemeral ports).
 pub fn serve(config: Config) -> Result<(), ServeError> {
     let workers = config.worker_count();
+    // Before the limit is raised and anything is bound: the checks judge
+    // the hard limit, and a refusal leaves nothing half started.
+    let failed = doctor::at_start(&config);
+    if config.strict_host_checks && !failed.is_empty() {
+        return Err(ServeError::HostChecks(failed));
+    }
     let auth = Auth::from_config(&config)?;
     let max_connections = admission_cap(&config)?;
     let tls = config

@@ -1,0 +1,187 @@
+//! `myriad doctor` and the host checks at `serve`'s start, run as the real
+//! binary. The host is whatever runs the tests, so these assert what holds
+//! anywhere: the document's shape, and the open-file check under a limit
+//! the test lowers for the child alone (no sysctl is touched).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+/// `command` with its open-file limit (soft and hard) at `open_files`.
+fn with_open_files(mut command: Command, open_files: u64) -> Command {
+    // SAFETY: setrlimit is async-signal-safe, and the closure touches
+    // nothing else between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: open_files,
+                rlim_max: open_files,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    command
+}
+
+fn doctor(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_myriad"));
+    command.arg("doctor").args(args);
+    command
+}
+
+fn run(mut command: Command) -> Output {
+    command.output().expect("run myriad doctor")
+}
+
+/// One worker: the node keeps 32 + 5 + 64 + 128 + 1 descriptors.
+const RESERVED_ONE_WORKER: u64 = 230;
+
+#[test]
+fn the_json_document_has_every_check_with_its_fields() {
+    let out = run(doctor(&["--json", "--connections", "10", "--workers", "1"]));
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(doc["target"]["connections"], 10);
+    assert_eq!(doc["target"]["workers"], 1);
+    let checks = doc["checks"].as_array().unwrap();
+    let names: Vec<&str> = checks.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "open files",
+            "fs.nr_open",
+            "fs.file-max",
+            "net.core.somaxconn",
+            "net.ipv4.tcp_max_syn_backlog",
+            "net.core.netdev_max_backlog",
+            "net.ipv4.tcp_syncookies",
+            "net.ipv4.tcp_mem",
+            "tcp_wmem/tcp_rmem max",
+            "memory",
+            "net.ipv4.ip_local_port_range",
+            "net.ipv4.tcp_tw_reuse",
+            "nf_conntrack",
+            "transparent huge pages",
+            "swap",
+        ]
+    );
+    let mut failed = false;
+    for c in checks {
+        let mut keys: Vec<&str> = c.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            ["fix", "name", "needs", "value", "verdict", "why"],
+            "{c}"
+        );
+        for key in ["fix", "needs", "value", "why"] {
+            assert!(!c[key].as_str().unwrap().is_empty(), "{c}");
+        }
+        let verdict = c["verdict"].as_str().unwrap();
+        assert!(["ok", "warn", "fail"].contains(&verdict), "{c}");
+        failed |= verdict == "fail";
+    }
+    assert_eq!(
+        out.status.success(),
+        !failed,
+        "exit status follows the fails"
+    );
+}
+
+#[test]
+fn a_low_open_file_limit_fails_with_its_fix_and_exit_status() {
+    let out = run(with_open_files(
+        doctor(&["--connections", "1000", "--workers", "1"]),
+        300,
+    ));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("open files "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(
+        row.contains("FAIL") && row.contains("soft 300, hard 300"),
+        "{row}"
+    );
+    let need = 1_000 + RESERVED_ONE_WORKER;
+    assert!(text.contains(&format!("ulimit -Hn {need}")), "{text}");
+}
+
+#[test]
+fn the_configured_max_connections_is_the_default_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("myriad.toml");
+    std::fs::write(&file, "max_connections = 1234\nworkers = 1\n").unwrap();
+    let out = run(doctor(&["--json", "--config", file.to_str().unwrap()]));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["target"]["connections"], 1234);
+}
+
+/// `myriad serve` with `extra` under a 300-descriptor limit and asks for
+/// 1,000 connections; returns whether it came up, and its log.
+fn serve_with_few_files(extra: &[&str]) -> (bool, String) {
+    let mut command = with_open_files(common::serve_command(), 300);
+    let data = tempfile::tempdir().unwrap();
+    let mut child = command
+        .args(["--workers", "1", "--max-connections", "1000", "--data-dir"])
+        .arg(data.path())
+        .args(extra)
+        .env("MYRIAD_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start myriad");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let listening = line.contains("\"listening\"");
+    if listening {
+        child.kill().unwrap();
+    }
+    let status = child.wait().unwrap();
+    assert_eq!(
+        listening,
+        status.code().is_none(),
+        "killed only if it started"
+    );
+    let mut log = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    (listening, log)
+}
+
+#[test]
+fn serve_warns_of_a_failed_check_and_starts() {
+    let (listening, log) = serve_with_few_files(&[]);
+    assert!(listening, "{log}");
+    let warning = log
+        .lines()
+        .find(|l| l.contains("host check open files failed"))
+        .unwrap_or_else(|| panic!("no warning for open files in {log}"));
+    assert!(warning.contains("WARN"), "{warning}");
+}
+
+#[test]
+fn strict_host_checks_refuse_to_start_naming_the_checks() {
+    let (listening, log) = serve_with_few_files(&["--strict-host-checks"]);
+    assert!(!listening, "{log}");
+    let error = log
+        .lines()
+        .find(|l| l.starts_with("myriad: host checks failed:"))
+        .unwrap_or_else(|| panic!("no refusal in {log}"));
+    assert!(error.contains("open files"), "{error}");
+    assert!(error.contains("strict_host_checks"), "{error}");
+}

@@ -1,0 +1,392 @@
+//! Every check against a fake `/proc` and `/sys` tree: ok, warn, fail, and
+//! the fix it gives. Nothing here reads or changes the real host.
+
+use std::path::Path;
+
+use super::*;
+
+/// A host that fits `TARGET`: the tree each test then spoils in one place.
+fn healthy() -> (tempfile::TempDir, Host) {
+    let dir = tempfile::tempdir().unwrap();
+    for (path, text) in [
+        ("proc/sys/fs/nr_open", "1048576"),
+        ("proc/sys/fs/file-max", "9223372036854775807"),
+        ("proc/sys/fs/file-nr", "2000\t0\t9223372036854775807"),
+        ("proc/sys/net/core/somaxconn", "4096"),
+        ("proc/sys/net/ipv4/tcp_max_syn_backlog", "4096"),
+        ("proc/sys/net/core/netdev_max_backlog", "1000"),
+        ("proc/sys/net/ipv4/tcp_syncookies", "1"),
+        // 2.36 GB max, as on the measured box.
+        ("proc/sys/net/ipv4/tcp_mem", "287901\t383868\t575802"),
+        ("proc/sys/net/ipv4/tcp_wmem", "4096\t16384\t4194304"),
+        ("proc/sys/net/ipv4/tcp_rmem", "4096\t131072\t6291456"),
+        ("proc/sys/net/ipv4/ip_local_port_range", "1024\t65535"),
+        ("proc/sys/net/ipv4/tcp_tw_reuse", "2"),
+        ("proc/sys/vm/swappiness", "60"),
+        (
+            "proc/meminfo",
+            "MemTotal:       24000000 kB\nMemFree:  1000 kB\nSwapTotal:             0 kB\n",
+        ),
+        (
+            "sys/kernel/mm/transparent_hugepage/enabled",
+            "always [madvise] never",
+        ),
+        (
+            "proc/self/cgroup",
+            "0::/user.slice/user-0.slice/session-1.scope",
+        ),
+    ] {
+        write(dir.path(), path, text);
+    }
+    let host = Host {
+        root: dir.path().to_owned(),
+        open_files: Some((1_024, 20_000)),
+        page_size: 4096,
+    };
+    (dir, host)
+}
+
+fn write(root: &Path, path: &str, text: &str) {
+    let path = root.join(path);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+const TARGET: Target = Target {
+    connections: 19_000,
+    workers: 2,
+    admin_max_connections: 128,
+    backlog: 4_096,
+    socket_send_buffer: 65_536,
+    max_outbound_bytes: 1 << 20,
+    history_max_bytes: 256 << 20,
+};
+
+fn check(host: &Host, target: &Target, name: &str) -> Check {
+    examine(host, target)
+        .checks
+        .into_iter()
+        .find(|c| c.name == name)
+        .unwrap_or_else(|| panic!("no check {name}"))
+}
+
+#[test]
+fn a_host_that_fits_passes_every_check() {
+    let (_dir, host) = healthy();
+    let report = examine(&host, &TARGET);
+    let not_ok: Vec<_> = report
+        .checks
+        .iter()
+        .filter(|c| c.verdict != Verdict::Ok)
+        .collect();
+    assert!(not_ok.is_empty(), "{not_ok:#?}");
+    assert_eq!(report.failed().count(), 0);
+    assert!(
+        report.to_text().contains("15 ok, 0 warn, 0 fail"),
+        "{}",
+        report.to_text()
+    );
+}
+
+#[test]
+fn every_check_says_why_and_how() {
+    let (_dir, host) = healthy();
+    for c in examine(&host, &TARGET).checks {
+        assert!(!c.value.is_empty() && !c.needs.is_empty(), "{c:?}");
+        assert!(c.why.len() > 20, "{c:?}");
+        assert!(!c.fix.is_empty(), "{c:?}");
+    }
+}
+
+#[test]
+fn open_files_fail_below_the_connections_and_the_nodes_share() {
+    let (_dir, mut host) = healthy();
+    let need = 19_000 + fds::reserved(2, 128);
+    host.open_files = Some((1_024, need));
+    assert_eq!(check(&host, &TARGET, "open files").verdict, Verdict::Ok);
+    host.open_files = Some((1_024, need - 1));
+    let c = check(&host, &TARGET, "open files");
+    assert_eq!(c.verdict, Verdict::Fail);
+    assert!(
+        c.fix
+            .starts_with(&format!("ulimit -Hn {need} && ulimit -n {need}")),
+        "{}",
+        c.fix
+    );
+    assert!(c.fix.contains("run 2 nodes"), "{}", c.fix);
+    host.open_files = None;
+    assert_eq!(check(&host, &TARGET, "open files").verdict, Verdict::Warn);
+}
+
+#[test]
+fn open_files_name_the_systemd_unit_the_node_runs_in() {
+    let (dir, mut host) = healthy();
+    write(
+        dir.path(),
+        "proc/self/cgroup",
+        "0::/system.slice/myriad.service\n",
+    );
+    host.open_files = Some((1_024, 4_096));
+    let c = check(&host, &TARGET, "open files");
+    assert_eq!(c.verdict, Verdict::Fail);
+    let need = 19_000 + fds::reserved(2, 128);
+    assert!(
+        c.fix.starts_with(&format!(
+            "systemctl edit myriad.service: [Service] LimitNOFILE={need}"
+        )),
+        "{}",
+        c.fix
+    );
+}
+
+#[test]
+fn nr_open_and_file_max_fail_below_what_the_node_adds() {
+    let (dir, host) = healthy();
+    write(dir.path(), "proc/sys/fs/nr_open", "10000");
+    let c = check(&host, &TARGET, "fs.nr_open");
+    assert_eq!(c.verdict, Verdict::Fail);
+    let need = 19_000 + fds::reserved(2, 128);
+    assert_eq!(c.fix, format!("sysctl -w fs.nr_open={need}"));
+
+    write(dir.path(), "proc/sys/fs/file-max", "20000");
+    let c = check(&host, &TARGET, "fs.file-max");
+    assert_eq!(c.verdict, Verdict::Fail, "2,000 open + the node's need");
+    assert_eq!(
+        c.fix,
+        format!("sysctl -w fs.file-max={}", (2_000 + need) * 2)
+    );
+}
+
+#[test]
+fn a_backlog_past_somaxconn_or_the_syn_backlog_warns() {
+    let (dir, host) = healthy();
+    write(dir.path(), "proc/sys/net/core/somaxconn", "128");
+    write(dir.path(), "proc/sys/net/ipv4/tcp_max_syn_backlog", "512");
+    let c = check(&host, &TARGET, "net.core.somaxconn");
+    assert_eq!(c.verdict, Verdict::Warn);
+    assert!(
+        c.fix.starts_with("sysctl -w net.core.somaxconn=4096"),
+        "{}",
+        c.fix
+    );
+    let c = check(&host, &TARGET, "net.ipv4.tcp_max_syn_backlog");
+    assert_eq!(c.verdict, Verdict::Warn);
+    assert!(c
+        .fix
+        .starts_with("sysctl -w net.ipv4.tcp_max_syn_backlog=4096"));
+    let small = Target {
+        backlog: 128,
+        ..TARGET
+    };
+    assert_eq!(
+        check(&host, &small, "net.core.somaxconn").verdict,
+        Verdict::Ok
+    );
+}
+
+#[test]
+fn a_short_netdev_queue_and_no_syncookies_warn() {
+    let (dir, host) = healthy();
+    write(dir.path(), "proc/sys/net/core/netdev_max_backlog", "300");
+    write(dir.path(), "proc/sys/net/ipv4/tcp_syncookies", "0");
+    let c = check(&host, &TARGET, "net.core.netdev_max_backlog");
+    assert_eq!(c.verdict, Verdict::Warn);
+    assert_eq!(c.fix, "sysctl -w net.core.netdev_max_backlog=1000");
+    let c = check(&host, &TARGET, "net.ipv4.tcp_syncookies");
+    assert_eq!(c.verdict, Verdict::Warn);
+    assert_eq!(c.fix, "sysctl -w net.ipv4.tcp_syncookies=1");
+}
+
+#[test]
+fn tcp_mem_warns_past_pressure_and_fails_past_its_max() {
+    let (_dir, host) = healthy();
+    // 383,868 pages of pressure: ~1.57 GB, ~187,000 connections at 8.4 KB.
+    let at = |connections| {
+        check(
+            &host,
+            &Target {
+                connections,
+                ..TARGET
+            },
+            "net.ipv4.tcp_mem",
+        )
+    };
+    assert_eq!(at(180_000).verdict, Verdict::Ok);
+    assert_eq!(at(200_000).verdict, Verdict::Warn);
+    let c = at(1_000_000);
+    assert_eq!(c.verdict, Verdict::Fail);
+    // 8.4 GB is 2,050,782 pages; the max a quarter above it.
+    assert_eq!(c.fix, "sysctl -w net.ipv4.tcp_mem='287901 1922607 2563477'");
+}
+
+#[test]
+fn autotuned_send_buffers_warn_with_what_a_stalled_reader_pins() {
+    let (_dir, host) = healthy();
+    let c = check(&host, &TARGET, "tcp_wmem/tcp_rmem max");
+    assert_eq!(c.verdict, Verdict::Ok);
+    assert!(c.needs.contains("pins 128.0 KiB"), "{}", c.needs);
+    let autotuned = Target {
+        socket_send_buffer: 0,
+        ..TARGET
+    };
+    let c = check(&host, &autotuned, "tcp_wmem/tcp_rmem max");
+    assert_eq!(c.verdict, Verdict::Warn);
+    // 2.36 GB of tcp_mem over 4 MiB each.
+    assert!(c.needs.contains("pins 4.0 MiB, 562 of them"), "{}", c.needs);
+    assert!(c.fix.contains("socket_send_buffer = 65536"));
+}
+
+#[test]
+fn memory_counts_kernel_node_and_history_against_ram() {
+    let (dir, host) = healthy();
+    let at = |connections| {
+        check(
+            &host,
+            &Target {
+                connections,
+                ..TARGET
+            },
+            "memory",
+        )
+    };
+    assert_eq!(at(19_000).verdict, Verdict::Ok);
+    // 24.6 GB: 2.2 million connections need ~19.9 GB, past three quarters.
+    assert_eq!(at(2_200_000).verdict, Verdict::Warn);
+    let c = at(3_000_000);
+    assert_eq!(c.verdict, Verdict::Fail);
+    assert!(c.fix.contains("history_max_bytes"));
+    write(dir.path(), "proc/meminfo", "MemFree: 1 kB\n");
+    assert_eq!(at(19_000).verdict, Verdict::Warn, "unreadable is a warning");
+}
+
+#[test]
+fn a_narrow_port_range_warns_with_the_addresses_needed() {
+    let (dir, host) = healthy();
+    write(
+        dir.path(),
+        "proc/sys/net/ipv4/ip_local_port_range",
+        "32768\t60999",
+    );
+    let c = check(&host, &TARGET, "net.ipv4.ip_local_port_range");
+    assert_eq!(c.verdict, Verdict::Ok, "28,232 ports hold 19,000");
+    let wide = Target {
+        connections: 100_000,
+        ..TARGET
+    };
+    let c = check(&host, &wide, "net.ipv4.ip_local_port_range");
+    assert_eq!(c.verdict, Verdict::Warn);
+    assert!(
+        c.needs.contains("from 4 addresses (127.0.0.1-4)"),
+        "{}",
+        c.needs
+    );
+    assert!(c
+        .fix
+        .starts_with("sysctl -w net.ipv4.ip_local_port_range='1024 65535'"));
+    write(dir.path(), "proc/sys/net/ipv4/tcp_tw_reuse", "0");
+    let c = check(&host, &TARGET, "net.ipv4.tcp_tw_reuse");
+    assert_eq!(c.verdict, Verdict::Warn);
+    assert_eq!(c.fix, "sysctl -w net.ipv4.tcp_tw_reuse=1");
+}
+
+#[test]
+fn conntrack_is_checked_only_when_loaded() {
+    let (dir, host) = healthy();
+    let c = check(&host, &TARGET, "nf_conntrack");
+    assert_eq!((c.verdict, c.value.as_str()), (Verdict::Ok, "not loaded"));
+    write(
+        dir.path(),
+        "proc/sys/net/netfilter/nf_conntrack_max",
+        "65536",
+    );
+    write(
+        dir.path(),
+        "proc/sys/net/netfilter/nf_conntrack_count",
+        "50000",
+    );
+    let c = check(&host, &TARGET, "nf_conntrack");
+    assert_eq!(c.verdict, Verdict::Fail, "50,000 + 19,000 > 65,536");
+    assert_eq!(c.fix, "sysctl -w net.netfilter.nf_conntrack_max=86250");
+}
+
+#[test]
+fn conntrack_loaded_but_tracking_nothing_passes() {
+    let (dir, host) = healthy();
+    write(
+        dir.path(),
+        "proc/sys/net/netfilter/nf_conntrack_max",
+        "65536",
+    );
+    write(dir.path(), "proc/sys/net/netfilter/nf_conntrack_count", "0");
+    write(
+        dir.path(),
+        "proc/net/sockstat",
+        "sockets: used 46\nTCP: inuse 17 orphan 0 tw 56 alloc 17 mem 223\n",
+    );
+    let c = check(&host, &TARGET, "nf_conntrack");
+    assert_eq!(c.verdict, Verdict::Ok, "{c:?}");
+    assert!(
+        c.value.contains("nothing tracked with 17 TCP sockets open"),
+        "{}",
+        c.value
+    );
+    assert_eq!(c.fix, "sysctl -w net.netfilter.nf_conntrack_max=23750");
+    // Entries while sockets are open: rules track, and 19,000 will not fit.
+    write(
+        dir.path(),
+        "proc/sys/net/netfilter/nf_conntrack_count",
+        "50000",
+    );
+    assert_eq!(check(&host, &TARGET, "nf_conntrack").verdict, Verdict::Fail);
+}
+
+#[test]
+fn huge_pages_always_and_eager_swap_warn() {
+    let (dir, host) = healthy();
+    write(
+        dir.path(),
+        "sys/kernel/mm/transparent_hugepage/enabled",
+        "[always] madvise never",
+    );
+    let c = check(&host, &TARGET, "transparent huge pages");
+    assert_eq!((c.verdict, c.value.as_str()), (Verdict::Warn, "always"));
+    assert_eq!(
+        c.fix,
+        "echo madvise > /sys/kernel/mm/transparent_hugepage/enabled"
+    );
+    write(
+        dir.path(),
+        "proc/meminfo",
+        "MemTotal: 24000000 kB\nSwapTotal: 1048576 kB\n",
+    );
+    assert_eq!(check(&host, &TARGET, "swap").verdict, Verdict::Warn);
+    write(dir.path(), "proc/sys/vm/swappiness", "1");
+    assert_eq!(check(&host, &TARGET, "swap").verdict, Verdict::Ok);
+}
+
+#[test]
+fn the_table_lists_every_check_and_explains_the_others() {
+    let (dir, host) = healthy();
+    write(dir.path(), "proc/sys/fs/nr_open", "10");
+    let text = examine(&host, &TARGET).to_text();
+    assert!(
+        text.contains("19,000 connections (2 workers): 14 ok, 0 warn, 1 fail"),
+        "{text}"
+    );
+    assert!(text.contains("\nfs.nr_open:\n  why: "), "{text}");
+    assert!(text.contains("  fix: sysctl -w fs.nr_open="), "{text}");
+    assert!(
+        !text.contains("\nswap:\n"),
+        "ok checks have no explanation: {text}"
+    );
+}
+
+#[test]
+fn numbers_read_the_way_people_write_them() {
+    assert_eq!(thousands(0), "0");
+    assert_eq!(thousands(999), "999");
+    assert_eq!(thousands(1_000_000), "1,000,000");
+    assert_eq!(size(512), "512 B");
+    assert_eq!(size(8_400_000_000), "7.8 GiB");
+    assert_eq!(selected("always madvise [never]"), Some("never"));
+}
