@@ -9,13 +9,20 @@
 //! the envelope (or the data) in their own way without copying it. History
 //! and live fan-out hold the same `Arc<Publication>`, so a stored message is
 //! paid for once.
+//!
+//! Beside it, made the first time a permessage-deflate recipient needs it
+//! (on whichever worker), the compressed frame: one per node, shared like
+//! the uncompressed one by every such recipient and by history replays.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use myriad_protocol::message::{publication_len, write_publication};
 use myriad_protocol::position::Position;
 use myriad_protocol::ws::{write_frame_header, OpCode, MAX_HEADER_LEN};
+
+use crate::config::Config;
+use crate::deflate;
 
 /// One published message with its place in its subject's stream.
 #[derive(Debug)]
@@ -29,6 +36,9 @@ pub struct Publication {
     frame: Bytes,
     /// Length of the frame header at the front of `frame`.
     header_len: u8,
+    /// The compressed text frame (RFC 7692), made once; `None` inside when
+    /// compressing did not make the envelope smaller.
+    deflated: OnceLock<Option<Bytes>>,
 }
 
 impl Publication {
@@ -45,7 +55,23 @@ impl Publication {
             published_ms,
             frame: Bytes::from(frame),
             header_len,
+            deflated: OnceLock::new(),
         }
+    }
+
+    /// The frame a recipient that negotiated permessage-deflate gets: the
+    /// compressed one, made on first use and kept, when the envelope is at
+    /// least `compression_threshold` bytes and compressing shrinks it;
+    /// otherwise the uncompressed one (RFC 7692 §6 lets any message go
+    /// uncompressed). Concurrent first uses wait for one compression.
+    pub fn deflated_frame(&self, config: &Config) -> &Bytes {
+        if self.envelope().len() < config.compression_threshold {
+            return &self.frame;
+        }
+        self.deflated
+            .get_or_init(|| deflate::text_frame(self.envelope(), config.compression_level))
+            .as_ref()
+            .unwrap_or(&self.frame)
     }
 
     /// The complete WebSocket text frame, shared by every WebSocket recipient.
@@ -60,6 +86,10 @@ impl Publication {
 
     /// Bytes this publication keeps alive while history holds it: the
     /// encoded buffer plus this struct inside its `Arc` (two counters).
+    /// Not the compressed frame: history adds and later subtracts this
+    /// figure, so it must not change once stored, and the compressed frame
+    /// is made later, if ever, and is kept only when smaller than `frame`,
+    /// so it at most doubles what history's byte figures say.
     pub fn held_bytes(&self) -> usize {
         self.frame.len() + std::mem::size_of::<Publication>() + 2 * std::mem::size_of::<usize>()
     }
@@ -84,5 +114,21 @@ mod tests {
         assert!(p.envelope().ends_with(format!("{big}}}").as_bytes()));
         assert_eq!(p.ws_frame()[1], 126, "16-bit length");
         assert_eq!(p.envelope().len() + 4, p.ws_frame().len());
+    }
+
+    #[test]
+    fn the_compressed_frame_is_made_once_and_only_above_the_threshold() {
+        let config = Config::default();
+        let small = Publication::new(Arc::from("s"), Position::new(Epoch(1), 1), "1", 0);
+        assert_eq!(
+            small.deflated_frame(&config).as_ptr(),
+            small.ws_frame().as_ptr()
+        );
+        let text = "\"".to_owned() + &"hello world ".repeat(50) + "\"";
+        let p = Publication::new(Arc::from("s"), Position::new(Epoch(1), 1), &text, 0);
+        let first = p.deflated_frame(&config).clone();
+        assert_eq!(first[0] & 0x40, 0x40, "RSV1");
+        assert!(first.len() < p.ws_frame().len() / 4);
+        assert_eq!(p.deflated_frame(&config).as_ptr(), first.as_ptr(), "shared");
     }
 }

@@ -287,7 +287,7 @@ impl Worker {
         let forms: Vec<Bytes> = attachment
             .replay
             .iter()
-            .map(|p| kind.get().publication(p))
+            .map(|p| kind.get().publication(p, &self.shared.config))
             .collect();
         let mut recovered = attachment.recovered;
         let mut replay = &attachment.replay[..];

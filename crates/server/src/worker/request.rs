@@ -21,6 +21,7 @@ use super::{Flow, Worker};
 use crate::auth::{Action, Verified};
 use crate::config::Config;
 use crate::conn::{flags, Phase};
+use crate::deflate;
 use crate::metrics::ErrorKind;
 use crate::registry::ConnId;
 use crate::session::Identity;
@@ -126,7 +127,8 @@ impl Worker {
                             return Some(buf.len());
                         }
                     };
-                    self.set_transport(id, TransportKind::WebSocket);
+                    let (kind, extensions) = deflate::upgrade(head.extension_offers(), config);
+                    self.set_transport(id, kind);
                     let now = self.clock.tick();
                     let conn = &mut self.conns[id as usize];
                     conn.enter(phase, now);
@@ -135,7 +137,8 @@ impl Worker {
                     // a long-poll left on a kept-alive connection is moot.
                     conn.last_heard = now;
                     conn.ping_sent = 0;
-                    self.send(id, Bytes::from(switching_protocols(upgrade.key, None)));
+                    let accept = switching_protocols(upgrade.key, None, extensions.as_deref());
+                    self.send(id, Bytes::from(accept));
                     // The echo endpoint carries no pub/sub, so no feeds.
                     if phase == Phase::PubSub {
                         match who {
