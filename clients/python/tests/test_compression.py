@@ -14,7 +14,7 @@ import re
 import struct
 import urllib.request
 import zlib
-from typing import Awaitable, Callable, Dict, List, Optional, Tuple
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Tuple
 
 import pytest
 from websockets.asyncio.client import connect
@@ -33,7 +33,7 @@ DATA = {
 
 
 @pytest.fixture
-async def cleanup() -> "asyncio.AsyncGenerator[Cleanup, None]":  # type: ignore[name-defined]
+async def cleanup() -> AsyncIterator[Cleanup]:
     steps: Cleanup = []
     yield steps
     for step in reversed(steps):
@@ -123,7 +123,7 @@ class Raw:
             if b0 & 0x0F == 0x8:
                 return int(struct.unpack("!H", payload[:2])[0])
 
-    async def message(self) -> Tuple[bool, dict]:  # type: ignore[type-arg]
+    async def message(self) -> Tuple[bool, Dict[str, Any]]:
         """The next text message: whether it came compressed, and its JSON."""
         while True:
             b0, payload = await self.frame()
@@ -133,7 +133,8 @@ class Raw:
             if compressed:
                 d = zlib.decompressobj(wbits=-15)
                 payload = d.decompress(payload + b"\x00\x00\xff\xff")
-            return compressed, json.loads(payload)
+            parsed: Dict[str, Any] = json.loads(payload)
+            return compressed, parsed
 
     async def close(self) -> None:
         self.writer.close()
@@ -142,6 +143,7 @@ class Raw:
 async def test_the_node_answers_without_context_takeover_both_ways(cleanup: Cleanup) -> None:
     n = await node(cleanup)
     async with connect(n.url) as ws:
+        assert ws.response is not None
         answer = ws.response.headers["Sec-WebSocket-Extensions"]
         assert answer == "permessage-deflate; server_no_context_takeover; client_no_context_takeover"
     raw = await Raw.open(n, ["x-webkit-deflate-frame", "permessage-deflate; server_max_window_bits=10"])
