@@ -15,11 +15,12 @@
 //! compressing, libdeflate (whole-buffer) was measured too: at level 1 it
 //! shrinks a 540-byte JSON publication as much as zlib-rs at level 2 in
 //! about half the time, but it always ends a message with a final
-//! (BFINAL) block, which RFC 7692 §7.2.3.3 allows and not every client's
-//! inflater takes after the tail it appends; a frame shared by every
-//! recipient must be one every client reads, so zlib-rs's sync flush it
-//! is, and the cost is paid once per publication per node, not per
-//! recipient (docs/benchmarks.md, `benches/deflate.rs`).
+//! (BFINAL) block, which RFC 7692 §7.2.3.3 allows but which leaves input
+//! after the end of the stream once a client appends its `00 00 ff ff`;
+//! a frame shared by every recipient must be one every client's inflater
+//! takes, so it is zlib-rs's sync flush, its cost paid once per
+//! publication per node, not per recipient (docs/benchmarks.md,
+//! *permessage-deflate: which compressor*; `benches/deflate.rs`).
 
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 
