@@ -259,3 +259,30 @@ async def test_rsv1_on_a_continuation_is_a_protocol_error(cleanup: Cleanup) -> N
     assert await raw.close_code() == 1002
     await raw.close()
     assert metrics(n)['myriad_compression_refusals_total{reason="compressed_continuation"}'] == 1
+
+
+async def test_a_recovery_replays_the_stored_compressed_frames(cleanup: Cleanup) -> None:
+    n = await node(cleanup)
+    live = await Raw.open(n, ["permessage-deflate"])
+    live.send_text(json.dumps({"op": "subscribe", "subject": "room", "id": 1}), compress=False)
+    _, subscribed = await live.message()
+    assert subscribed["op"] == "subscribed", subscribed
+    for seq in range(3):
+        live.send_text(json.dumps({"op": "publish", "subject": "room", "data": {**DATA, "seq": seq}}), compress=True)
+    for _ in range(3):
+        compressed, msg = await live.message()
+        assert compressed and msg["op"] == "msg"
+    assert metrics(n)["myriad_compression_frames_total"] == 3
+    late = await Raw.open(n, ["permessage-deflate"])
+    since = {"epoch": subscribed["epoch"], "offset": subscribed["offset"]}
+    late.send_text(json.dumps({"op": "subscribe", "subject": "room", "since": since, "id": 2}), compress=False)
+    replayed: List[int] = []
+    while len(replayed) < 3:
+        compressed, msg = await late.message()
+        if msg["op"] == "msg":
+            assert compressed, "the replay is the stored compressed frame"
+            replayed.append(msg["data"]["seq"])
+    assert replayed == [0, 1, 2]
+    assert metrics(n)["myriad_compression_frames_total"] == 3, "replayed, not compressed again"
+    await live.close()
+    await late.close()
