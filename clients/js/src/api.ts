@@ -333,7 +333,8 @@ export class ApiClient {
       let retry: boolean;
       let answer: { status: number; text: string } | undefined;
       try {
-        const response = await this.o.fetch(url, { method: c.method, headers, body, signal: AbortSignal.timeout(this.o.timeout) });
+        const fetch = this.o.fetch; // a plain call: a browser's fetch wants no other `this`
+        const response = await fetch(url, { method: c.method, headers, body, signal: AbortSignal.timeout(this.o.timeout) });
         answer = { status: response.status, text: await response.text() };
       } catch (e) {
         const code = (e as { cause?: { code?: string } }).cause?.code;

@@ -98,3 +98,12 @@ test("requests carry the key and the query; an answer that is not the API's own 
   assert.equal(s.seen[0]?.headers["X-Api-Key"], "k");
   await assert.rejects(c.history("a"), (e: unknown) => e instanceof MyriadError && e.code === "http_502");
 });
+
+test("fetch is called as a plain function: a browser's throws when its `this` is not the window", async () => {
+  const s = scripted([OK]);
+  const strict = function (this: unknown, url: string, init: { method: string; headers: Record<string, string>; body?: string }) {
+    assert.equal(this, undefined, "called with a `this`");
+    return s.fetch(url, init);
+  };
+  assert.equal((await new ApiClient("http://node", { fetch: strict }).publish("a", 1)).offset, 1);
+});
