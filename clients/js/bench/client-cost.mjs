@@ -18,7 +18,9 @@
 //   node bench/client-cost.mjs [--bin ../../target/release/myriad] [--runs 3]
 //        [--subjects 10000] [--messages 200000] [--mode backlog|live]
 //        [--kinds ws,sdk]   (ws-event: a bare client reading through
-//                            ws's onmessage, as the SDK does; sdk@DIR:
+//                            ws's onmessage, as the SDK does; ws-route: a
+//                            bare client that also looks each subject up
+//                            in a map and keeps its offset; sdk@DIR:
 //                            the SDK built into DIR instead of ../dist,
 //                            to set an older build against this one)
 //
@@ -72,7 +74,7 @@ async function client(kind, url) {
   const onMessage = () => {
     if (++received === MESSAGES) done(process.cpuUsage(start));
   };
-  if (kind === "ws" || kind === "ws-event") {
+  if (kind === "ws" || kind === "ws-event" || kind === "ws-route") {
     const ws = new Socket(url);
     let subscribed = 0;
     await new Promise((resolve, reject) => {
@@ -84,15 +86,26 @@ async function client(kind, url) {
           ws.send(JSON.stringify({ op: "subscribe", subjects, id: from + 1 }));
         }
       });
+      // "ws-route": also finds each message's subject in a map and keeps
+      // its offset there, the least per-subject work any client that
+      // tells subjects apart does.
+      const offsets = new Map();
+      const route = (m) => {
+        const held = offsets.get(m.subject);
+        if (held !== undefined && m.offset > held.offset) {
+          held.offset = m.offset;
+          onMessage();
+        }
+      };
       const take = (text) => {
         const m = JSON.parse(text);
-        if (m.op === "msg") onMessage();
-        else if (m.op === "subscribed" && ++subscribed === SUBJECTS) resolve();
+        if (m.op === "msg") kind === "ws-route" ? route(m) : onMessage();
+        else if (m.op === "subscribed" && offsets.set(m.subject, { offset: m.offset }) && ++subscribed === SUBJECTS) resolve();
         else if (m.op === "error") reject(new Error(JSON.stringify(m)));
       };
       // "ws": ws's own events; "ws-event": the WebSocket API's onmessage,
       // the path the SDK reads through (ws builds a MessageEvent per message).
-      if (kind === "ws") ws.on("message", (raw) => take(raw.toString()));
+      if (kind !== "ws-event") ws.on("message", (raw) => take(raw.toString()));
       else ws.onmessage = (event) => take(event.data);
       ws.on("close", (code) => {
         console.error(`ws client: closed ${code}`);
