@@ -4,7 +4,8 @@
 # tests, the build with its size budget (8 KB minified and gzipped; the
 # build fails over it), the unit tests, the integration tests against the
 # real binary, and the built bundle in headless Chromium against it (alone,
-# and in two pages of examples/chat exchanging messages)
+# in two pages of examples/chat exchanging messages, and recovering from
+# cut connections over WebSocket, HTTP streaming and SSE)
 # (skipped, and said so, when there is no Chromium: CHROMIUM, default
 # `chromium` on PATH). Needs only Node 20+ and npm.
 #
