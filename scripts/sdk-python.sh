@@ -4,7 +4,9 @@
 # again whenever that file changes), `pip check`, `mypy --strict` on the
 # package and its tests, then pytest: unit tests, the client against a
 # scriptable fake node, and the client and the API client against the real
-# binary. Needs only python3 (3.9 or later) with its venv module (Debian:
+# binary, the shared scenarios of clients/conformance among them (they
+# start redis-server from PATH, as scripts/install-test-deps.sh installs
+# it). Needs only python3 (3.9 or later) with its venv module (Debian:
 # the python3-venv package) and access to PyPI for the first run.
 #
 #   bash scripts/sdk-python.sh [MYRIAD_BIN]
