@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Dict, Literal, Optional, Tuple
+from typing import Any, Dict, Literal, Optional, Tuple, Union
 
 # A parsed server message: a JSON object with a known op and the fields it needs.
 Message = Dict[str, Any]
@@ -92,9 +92,10 @@ def may_reconnect(code: int) -> bool:
 Verdict = Literal["deliver", "duplicate", "gap", "epoch_changed"]
 
 
-def judge(position: Optional[Position], epoch: str, offset: int) -> Verdict:
+def judge(position: Optional[Union[Position, Publication]], epoch: str, offset: int) -> Verdict:
     """What to do with a publication at (epoch, offset) for a subscription at
-    ``position`` (docs/sdk.md, "Recovery and dedupe")."""
+    ``position`` (docs/sdk.md, "Recovery and dedupe"): a Position, or the
+    last publication handed over, which is at its own."""
     if position is None:
         return "deliver"
     if epoch != position.epoch:
