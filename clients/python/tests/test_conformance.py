@@ -2,7 +2,7 @@
 ``scenarios/*.json`` run against the real node (MYRIAD_BIN) as the suite's
 README says, with the steps and expectations spelt there. The TypeScript
 runner (clients/js/test/integration/conformance.test.ts) reads the same
-files; a scenario this runner cannot run goes in ``GAPS`` with its reason
+files; a scenario this runner cannot run goes in ``SKIPPED`` with its reason
 and in docs/sdk.md's Status table."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from myriad.api import AsyncApiClient
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "conformance" / "scenarios"
 
-# Scenario name -> why this SDK does not run it (none today).
-GAPS: Dict[str, str] = {}
+# Scenario name -> why this SDK skips it: its known gaps (none today).
+SKIPPED: Dict[str, str] = {}
 
 Event = Union[Publication, Discontinuity]
 
@@ -265,8 +265,8 @@ def _check(run: Run) -> None:
 async def test_scenario(path: Path) -> None:
     scenario = json.loads(path.read_text())
     assert scenario["name"] == path.stem
-    if scenario["name"] in GAPS:
-        pytest.skip(f"known gap (docs/sdk.md, Status): {GAPS[scenario['name']]}")
+    if scenario["name"] in SKIPPED:
+        pytest.skip(f"known gap (docs/sdk.md, Status): {SKIPPED[scenario['name']]}")
     run = Run(scenario)
     try:
         if scenario.get("redis"):

@@ -3,7 +3,7 @@
  * each `scenarios/*.json` run against the real node (MYRIAD_BIN) as the
  * suite's README says, with the steps and expectations spelt there. The
  * Python runner (clients/python/tests/test_conformance.py) reads the same
- * files; a scenario this runner cannot run goes in `GAPS` with its reason
+ * files; a scenario this runner cannot run goes in `SKIPPED` with its reason
  * and in docs/sdk.md's Status table.
  */
 
@@ -20,8 +20,8 @@ import { hs256, Proxy, publish, startNode, startRedis, until, WS, type Node, typ
 // From build/test/integration/ (where the compiled runner lives) to clients/conformance/scenarios.
 const SCENARIOS = fileURLToPath(new URL("../../../../conformance/scenarios/", import.meta.url));
 
-/** Scenario name → why this SDK does not run it (none today). */
-const GAPS: Record<string, string> = {};
+/** Scenario name → why this SDK skips it: its known gaps (none today). */
+const SKIPPED: Record<string, string> = {};
 
 /** The counters of `counters_zero`, in this SDK's spelling. */
 const COUNTERS = { bad_messages: "badMessages", unexpected_publications: "unexpectedPublications" } as const;
@@ -342,6 +342,6 @@ assert.ok(files.length > 0, `no scenarios in ${SCENARIOS}`);
 for (const file of files) {
   const scenario = JSON.parse(readFileSync(SCENARIOS + file, "utf8")) as Scenario;
   assert.equal(`${scenario.name}.json`, file);
-  const gap = GAPS[scenario.name];
-  test(scenario.name, gap ? { skip: `known gap (docs/sdk.md, Status): ${gap}` } : {}, () => runScenario(scenario));
+  const why = SKIPPED[scenario.name];
+  test(scenario.name, why ? { skip: `known gap (docs/sdk.md, Status): ${why}` } : {}, () => runScenario(scenario));
 }
