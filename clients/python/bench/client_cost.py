@@ -123,17 +123,20 @@ async def sdk(url: str, subjects: int, clock: Clock) -> None:
 
 
 def run_client(kind: str, url: str, subjects: int, messages: int) -> None:
-    clock = Clock(messages)
-    main = (bare if kind == "ws" else sdk)(url, subjects, clock)
+    async def main() -> None:
+        # The clock made on the running loop: before 3.10 an asyncio.Event
+        # binds to the loop current when it is made.
+        await (bare if kind == "ws" else sdk)(url, subjects, Clock(messages))
+
     # CLIENT_COST_PROFILE=DIR: a cProfile of each client process, DIR/<kind>-<pid>.prof.
     profile_dir = os.environ.get("CLIENT_COST_PROFILE")
     if not profile_dir:
-        asyncio.run(main)
+        asyncio.run(main())
         return
     import cProfile
 
     profiler = cProfile.Profile()
-    profiler.runcall(asyncio.run, main)
+    profiler.runcall(asyncio.run, main())
     profiler.dump_stats(os.path.join(profile_dir, f"{kind}-{os.getpid()}.prof"))
 
 
