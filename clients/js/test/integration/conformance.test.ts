@@ -27,7 +27,21 @@ const SKIPPED: Record<string, string> = {};
 const COUNTERS = { bad_messages: "badMessages", unexpected_publications: "unexpectedPublications" } as const;
 
 type Bounds = { min?: number; max?: number };
-type Step = { do: string } & Record<string, any>;
+/** The steps of clients/conformance/README.md, as the JSON spells them. */
+type Step =
+  | { do: "connect" }
+  | { do: "subscribe"; subject: string }
+  | { do: "ready"; subject: string; timeout?: number }
+  | { do: "cut_every"; proxy: string; subject: string; publications: number; total: number }
+  | { do: "publish"; node: string; subject: string; count: number; batch?: number; ahead?: number; interval?: number }
+  | { do: "client_publish"; subject: string }
+  | { do: "await_delivered"; subject: string; count: number; timeout?: number }
+  | { do: "await_state"; state: string; timeout?: number }
+  | { do: "await_resubscribed"; subject: string; discontinuities: number; timeout?: number }
+  | { do: "kill"; node: string }
+  | { do: "start"; node: string }
+  | { do: "retarget"; proxy: string; node: string }
+  | { do: "sleep"; seconds: number };
 interface Scenario {
   name: string;
   redis?: boolean;
@@ -140,12 +154,10 @@ class Run {
     return c;
   }
 
-  async publish(step: Step): Promise<void> {
-    const subject: string = step.subject;
+  async publish(step: Extract<Step, { do: "publish" }>): Promise<void> {
+    const { subject, count, ahead, interval } = step;
     const node = this.nodes.get(step.node)!;
-    const count: number = step.count;
-    const batch: number = step.batch ?? 1;
-    const ahead: number | undefined = step.ahead;
+    const batch = step.batch ?? 1;
     for (let start = 0; start < count; start += batch) {
       if (ahead !== undefined) {
         await until(
@@ -154,7 +166,7 @@ class Run {
           30_000,
         );
       }
-      if (start > 0 && step.interval) await new Promise((r) => setTimeout(r, step.interval * 1000));
+      if (start > 0 && interval) await new Promise((r) => setTimeout(r, interval * 1000));
       const first = this.published.get(subject) ?? 0;
       const size = Math.min(batch, count - start);
       await publish(
@@ -165,9 +177,9 @@ class Run {
     }
   }
 
-  cutEvery(step: Step): void {
+  cutEvery(step: Extract<Step, { do: "cut_every" }>): void {
     const proxy = this.proxies.get(step.proxy)!;
-    const subject: string = step.subject;
+    const subject = step.subject;
     // Cut once per connection: what the client had read from a cut socket may still come in.
     let next = this.delivered(subject).length + step.publications;
     let connection = -1;
@@ -183,7 +195,7 @@ class Run {
   }
 
   async step(step: Step): Promise<void> {
-    const timeout = (step.timeout ?? 10) * 1000;
+    const timeout = ("timeout" in step ? (step.timeout ?? 10) : 10) * 1000;
     switch (step.do) {
       case "connect":
         return this.c.connect();
@@ -231,7 +243,7 @@ class Run {
         await new Promise((r) => setTimeout(r, step.seconds * 1000));
         return;
       default:
-        assert.fail(`unknown step ${step.do}`);
+        assert.fail(`unknown step ${(step as { do: string }).do}`);
     }
   }
 
