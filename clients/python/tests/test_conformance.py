@@ -99,7 +99,22 @@ def _make_client(run: Run) -> Client:
     c.on("state", run.states.append)
     c.on("error", run.errors.append)
     c.on("state", lambda s: run.opened.append(run.names[str(s.cause.url)]) if s.cause.type == "open" else None)
+    c.on("subscription", lambda sub: _record(run, sub))
     return c
+
+
+def _record(run: Run, sub: Subscription) -> None:
+    """Records the subject's publications and discontinuities, in the order they come."""
+    events = run.events.setdefault(sub.subject, [])
+    sub.on("publication", events.append)
+    sub.on("discontinuity", events.append)
+
+
+def _next_data(run: Run, subject: str) -> int:
+    """The data of the subject's next publication: 0, 1, 2, … in publishing order."""
+    data = run.published.get(subject, 0)
+    run.published[subject] = data + 1
+    return data
 
 
 async def _publish(run: Run, step: Dict[str, Any]) -> None:
@@ -155,11 +170,7 @@ async def _step(run: Run, step: Dict[str, Any]) -> None:
     if do == "connect":
         run.c.connect()
     elif do == "subscribe":
-        subject = step["subject"]
-        sub = run.c.subscribe(subject)
-        events = run.events.setdefault(subject, [])
-        sub.on("publication", events.append)
-        sub.on("discontinuity", events.append)
+        _record(run, run.c.subscribe(step["subject"]))
     elif do == "ready":
         await asyncio.wait_for(_subscription(run, step["subject"]).ready(), timeout)
     elif do == "cut_every":
@@ -168,10 +179,27 @@ async def _step(run: Run, step: Dict[str, Any]) -> None:
         await _publish(run, step)
     elif do == "client_publish":
         subject = step["subject"]
-        data = run.published.get(subject, 0)
-        run.published[subject] = data + 1
-        result = await run.c.publish(subject, data)
+        result = await run.c.publish(subject, _next_data(run, subject))
         assert result.reached is not None and result.reached >= 1, result
+    elif do == "client_send":
+        result = await run.c.send(_next_data(run, step["subject"]))
+        assert result.reached is not None and result.reached >= 1, result
+    elif do == "publish_as":
+        async with AsyncApiClient(run.nodes[step["node"]].api) as api:
+            outcome = await api.publish_as(step["user"], _next_data(run, step["subject"]))
+        assert outcome.reached >= 1, outcome
+    elif do == "follow":
+        async with AsyncApiClient(run.nodes[step["node"]].api) as api:
+            assert await api.follow([(a, b) for a, b in step["edges"]]) == len(step["edges"])
+    elif do == "history":
+        await _history(run, step)
+    elif do == "await_subscribed":
+        subject = step["subject"]
+        await until(
+            f"{subject} subscribed",
+            lambda: (held := run.c.get_subscription(subject)) is not None and held.state == "subscribed",
+            timeout,
+        )
     elif do == "await_delivered":
         subject, count = step["subject"], step["count"]
         await until(f"{count} publications of {subject}", lambda: len(run.delivered(subject)) >= count, timeout)
@@ -195,6 +223,17 @@ async def _step(run: Run, step: Dict[str, Any]) -> None:
         await asyncio.sleep(step["seconds"])
     else:
         raise AssertionError(f"unknown step {do!r}")
+
+
+async def _history(run: Run, step: Dict[str, Any]) -> None:
+    since = None
+    if "since_delivered" in step:
+        p = run.delivered(step["subject"])[step["since_delivered"] - 1]
+        since = Position(p.epoch, p.offset)
+    result = await run.c.history(step["subject"], limit=step.get("limit"), since=since)
+    assert [p.data for p in result.publications] == step["data"], result
+    if "recovered" in step:
+        assert result.recovered is step["recovered"], result
 
 
 def _within(what: str, value: int, bounds: Dict[str, int]) -> None:
@@ -253,6 +292,9 @@ def _check(run: Run) -> None:
         _within("get_token calls", run.get_token_calls, expect["get_token_calls"])
     for name, bounds in expect.get("proxy_accepted", {}).items():
         _within(f"connections through {name}", run.proxies[name].accepted, bounds)
+    for subject in expect.get("server_held", []):
+        held = run.c.get_subscription(subject)
+        assert held is not None and held.server, f"{subject} held as a feed the node made"
     if "opened" in expect:
         assert run.opened == expect["opened"]
     if "errors" in expect:

@@ -35,6 +35,11 @@ type Step =
   | { do: "cut_every"; proxy: string; subject: string; publications: number; total: number }
   | { do: "publish"; node: string; subject: string; count: number; batch?: number; ahead?: number; interval?: number }
   | { do: "client_publish"; subject: string }
+  | { do: "client_send"; subject: string }
+  | { do: "publish_as"; node: string; user: number; subject: string }
+  | { do: "follow"; node: string; edges: Array<[number, number]> }
+  | { do: "history"; subject: string; limit?: number; since_delivered?: number; data: unknown[]; recovered?: boolean }
+  | { do: "await_subscribed"; subject: string; timeout?: number }
   | { do: "await_delivered"; subject: string; count: number; timeout?: number }
   | { do: "await_state"; state: string; timeout?: number }
   | { do: "await_resubscribed"; subject: string; discontinuities: number; timeout?: number }
@@ -65,6 +70,7 @@ interface Scenario {
     get_token_calls?: Bounds;
     proxy_accepted?: Record<string, Bounds>;
     opened?: string[];
+    server_held?: string[];
     errors?: number;
     counters_zero?: Array<keyof typeof COUNTERS>;
   };
@@ -151,7 +157,46 @@ class Run {
       if (s.cause.type === "open") this.opened.push(this.names.get(s.cause.url) ?? s.cause.url);
     });
     c.on("error", (e) => this.errors.push(e));
+    c.on("subscription", (sub) => this.record(sub));
     return c;
+  }
+
+  /** Records the subject's publications and discontinuities, in the order they come. */
+  record(sub: Subscription): void {
+    const events = this.events.get(sub.subject) ?? [];
+    this.events.set(sub.subject, events);
+    sub.on("publication", (publication) => events.push({ publication }));
+    sub.on("discontinuity", (discontinuity) => events.push({ discontinuity }));
+  }
+
+  /** The data of the subject's next publication: 0, 1, 2, … in publishing order. */
+  nextData(subject: string): number {
+    const data = this.published.get(subject) ?? 0;
+    this.published.set(subject, data + 1);
+    return data;
+  }
+
+  /** POST `body` to the admin API of `node`; the answer's JSON, or an error naming the status. */
+  async admin(node: string, path: string, body: unknown): Promise<Record<string, unknown>> {
+    const response = await fetch(`http://${this.nodes.get(node)!.admin}${path}`, { method: "POST", body: JSON.stringify(body) });
+    const answer = (await response.json()) as Record<string, unknown>;
+    assert.equal(response.status, 200, `${path}: ${JSON.stringify(answer)}`);
+    return answer;
+  }
+
+  async history(step: Extract<Step, { do: "history" }>): Promise<void> {
+    const options: { limit?: number; since?: Position } = {};
+    if (step.limit !== undefined) options.limit = step.limit;
+    if (step.since_delivered !== undefined) {
+      const p = this.delivered(step.subject)[step.since_delivered - 1]!;
+      options.since = { epoch: p.epoch, offset: p.offset };
+    }
+    const result = await this.c.history(step.subject, options);
+    assert.deepEqual(
+      result.publications.map((p) => p.data),
+      step.data,
+    );
+    if (step.recovered !== undefined) assert.equal(result.recovered, step.recovered);
   }
 
   async publish(step: Extract<Step, { do: "publish" }>): Promise<void> {
@@ -199,14 +244,8 @@ class Run {
     switch (step.do) {
       case "connect":
         return this.c.connect();
-      case "subscribe": {
-        const sub = this.c.subscribe(step.subject);
-        const events: Event[] = [];
-        this.events.set(step.subject, events);
-        sub.on("publication", (publication) => events.push({ publication }));
-        sub.on("discontinuity", (discontinuity) => events.push({ discontinuity }));
-        return;
-      }
+      case "subscribe":
+        return this.record(this.c.subscribe(step.subject));
       case "ready":
         return this.subscription(step.subject).ready(timeout);
       case "cut_every":
@@ -214,12 +253,29 @@ class Run {
       case "publish":
         return this.publish(step);
       case "client_publish": {
-        const data = this.published.get(step.subject) ?? 0;
-        this.published.set(step.subject, data + 1);
-        const result = await this.c.publish(step.subject, data);
+        const result = await this.c.publish(step.subject, this.nextData(step.subject));
         assert.ok((result.reached ?? 0) >= 1, JSON.stringify(result));
         return;
       }
+      case "client_send": {
+        const result = await this.c.send(this.nextData(step.subject));
+        assert.ok((result.reached ?? 0) >= 1, JSON.stringify(result));
+        return;
+      }
+      case "publish_as": {
+        const answer = await this.admin(step.node, "/api/publish_as", { user: step.user, data: this.nextData(step.subject) });
+        assert.ok(Number(answer.reached) >= 1, JSON.stringify(answer));
+        return;
+      }
+      case "follow": {
+        const answer = await this.admin(step.node, "/api/follow", { edges: step.edges });
+        assert.equal(answer.added, step.edges.length);
+        return;
+      }
+      case "history":
+        return this.history(step);
+      case "await_subscribed":
+        return until(`${step.subject} subscribed`, () => this.c.getSubscription(step.subject)?.state === "subscribed", timeout);
       case "await_delivered":
         return until(`${step.count} publications of ${step.subject}`, () => this.delivered(step.subject).length >= step.count, timeout);
       case "await_state":
@@ -294,6 +350,9 @@ class Run {
     if (expect.get_token_calls) within("getToken calls", this.getTokenCalls, expect.get_token_calls);
     for (const [name, bounds] of Object.entries(expect.proxy_accepted ?? {})) {
       within(`connections through ${name}`, this.proxies.get(name)!.accepted, bounds);
+    }
+    for (const subject of expect.server_held ?? []) {
+      assert.equal(this.c.getSubscription(subject)?.server, true, `${subject} held as a feed the node made`);
     }
     if (expect.opened) assert.deepEqual(this.opened, expect.opened);
     if (expect.errors !== undefined) assert.equal(this.errors.length, expect.errors, this.errors.map((e) => e.code).join(", "));
