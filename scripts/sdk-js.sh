@@ -7,7 +7,9 @@
 # in two pages of examples/chat exchanging messages, and recovering from
 # cut connections over WebSocket, HTTP streaming and SSE)
 # (skipped, and said so, when there is no Chromium: CHROMIUM, default
-# `chromium` on PATH). Needs only Node 20+ and npm.
+# `chromium` on PATH). The integration tests include the shared scenarios
+# of clients/conformance, which start redis-server from PATH (as
+# scripts/install-test-deps.sh installs it). Needs only Node 20+ and npm.
 #
 #   bash scripts/sdk-js.sh [MYRIAD_BIN]
 #

@@ -3,7 +3,8 @@
  * (default the repository's release build, target/release/myriad, from
  * clients/js where the tests run) on ephemeral loopback ports, learnt from its
  * first stdout line (`{"event":"listening","ws":…,"admin":…}`), as
- * crates/myriad/tests/common/mod.rs does; the HTTP publish API; a TCP
+ * crates/myriad/tests/common/mod.rs does; a `redis-server` on a free
+ * loopback port (clients/conformance's harness contract); the HTTP publish API; a TCP
  * proxy on loopback that can cut every connection through it or point at
  * another node; an HTTP proxy that refuses WebSocket upgrades and cuts
  * streams; and HS256 tokens.
@@ -60,6 +61,67 @@ export async function startNode(extra: string[] = []): Promise<Node> {
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+export interface Redis {
+  url: string;
+  kill(): Promise<void>;
+}
+
+/** Whether a Redis on `port` answers PING within `ms`. */
+async function redisAnswers(port: number, ms: number): Promise<boolean> {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    const answer = await new Promise<string>((resolve) => {
+      const socket = net.connect(port, "127.0.0.1", () => socket.write("PING\r\n"));
+      socket.setTimeout(1000, () => socket.destroy());
+      socket.once("data", (d) => {
+        resolve(d.toString());
+        socket.destroy();
+      });
+      socket.once("error", () => resolve(""));
+      socket.once("close", () => resolve(""));
+    });
+    if (answer === "+PONG\r\n") return true;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return false;
+}
+
+/** A port free now: bound on 0, read, closed (Redis cannot listen on port 0). */
+async function freePort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+/** A `redis-server` on 127.0.0.1 with no persistence, on a free port (up to 5 tried). */
+export async function startRedis(): Promise<Redis> {
+  for (let attempt = 0; attempt < 5; attempt++) {
+    const port = await freePort();
+    const dir = mkdtempSync(join(tmpdir(), "myriad-sdk-redis-"));
+    const child = spawn(
+      "redis-server",
+      ["--bind", "127.0.0.1", "--port", String(port), "--save", "", "--appendonly", "no", "--dir", dir],
+      { stdio: "ignore" },
+    );
+    const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+    const redis: Redis = {
+      url: `redis://127.0.0.1:${port}`,
+      async kill() {
+        if (child.exitCode === null && child.signalCode === null) {
+          child.kill("SIGKILL");
+          await exited;
+        }
+        rmSync(dir, { recursive: true, force: true });
+      },
+    };
+    if (await redisAnswers(port, 5000)) return redis;
+    await redis.kill();
+  }
+  throw new Error("redis-server did not start on any of 5 ports");
 }
 
 /** POST /api/publish with `messages` in one batch; returns the results. */
