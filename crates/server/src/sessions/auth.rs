@@ -39,13 +39,7 @@ impl Sessions {
         match self.shared.auth.check(action, subject, access) {
             Ok(()) => true,
             Err(forbidden) => {
-                self.refuse(
-                    id,
-                    request,
-                    ErrorCode::Forbidden,
-                    &forbidden.to_string(),
-                    out,
-                );
+                self.forbid(id, request, &forbidden, out);
                 false
             }
         }

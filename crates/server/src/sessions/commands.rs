@@ -53,13 +53,7 @@ impl Sessions {
                         .err()
                 });
                 if let Some(forbidden) = refused {
-                    self.refuse(
-                        id,
-                        request,
-                        ErrorCode::Forbidden,
-                        &forbidden.to_string(),
-                        out,
-                    );
+                    self.forbid(id, request, &forbidden, out);
                     return Flow::Continue;
                 }
                 if held + new.len() > limit {
@@ -190,6 +184,18 @@ impl Sessions {
     ) {
         self.shared.metrics.error(ErrorKind::Command(code));
         self.reply_error(id, request, code, detail, out);
+    }
+
+    /// Refuses a command the connection's grants do not allow.
+    pub(super) fn forbid(
+        &mut self,
+        id: ConnId,
+        request: Option<u64>,
+        forbidden: &dyn std::fmt::Display,
+        out: &mut impl Wire,
+    ) {
+        let detail = forbidden.to_string();
+        self.refuse(id, request, ErrorCode::Forbidden, &detail, out);
     }
 
     /// Sends an error reply, leaving the counting to the caller.
