@@ -12,7 +12,8 @@
 //!    the settings);
 //! 7. `metrics`, `conn`;
 //! 8. `shared` (the node's state every thread holds);
-//! 9. `status`;
+//! 9. `status`, `sessions` (a worker's subscription core, apart from its
+//!    sockets);
 //! 10. `worker`, `admin`;
 //! 11. `lib.rs`, which wires them together.
 //!
@@ -39,7 +40,7 @@ fn layer(module: &str) -> Option<u8> {
         "auth" | "session" | "transport" | "doctor" => 6,
         "metrics" | "conn" => 7,
         "shared" => 8,
-        "status" => 9,
+        "status" | "sessions" => 9,
         "worker" | "admin" => 10,
         "lib" => 11,
         _ => return None,
