@@ -21,7 +21,8 @@
 //!   right behind it.
 //!
 //! This is contract clause 3, and the conformance suite's switch test
-//! runs it against a real Redis.
+//! runs it against a real Redis; `router/tests.rs` runs it without one, in
+//! every order of channel messages and answers one connection can give.
 //!
 //! Publications older than `routed` (a duplicate, or one published before
 //! the subscriber's position) are dropped, so each connection sees each
@@ -541,3 +542,6 @@ fn attached(attach: Attach, outcome: Result<Attachment, EngineError>) -> Event {
         outcome,
     }))
 }
+
+#[cfg(test)]
+mod tests;
