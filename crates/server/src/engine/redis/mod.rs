@@ -53,11 +53,9 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-use self::context::{Context, Failures, TotalsCell};
+use self::context::{Context, TotalsCell};
 use self::instance::{Instance, InstanceQueue};
 use self::ops::{Op, PublishOp, ReadOp};
-use self::router::Router;
-use self::scripts::Scripts;
 pub use self::scripts::{publish_call, PUBLISH_SCRIPT};
 pub use self::settings::RedisSettings;
 use super::{
@@ -115,20 +113,9 @@ impl RedisEngine {
             .map(|url| client(url, settings.tls.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
         let instances = clients.len();
-        let ctx = Arc::new(Context {
-            router: Router::new(hub),
-            namespaces,
-            channel_prefix: format!("{}:c:", settings.prefix),
-            settings,
-            max_bytes,
-            scripts: Scripts::new(),
-            instances,
-            totals: (0..instances).map(|_| TotalsCell::default()).collect(),
-            failures: Failures::default(),
-            publishes: AtomicU64::new(0),
-            publishes_unrouted: AtomicU64::new(0),
-            round_trips: AtomicU64::new(0),
-        });
+        let ctx = Arc::new(Context::new(
+            hub, namespaces, max_bytes, settings, instances,
+        ));
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
