@@ -8,7 +8,8 @@
 //! 3. `hub`, `namespace`, `redis_tls`, `link`;
 //! 4. `engine`, `feeds` (both send into the hub);
 //! 5. `config` (every setting, built from the engine's and TLS's own);
-//! 6. `auth`, `session`, `transport`;
+//! 6. `auth`, `session`, `transport`, `doctor` (the host's limits against
+//!    the settings);
 //! 7. `metrics`, `conn`;
 //! 8. `shared` (the node's state every thread holds);
 //! 9. `status`;
@@ -35,7 +36,7 @@ fn layer(module: &str) -> Option<u8> {
         "hub" | "namespace" | "redis_tls" | "link" => 3,
         "engine" | "feeds" => 4,
         "config" => 5,
-        "auth" | "session" | "transport" => 6,
+        "auth" | "session" | "transport" | "doctor" => 6,
         "metrics" | "conn" => 7,
         "shared" => 8,
         "status" => 9,
