@@ -1,7 +1,10 @@
 //! The engine conformance suite: the module contract of `engine`, as tests.
 //!
-//! Every engine runs [`run`] unchanged, with a constructor that builds it
-//! over a hub with the given workers, namespaces and history budget. The
+//! Every engine runs the suite unchanged: its test module calls
+//! [`conformance_suite!`] with a [`Make`] that builds it over a hub with
+//! the given workers, namespaces and history budget, and the macro expands
+//! to one `#[test]` per clause. What an engine needs (a Redis server, a
+//! prefix per engine) lives in that maker, not in global state. The
 //! suite plays the workers' part with [`Sim`], which applies mailbox events
 //! exactly as a worker does: a connection receives a subject's publications
 //! only between its attach answer and its detach.
@@ -38,8 +41,61 @@ const CONGESTED_PAST: usize = 64;
 /// beyond any round trip, so that only a lost answer fails it.
 const SETTLE_WITHIN: Duration = Duration::from_secs(30);
 
-/// Builds the engine under test for a harness of `workers` workers.
-pub type Make = fn(usize, Namespaces, usize) -> Harness;
+/// Builds the engine under test for a harness of `workers` workers, with
+/// `namespaces` and a history budget of the last argument's bytes. A
+/// clause may build more than one (a "restarted" node, a probe).
+pub type Make<'a> = &'a dyn Fn(usize, Namespaces, usize) -> Harness;
+
+/// Expands to the whole suite, one `#[test]` per clause, in a module
+/// `$name`, for the engines `$make` builds (an expression giving a
+/// `Fn(usize, Namespaces, usize) -> Harness`, evaluated once per test).
+macro_rules! conformance_suite {
+    ($name:ident, $make:expr) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            use $crate::engine::conformance as c;
+
+            #[test]
+            fn positions_and_order() {
+                c::positions_and_order(&$make);
+            }
+            #[test]
+            fn attach_is_an_exact_switch_under_concurrent_publishing() {
+                c::attach_is_an_exact_switch_under_concurrent_publishing(&$make);
+            }
+            #[test]
+            fn recovery_reports_what_it_could_not_do() {
+                c::recovery_reports_what_it_could_not_do(&$make);
+            }
+            #[test]
+            fn interest_and_forgetting() {
+                c::interest_and_forgetting(&$make);
+            }
+            #[test]
+            fn history_limits() {
+                c::history_limits(&$make);
+            }
+            #[test]
+            fn the_memory_budget_evicts_the_oldest_first() {
+                c::the_memory_budget_evicts_the_oldest_first(&$make);
+            }
+            #[test]
+            fn full_histories_still_evict_the_oldest_first() {
+                c::full_histories_still_evict_the_oldest_first(&$make);
+            }
+            #[test]
+            fn the_sweep_expires_what_nobody_reads() {
+                c::the_sweep_expires_what_nobody_reads(&$make);
+            }
+            #[test]
+            fn shutdown_refuses_everything() {
+                c::shutdown_refuses_everything(&$make);
+            }
+        }
+    };
+}
+pub(crate) use conformance_suite;
 
 /// One engine under test, its hub and the worker mailboxes behind it.
 pub struct Harness {
@@ -358,20 +414,7 @@ fn namespaces() -> Namespaces {
     )
 }
 
-/// Runs every clause against the engine `make` builds.
-pub fn run(make: Make) {
-    positions_and_order(make);
-    attach_is_an_exact_switch_under_concurrent_publishing(make);
-    recovery_reports_what_it_could_not_do(make);
-    interest_and_forgetting(make);
-    history_limits(make);
-    the_memory_budget_evicts_the_oldest_first(make);
-    full_histories_still_evict_the_oldest_first(make);
-    the_sweep_expires_what_nobody_reads(make);
-    shutdown_refuses_everything(make);
-}
-
-fn positions_and_order(make: Make) {
+pub fn positions_and_order(make: Make<'_>) {
     let h = make(2, namespaces(), usize::MAX);
     let mut sim = Sim::new();
     sim.attach(&h, 0, 1, "a", None);
@@ -400,7 +443,7 @@ fn positions_and_order(make: Make) {
     assert!(!h.engine.congested(), "nothing waits once drained");
 }
 
-fn attach_is_an_exact_switch_under_concurrent_publishing(make: Make) {
+pub fn attach_is_an_exact_switch_under_concurrent_publishing(make: Make<'_>) {
     let h = make(2, namespaces(), usize::MAX);
     // The publisher starts with the first attach and runs until the
     // attaching stops (or 50,000 publishes, within history), so the two
@@ -494,7 +537,7 @@ fn attach_is_an_exact_switch_under_concurrent_publishing(make: Make) {
     );
 }
 
-fn recovery_reports_what_it_could_not_do(make: Make) {
+pub fn recovery_reports_what_it_could_not_do(make: Make<'_>) {
     let h = make(1, namespaces(), usize::MAX);
     let mut sim = Sim::new();
     for _ in 0..10 {
@@ -571,7 +614,7 @@ fn recovery_reports_what_it_could_not_do(make: Make) {
     );
 }
 
-fn interest_and_forgetting(make: Make) {
+pub fn interest_and_forgetting(make: Make<'_>) {
     let h = make(2, namespaces(), usize::MAX);
     let mut sim = Sim::new();
     // No history, nobody listening: dropped, no position.
@@ -633,7 +676,7 @@ fn interest_and_forgetting(make: Make) {
     assert_eq!(h.publish("kept", "4").subscribers, 1, "only connection 3");
 }
 
-fn history_limits(make: Make) {
+pub fn history_limits(make: Make<'_>) {
     let h = make(1, namespaces(), usize::MAX);
     for _ in 0..10 {
         h.publish("short.a", "1");
@@ -673,7 +716,7 @@ struct Costs {
     each: usize,
 }
 
-fn costs(make: Make, subject: &str, data: &str) -> Costs {
+fn costs(make: Make<'_>, subject: &str, data: &str) -> Costs {
     let probe = make(1, namespaces(), usize::MAX);
     probe.publish(subject, data);
     let one = probe.engine.stats().history.bytes as usize;
@@ -694,7 +737,7 @@ fn kept_offsets(h: &Harness, subject: &str) -> Vec<u64> {
         .collect()
 }
 
-fn the_memory_budget_evicts_the_oldest_first(make: Make) {
+pub fn the_memory_budget_evicts_the_oldest_first(make: Make<'_>) {
     // Room for four subjects and about ten of these publications.
     let data = format!("\"{}\"", "x".repeat(500));
     let cost = costs(make, "b0", &data);
@@ -721,7 +764,7 @@ fn the_memory_budget_evicts_the_oldest_first(make: Make) {
 /// Full histories drop their own oldest entries as they go: the budget must
 /// still find the oldest entry across subjects, not the oldest a subject
 /// ever held.
-fn full_histories_still_evict_the_oldest_first(make: Make) {
+pub fn full_histories_still_evict_the_oldest_first(make: Make<'_>) {
     let data = format!("\"{}\"", "x".repeat(500));
     let cost = costs(make, "short.z", &data);
     // Room for three subjects and six publications and a half: an engine
@@ -756,7 +799,7 @@ fn full_histories_still_evict_the_oldest_first(make: Make) {
 
 /// Publications past their age limit go without anyone reading their
 /// subject, also those of a full history that has dropped its own oldest.
-fn the_sweep_expires_what_nobody_reads(make: Make) {
+pub fn the_sweep_expires_what_nobody_reads(make: Make<'_>) {
     let h = make(1, namespaces(), usize::MAX);
     for _ in 0..5 {
         h.publish("fleeting.a", "1");
@@ -781,7 +824,7 @@ fn the_sweep_expires_what_nobody_reads(make: Make) {
     assert_eq!(h.history("kept", None, 10).publications.len(), 1);
 }
 
-fn shutdown_refuses_everything(make: Make) {
+pub fn shutdown_refuses_everything(make: Make<'_>) {
     let h = make(1, namespaces(), usize::MAX);
     h.publish("before", "1");
     h.engine.shut_down();

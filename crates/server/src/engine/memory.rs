@@ -996,8 +996,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn memory_engine_keeps_the_contract() {
-        conformance::run(memory);
-    }
+    // The engine contract, clause by clause.
+    conformance::conformance_suite!(keeps_the_contract, memory);
 }
