@@ -423,9 +423,19 @@ mod tests {
         let subject = Arc::new(std::sync::Mutex::new((Route::default(), 0u64)));
         join(&hub, &mut subject.lock().unwrap().0, 0);
         drain(&rx);
+        // The publisher starts with the first join and, halfway, waits for
+        // an answer joined after its first publication, so the two overlap
+        // whatever the scheduler does. Joins go on as fast as the lock
+        // allows (up to a bound once that overlap is made): an answer out
+        // of line shows between the joiner's unlock and its wake-up.
+        const JOINS: u32 = 50_000;
+        let joined_while_publishing = Arc::new(AtomicBool::new(false));
+        let (start, started) = std::sync::mpsc::channel::<()>();
         let publisher = {
             let (hub, subject) = (Arc::clone(&hub), Arc::clone(&subject));
+            let joined = Arc::clone(&joined_while_publishing);
             std::thread::spawn(move || {
+                started.recv().unwrap();
                 for offset in 1..=PUBLISHES {
                     let mut wakeups = Wakeups::default();
                     let mut guard = subject.lock().unwrap();
@@ -433,11 +443,18 @@ mod tests {
                     guard.1 = offset;
                     drop(guard);
                     hub.wake(wakeups);
+                    while offset == PUBLISHES / 2 && !joined.load(Ordering::Acquire) {
+                        std::thread::yield_now();
+                    }
                 }
             })
         };
         let mut joins = 0;
-        while !publisher.is_finished() && joins < 10_000 {
+        while !publisher.is_finished() {
+            if joins >= JOINS && joined_while_publishing.load(Ordering::Acquire) {
+                std::thread::yield_now();
+                continue;
+            }
             let mut wakeups = Wakeups::default();
             let mut guard = subject.lock().unwrap();
             let at = guard.1;
@@ -445,6 +462,12 @@ mod tests {
             drop(guard);
             hub.wake(wakeups);
             joins += 1;
+            if joins == 1 {
+                start.send(()).unwrap();
+            }
+            if at > 0 {
+                joined_while_publishing.store(true, Ordering::Release);
+            }
         }
         publisher.join().unwrap();
         let mut last = 0;
