@@ -27,6 +27,14 @@
 //! Publications older than `routed` (a duplicate, or one published before
 //! the subscriber's position) are dropped, so each connection sees each
 //! offset once and in order (clause 2).
+//!
+//! The switch relies on a subject's answers coming in the order their
+//! scripts ran, so that their positions never go back: one instance task
+//! sends them all down one connection (instance.rs). An answer behind one
+//! already placed would find `recent` without the publications that the
+//! earlier answer skipped, and its replay would have a gap at its end
+//! (the property test in `router/tests.rs` fails that way when it lets
+//! answers come in any order).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
