@@ -4,6 +4,9 @@
 //! worker's start). Timestamps that travel inside messages use the wall
 //! clock (CLOCK_REALTIME nanoseconds): it is the one clock every process,
 //! and any other client tool, reads the same on one host.
+//!
+//! A worker's zero is its [`Origin`]; "epoch" stays the protocol crate's
+//! word for a subject's stream generation.
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -18,21 +21,21 @@ pub fn realtime_ns() -> u64 {
 
 /// A worker's time origin: monotonic offsets, and their wall-clock values.
 #[derive(Debug, Clone, Copy)]
-pub struct Epoch {
+pub struct Origin {
     start: Instant,
     start_real_ns: u64,
 }
 
-impl Epoch {
+impl Origin {
     /// Now is zero.
-    pub fn now() -> Epoch {
-        Epoch {
+    pub fn now() -> Origin {
+        Origin {
             start: Instant::now(),
             start_real_ns: realtime_ns(),
         }
     }
 
-    /// Monotonic nanoseconds since the epoch.
+    /// Monotonic nanoseconds since the origin.
     pub fn elapsed_ns(&self) -> u64 {
         self.start.elapsed().as_nanos() as u64
     }

@@ -2,7 +2,7 @@
 //!
 //! One flat struct for every workload: a field a workload never touches
 //! stays zero, which is cheaper to ship and simpler to sum than one struct
-//! per role. Counters are cumulative; rates come from differences.
+//! per group. Counters are cumulative; rates come from differences.
 
 use serde::{Deserialize, Serialize};
 

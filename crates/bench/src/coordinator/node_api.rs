@@ -8,6 +8,9 @@
 //! under test. The report reads the first and latest answers and the
 //! timeline reads each one; what they say is read by
 //! [`ServerFigures`](crate::util::stats::ServerFigures).
+//!
+//! Named for what it talks to, the node's HTTP API on its admin listener
+//! (`--admin-url`); "admin" alone is the privilege the admin key grants.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
