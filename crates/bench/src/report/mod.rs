@@ -22,7 +22,7 @@ use crate::measurements::{
     ChurnReport, Deliveries, Group, Measurements, PhaseReport, Sample, SocialReport,
 };
 use crate::schema::merge_histograms;
-use crate::util::clock::Span;
+use crate::util::clock::Extent;
 use crate::util::counters::Counters;
 use crate::util::error::BenchError;
 use crate::util::histogram::{self, Summary};
@@ -169,8 +169,8 @@ impl Report {
         let (mut received, mut sent) = (None, None);
         for (group, d) in &o.finished {
             totals.add(&d.counters);
-            received = Span::union(received, d.received);
-            sent = Span::union(sent, d.sent);
+            received = Extent::union(received, d.received);
+            sent = Extent::union(sent, d.sent);
             rss_peak += d.rss_peak;
             cpu += d.cpu_end;
             cpu_user += d.cpu_user_end;

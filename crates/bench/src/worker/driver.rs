@@ -6,7 +6,7 @@
 //! driver one file in `workloads/`.
 
 use crate::schema::{BroadcastTally, Published, SocialDone};
-use crate::util::clock::Span;
+use crate::util::clock::Extent;
 use crate::util::continuity::Reached;
 use crate::util::histogram::Micros;
 use crate::worker::client_conn::Handler;
@@ -33,9 +33,9 @@ pub struct DriverResult {
     /// Publishers: which events they published.
     pub published: Option<Published>,
     /// Subscribers: when the first and last delivery arrived.
-    pub received: Option<Span>,
+    pub received: Option<Extent>,
     /// Publishers: when the first and last publish left.
-    pub sent: Option<Span>,
+    pub sent: Option<Extent>,
     /// Churn: publications replayed per recovered resubscribe.
     pub replay: Option<Micros>,
     /// Churn: from a reconnect's connect() to its subject's `subscribed`

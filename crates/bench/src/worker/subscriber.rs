@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 
 use crate::schema::{BroadcastTally, Spec, SubscribeTask, SubscribeTransport, SETUP_ATTEMPTS};
-use crate::util::clock::Span;
+use crate::util::clock::Extent;
 use crate::util::counters::{Counters, Failure};
 use crate::util::error::BenchError;
 use crate::util::histogram::{self, Micros};
@@ -50,7 +50,7 @@ pub struct SubscribeDriver {
     interval: Micros,
     tally: Option<BroadcastTally>,
     /// When the first and last delivery arrived.
-    received: Option<Span>,
+    received: Option<Extent>,
     /// Monotonic ns of the start signal.
     started_ns: Option<u64>,
     stopped: bool,
@@ -206,7 +206,7 @@ impl Handler for SubscribeDriver {
         };
         // A stamp from the future (clock adjusted mid-run) counts as 0.
         let us = now_real.saturating_sub(stamp.ts_ns) / 1000;
-        Span::extend(&mut self.received, now_real);
+        Extent::extend(&mut self.received, now_real);
         histogram::record(&mut self.latency, us);
         histogram::record(&mut self.interval, us);
         if let (Some(t), Some(n)) = (&mut self.tally, stamp.n) {

@@ -17,7 +17,7 @@
 use std::collections::VecDeque;
 
 use crate::schema::{PublishTask, PublishTransport, Published, Spec};
-use crate::util::clock::Span;
+use crate::util::clock::Extent;
 use crate::util::counters::Counters;
 use crate::util::error::BenchError;
 use crate::util::histogram::{self, Micros};
@@ -70,7 +70,7 @@ pub struct PublishDriver {
     dropped: Vec<u64>,
     conns_lost: u64,
     /// When the first and last publish was written.
-    sent: Option<Span>,
+    sent: Option<Extent>,
     stopped: bool,
     // Reused buffers.
     subject: String,
@@ -187,7 +187,7 @@ impl PublishDriver {
             while c.unsent.front().is_some_and(|&(end, _)| end <= written) {
                 c.unsent.pop_front();
                 reactor.cx.counters.published += 1;
-                Span::extend(&mut self.sent, now_real);
+                Extent::extend(&mut self.sent, now_real);
             }
         }
     }

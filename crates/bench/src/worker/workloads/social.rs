@@ -29,7 +29,7 @@ use myriad_protocol::subject::FEED_PREFIX;
 use crate::schema::{
     ConnReceipts, SocialDone, SocialTask, SocialUser, Spec, SubscribeTask, SubscribeTransport,
 };
-use crate::util::clock::{realtime_ns, Span};
+use crate::util::clock::{realtime_ns, Extent};
 use crate::util::counters::Counters;
 use crate::util::error::BenchError;
 use crate::util::graph::Senders;
@@ -136,7 +136,7 @@ pub struct SocialDriver {
     /// Sends answered with a position.
     answered: Vec<SendRecord>,
     /// When the first and last send was fired.
-    sent: Option<Span>,
+    sent: Option<Extent>,
     /// Connections written to this tick, flushed once at its end.
     touched: Vec<usize>,
     /// Reused buffer for a send's data.
@@ -353,7 +353,7 @@ impl SocialDriver {
             sent_ns,
             answered: false,
         });
-        Span::extend(&mut self.sent, sent_ns);
+        Extent::extend(&mut self.sent, sent_ns);
         reactor.cx.counters.published += 1;
         self.touched.push(key);
         true
