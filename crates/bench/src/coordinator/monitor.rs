@@ -112,20 +112,20 @@ impl Monitor {
         Ok(id)
     }
 
-    /// Ids of the workers with `group`.
+    /// Ids of the workers in `group`.
     pub fn ids(&self, group: Group) -> Vec<usize> {
         (0..self.workers.len())
             .filter(|&i| self.workers[i].group == group)
             .collect()
     }
 
-    /// Sends `c` to every worker with `group`.
+    /// Sends `c` to every worker in `group`.
     pub fn send(&mut self, group: Group, c: Control) {
         let ids = self.ids(group);
         self.fleet.send(&ids, c);
     }
 
-    /// Whether every worker with `group` said ready.
+    /// Whether every worker in `group` said ready.
     pub fn all_ready(&self, group: Group) -> bool {
         self.workers
             .iter()
@@ -133,7 +133,7 @@ impl Monitor {
             .all(|w| w.ready || w.done.is_some())
     }
 
-    /// Whether every worker with `group` sent its final report.
+    /// Whether every worker in `group` sent its final report.
     pub fn all_done(&self, group: Group) -> bool {
         self.workers
             .iter()

@@ -1,6 +1,7 @@
-//! One client connection's state machine, [`ClientConn`]: TCP connect → request (a
-//! WebSocket upgrade, or the `GET` of a receive-only HTTP transport) →
-//! (subscribe) → open → close, driven by readiness events from the reactor.
+//! One client connection's state machine, [`ClientConn`]: TCP connect →
+//! request (a WebSocket upgrade, or the `GET` of a receive-only HTTP
+//! transport) → (subscribe) → open → close, driven by readiness events from
+//! the reactor.
 //!
 //! One machine for every [`Wire`]: what differs is how the bytes read are
 //! cut into messages, by the protocol crate's [`MessageReader`] for

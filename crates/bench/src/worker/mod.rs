@@ -1,8 +1,8 @@
 //! Layer 3, the worker process (`bench __worker`): its main loop
 //! ([`process`]), one mio event loop per worker ([`reactor`]) with its
 //! connections in a slab, each a compact state machine over the shared
-//! protocol crate ([`client_conn`]), and what a workload does on the worker side
-//! ([`driver`]): the subscribing connections most workloads hold
+//! protocol crate ([`client_conn`]), and what a workload does on the worker
+//! side ([`driver`]): the subscribing connections most workloads hold
 //! ([`subscriber`]) and one file per workload's own driver
 //! ([`workloads`]); [`tls`] for `wss://` targets.
 //!
