@@ -560,6 +560,12 @@ impl OnSubscribers for ChurnDriver {
 
 #[cfg(test)]
 mod tests {
+    use myriad_protocol::message::{
+        encode_error, encode_ok, encode_poll_end, encode_pong, encode_subscribed,
+        write_publication, ErrorCode,
+    };
+    use myriad_protocol::position::Epoch;
+
     use super::*;
     use crate::schema::{SubscribeTask, Task};
     use crate::util::counters::Failure;
@@ -664,17 +670,24 @@ mod tests {
             .collect()
     }
 
+    /// The epoch of every subject here, as the node spells it (checked in
+    /// `the_tests_speak_the_protocol_crates_encoding`).
     const EPOCH: &str = "00000000000000ab";
 
+    /// Offset `offset` of a subject in [`EPOCH`].
+    fn at(offset: u64) -> Position {
+        Position::new(Epoch(0xab), offset)
+    }
+
+    // What the node sends is written by the protocol crate's encoders, as
+    // the node writes it, so a change of the protocol fails these tests.
+
     fn poll_end(cursor: &str) -> String {
-        format!(r#"{{"op":"poll","since":"{cursor}"}}"#)
+        String::from_utf8(encode_poll_end(cursor.as_bytes())).unwrap()
     }
 
     fn subscribed(subject: &str, offset: u64, recovered: Option<bool>) -> String {
-        let recovered = recovered.map_or(String::new(), |r| format!(",\"recovered\":{r}"));
-        format!(
-            r#"{{"op":"subscribed","id":1,"subject":"{subject}","epoch":"{EPOCH}","offset":{offset}{recovered}}}"#
-        )
+        encode_subscribed(Some(1), subject, at(offset), recovered)
     }
 
     /// The resubscribe of `subject` from `offset` a subscriber sends.
@@ -685,9 +698,15 @@ mod tests {
     }
 
     fn msg(subject: &str, offset: u64) -> String {
-        format!(
-            r#"{{"op":"msg","subject":"{subject}","epoch":"{EPOCH}","offset":{offset},"data":{{"ts":1000,"n":{offset},"pad":"x"}}}}"#
-        )
+        let data = format!(r#"{{"ts":1000,"n":{offset},"pad":"x"}}"#);
+        let mut out = Vec::new();
+        write_publication(&mut out, subject, at(offset), &data);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn the_tests_speak_the_protocol_crates_encoding() {
+        assert_eq!(Epoch(0xab).to_string(), EPOCH);
     }
 
     #[test]
@@ -818,9 +837,9 @@ mod tests {
         assert_eq!(c.reconnected, 0, "not a timed reconnect");
         let unasked = subscribed("/p/s2", 1, None);
         for other in [
-            r#"{"op":"ok","id":1}"#,
-            r#"{"op":"pong","id":2}"#,
-            r#"{"op":"error","id":1,"code":"invalid_position","message":"x"}"#,
+            encode_ok(1).as_str(),
+            encode_pong(Some(2)).as_str(),
+            encode_error(Some(1), ErrorCode::InvalidPosition, "x").as_str(),
             "not json",
             unasked.as_str(),
         ] {

@@ -469,10 +469,21 @@ impl OnSubscribers for SocialDriver {
 
 #[cfg(test)]
 mod tests {
+    use myriad_protocol::message::{
+        encode_error, encode_published, encode_subscribed, write_publication, ErrorCode,
+    };
+    use myriad_protocol::position::Epoch;
+
     use super::*;
     use crate::schema::Task;
 
-    const EPOCH: &str = "00000000000000ab";
+    // What the node sends is written by the protocol crate's encoders, as
+    // the node writes it, so a change of the protocol fails these tests.
+
+    /// Offset `offset` of a feed; every feed here is in epoch 0xab.
+    fn at(offset: u64) -> Position {
+        Position::new(Epoch(0xab), offset)
+    }
 
     /// A worker of users 7 (follows 3 and 9) and 9 (follows nobody), slots
     /// 2 and 3 of the run, two connections each: global connections 4–7.
@@ -501,13 +512,14 @@ mod tests {
     }
 
     fn subscribed(feed: u64, offset: u64) -> String {
-        format!(r#"{{"op":"subscribed","subject":"@{feed}","epoch":"{EPOCH}","offset":{offset}}}"#)
+        encode_subscribed(None, &format!("@{feed}"), at(offset), None)
     }
 
     fn msg(feed: u64, offset: u64) -> String {
-        format!(
-            r#"{{"op":"msg","subject":"@{feed}","epoch":"{EPOCH}","offset":{offset},"data":{{"ts":1000,"n":1,"pad":"x"}}}}"#
-        )
+        let mut out = Vec::new();
+        let data = r#"{"ts":1000,"n":1,"pad":"x"}"#;
+        write_publication(&mut out, &format!("@{feed}"), at(offset), data);
+        String::from_utf8(out).unwrap()
     }
 
     fn hear(d: &mut SocialDriver, c: &mut Counters, index: u32, text: &str) -> bool {
@@ -576,11 +588,11 @@ mod tests {
                 answered: false,
             });
         }
-        let ok = format!(r#"{{"op":"ok","id":1,"epoch":"{EPOCH}","offset":3,"reached":4}}"#);
+        let ok = encode_published(1, Some(at(3)), 4);
         assert!(!hear(&mut d, &mut c, 6, &ok));
         assert!(!hear(&mut d, &mut c, 6, &ok), "answered already");
-        let refused = r#"{"op":"error","id":2,"code":"x","message":"y"}"#;
-        assert!(!hear(&mut d, &mut c, 6, refused));
+        let refused = encode_error(Some(2), ErrorCode::PublishFailed, "y");
+        assert!(!hear(&mut d, &mut c, 6, &refused));
         let unknown = ok.replace("\"id\":1", "\"id\":9");
         assert!(!hear(&mut d, &mut c, 6, &unknown));
         assert_eq!((c.sends_acked, c.sends_refused, c.reached), (1, 1, 4));
