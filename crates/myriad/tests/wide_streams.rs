@@ -422,13 +422,13 @@ fn subjects_of(told: &[Value], op: &str) -> Vec<String> {
 /// again, from the entry the request brought.
 #[test]
 fn a_stream_whose_subscribe_failed_for_some_subjects_resumes_with_its_cursor() {
-    let mut shards = [RedisServer::start(), RedisServer::start()];
+    let mut instances = [RedisServer::start(), RedisServer::start()];
     let node = Node::in_cluster_of(
-        &[&shards[0], &shards[1]],
+        &[&instances[0], &instances[1]],
         "gaps",
         &["--workers", "1", "--redis-timeout", "2s"],
     );
-    shards[1].kill();
+    instances[1].kill();
     let subjects = 8;
     let url = named("/sse", 'g', subjects);
     let (status, mut reader) = send(&node, &request(&url, ""));

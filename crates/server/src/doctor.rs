@@ -18,7 +18,7 @@ use crate::fds;
 
 /// Kernel memory of one idle loopback connection, both ends (~4.1 KB the
 /// server's socket, ~4.3 KB the client's), measured with a bare C program
-/// on this kind of box (../shared/LIMITS.md, docs/benchmarks.md). Counted
+/// on this kind of box (docs/limits.md, docs/benchmarks.md). Counted
 /// whole because load tests put both ends on the node's host.
 pub const KERNEL_BYTES_PER_CONNECTION: u64 = 8_400;
 

@@ -10,7 +10,7 @@
 use std::ops::Range;
 
 /// Files a worker keeps for itself besides connections: stdio, the epoll
-/// and waker fds, the admin poller, plus slack for sockets the kernel has not
+/// and waker fds, the /stats poller, plus slack for sockets the kernel has not
 /// released yet after close.
 pub const RESERVED_FDS: u64 = 100;
 

@@ -223,21 +223,12 @@ mod tests {
 
     /// `ALL` is kept by hand; per-transport metrics and `/stats`
     /// read it. A variant added to the enum
-    /// breaks the exhaustive match below until it is named here, and
+    /// breaks the build of `every_variant!` below until it is named here, and
     /// then this fails until `ALL` names it too.
     #[test]
     fn all_names_every_transport() {
-        macro_rules! every {
-            ($($variant:ident),* $(,)?) => {{
-                fn _exhaustive(v: TransportKind) {
-                    match v {
-                        $(TransportKind::$variant => {})*
-                    }
-                }
-                [$(TransportKind::$variant),*]
-            }}
-        }
-        let every = every!(WebSocket, Sse, Stream, Poll, Command);
+        let every =
+            myriad_protocol::every_variant!(TransportKind: WebSocket, Sse, Stream, Poll, Command);
         assert_eq!(every, TransportKind::ALL);
         // Per-kind caches index by `index()`, so ALL is in that order too.
         for (at, kind) in TransportKind::ALL.into_iter().enumerate() {
