@@ -72,6 +72,10 @@ struct DoctorArgs {
     /// TOML file with settings, read as `serve` reads it.
     #[arg(long, env = "MYRIAD_CONFIG")]
     config: Option<PathBuf>,
+    /// The systemd service that runs the node (e.g. myriad.service), whose
+    /// LimitNOFILE is checked; the one the doctor runs in by default.
+    #[arg(long)]
+    unit: Option<String>,
     /// The same settings as `serve`, so the doctor sees the node's sizes.
     #[command(flatten)]
     _settings: Config,
@@ -171,7 +175,7 @@ fn doctor(args: &DoctorArgs, matches: &clap::ArgMatches) -> ExitCode {
         }
     };
     let report = examine(
-        &Host::real(),
+        &Host::real(args.unit.as_deref()),
         &Target::from_config(&config, args.connections),
     );
     if args.json {

@@ -56,12 +56,14 @@ fn the_json_document_has_every_check_with_its_fields() {
         names,
         [
             "open files",
+            "systemd LimitNOFILE",
             "fs.nr_open",
             "fs.file-max",
             "net.core.somaxconn",
             "net.ipv4.tcp_max_syn_backlog",
             "net.core.netdev_max_backlog",
             "net.ipv4.tcp_syncookies",
+            "SO_REUSEPORT spread",
             "net.ipv4.tcp_mem",
             "tcp_wmem/tcp_rmem max",
             "memory",
@@ -184,4 +186,30 @@ fn strict_host_checks_refuse_to_start_naming_the_checks() {
         .unwrap_or_else(|| panic!("no refusal in {log}"));
     assert!(error.contains("open files"), "{error}");
     assert!(error.contains("strict_host_checks"), "{error}");
+}
+
+#[test]
+fn a_unit_systemd_cannot_show_warns_and_is_named() {
+    let unit = "myriad-doctor-test-absent.service";
+    let out = run(doctor(&[
+        "--json",
+        "--connections",
+        "10",
+        "--workers",
+        "1",
+        "--unit",
+        unit,
+    ]));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "systemd LimitNOFILE")
+        .unwrap();
+    // Without systemd, or with no such unit, systemd cannot say: a warning
+    // naming the unit, never a silent pass.
+    assert_eq!(row["verdict"], "warn", "{row}");
+    assert_eq!(row["value"], "unknown", "{row}");
+    assert!(row["needs"].as_str().unwrap().contains(unit), "{row}");
 }

@@ -9,12 +9,17 @@
 //! open-file limits tests replace with a temporary tree. This module must
 //! not change the host: it only reads and advises.
 
+use std::io;
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
 use crate::config::Config;
 use crate::fds;
+use crate::listener::{self, ListenOptions};
 
 /// Kernel memory of one idle loopback connection, both ends (~4.1 KB the
 /// server's socket, ~4.3 KB the client's), measured with a bare C program
@@ -30,9 +35,19 @@ pub const USERLAND_BYTES_PER_CONNECTION: u64 = 512;
 /// before the network stack takes them, SYNs of a loopback burst included.
 const NETDEV_BACKLOG_DEFAULT: u64 = 1_000;
 
-/// Where the checks read the host: `/proc` and `/sys` under `root`, and
-/// the process's open-file limits. The real host is [`Host::real`]; tests
-/// build one over a temporary directory.
+/// Connections the `SO_REUSEPORT` probe makes per listener: with an even
+/// hash a listener falls under a quarter of its share by chance about
+/// eight standard deviations out at two workers.
+const SPREAD_PROBE_PER_LISTENER: usize = 64;
+
+/// Listeners the probe binds at most, however many workers are set: 4,096
+/// short-lived loopback connections bound its cost.
+const SPREAD_PROBE_MOST_LISTENERS: usize = 64;
+
+/// Where the checks read the host: `/proc` and `/sys` under `root`, the
+/// process's open-file limits, the systemd unit's, and the listeners'
+/// spread. The real host is [`Host::real`]; tests build one over a
+/// temporary directory with a fake probe.
 #[derive(Debug, Clone)]
 pub struct Host {
     /// `/` on the real host; `proc/...` and `sys/...` are read under it.
@@ -41,11 +56,125 @@ pub struct Host {
     pub open_files: Option<(u64, u64)>,
     /// The unit `tcp_mem` counts in.
     pub page_size: u64,
+    /// The systemd service that runs (or will run) the node, if any.
+    pub unit: Option<Unit>,
+    /// Connections each of `n` `SO_REUSEPORT` listeners accepted from one
+    /// burst ([`probe_spread`] on the real host).
+    pub spread: fn(n: usize) -> io::Result<Vec<u64>>,
+}
+
+/// A systemd service and the open-file limit it gives its processes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unit {
+    pub name: String,
+    /// (soft, hard) `LimitNOFILE`, `None` when systemd could not say.
+    pub open_files: Option<(u64, u64)>,
+}
+
+impl Unit {
+    /// `name`'s limits as systemd reports them (`systemctl show`).
+    pub fn query(name: &str) -> Unit {
+        let shown = Command::new("systemctl")
+            .args([
+                "show",
+                name,
+                "--property=LoadState",
+                "--property=LimitNOFILE",
+                "--property=LimitNOFILESoft",
+            ])
+            .output()
+            .ok()
+            .filter(|out| out.status.success())
+            .and_then(|out| String::from_utf8(out.stdout).ok());
+        Unit {
+            name: name.to_owned(),
+            open_files: shown.as_deref().and_then(unit_open_files),
+        }
+    }
+}
+
+/// (soft, hard) from `systemctl show`'s `LimitNOFILESoft=` and
+/// `LimitNOFILE=` lines; `None` for a unit systemd does not know.
+fn unit_open_files(shown: &str) -> Option<(u64, u64)> {
+    let field = |key: &str| {
+        shown
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+            .map(str::trim)
+    };
+    if field("LoadState") == Some("not-found") {
+        return None;
+    }
+    let limit = |key: &str| match field(key)? {
+        "infinity" => Some(u64::MAX),
+        n => n.parse().ok(),
+    };
+    let hard = limit("LimitNOFILE")?;
+    Some((limit("LimitNOFILESoft").unwrap_or(hard), hard))
+}
+
+/// The systemd service a process runs in, from its `/proc/PID/cgroup`.
+fn unit_of(cgroup: &str) -> Option<String> {
+    cgroup
+        .lines()
+        .flat_map(|l| l.rsplit(':').next().unwrap_or("").split('/'))
+        .rfind(|part| part.ends_with(".service"))
+        .map(str::to_owned)
+}
+
+/// Binds `n` `SO_REUSEPORT` listeners (at most
+/// [`SPREAD_PROBE_MOST_LISTENERS`]) on a loopback port the way the node
+/// binds its own, connects [`SPREAD_PROBE_PER_LISTENER`] per listener, and
+/// counts what each accepted. Everything is closed on return.
+pub fn probe_spread(n: usize) -> io::Result<Vec<u64>> {
+    let n = n.clamp(1, SPREAD_PROBE_MOST_LISTENERS);
+    let count = SPREAD_PROBE_PER_LISTENER * n;
+    let any: SocketAddr = ([127, 0, 0, 1], 0).into();
+    let listeners = listener::bind_reuseport(
+        any,
+        n,
+        ListenOptions {
+            backlog: u32::try_from(count).unwrap_or(u32::MAX),
+            send_buffer: 0,
+        },
+    )?;
+    let addr = listeners[0].local_addr()?;
+    let mut taken = vec![0u64; n];
+    let drain = |taken: &mut [u64]| -> io::Result<()> {
+        for (listener, taken) in listeners.iter().zip(taken.iter_mut()) {
+            loop {
+                match listener.accept() {
+                    Ok(_) => *taken += 1,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    };
+    // Accepted as they come, so a small somaxconn never stalls a connect
+    // on a SYN retransmit.
+    let mut clients = Vec::with_capacity(count);
+    for i in 0..count {
+        clients.push(TcpStream::connect(addr)?);
+        if i % 16 == 15 {
+            drain(&mut taken)?;
+        }
+    }
+    // The last handshakes may still be on their way to an accept queue.
+    let deadline = Instant::now() + Duration::from_secs(1);
+    drain(&mut taken)?;
+    while taken.iter().sum::<u64>() < count as u64 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+        drain(&mut taken)?;
+    }
+    Ok(taken)
 }
 
 impl Host {
-    /// This process on this machine.
-    pub fn real() -> Host {
+    /// This process on this machine, under the systemd unit `unit` (the
+    /// one this process runs in when `None`).
+    pub fn real(unit: Option<&str>) -> Host {
         let mut limit = libc::rlimit {
             rlim_cur: 0,
             rlim_max: 0,
@@ -54,10 +183,18 @@ impl Host {
         let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        let root = PathBuf::from("/");
+        let name = unit.map(str::to_owned).or_else(|| {
+            std::fs::read_to_string(root.join("proc/self/cgroup"))
+                .ok()
+                .and_then(|cgroup| unit_of(&cgroup))
+        });
         Host {
-            root: PathBuf::from("/"),
+            root,
             open_files: ok.then_some((limit.rlim_cur, limit.rlim_max)),
             page_size: u64::try_from(page).unwrap_or(4096),
+            unit: name.as_deref().map(Unit::query),
+            spread: probe_spread,
         }
     }
 
@@ -86,16 +223,6 @@ impl Host {
         let line = text.lines().find(|l| l.starts_with(&format!("{field}:")))?;
         let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
         Some(kib * 1024)
-    }
-
-    /// The systemd service this process runs in, from its cgroup path.
-    fn systemd_unit(&self) -> Option<String> {
-        let cgroup = self.read("proc/self/cgroup")?;
-        cgroup
-            .lines()
-            .flat_map(|l| l.rsplit(':').next().unwrap_or("").split('/'))
-            .rfind(|part| part.ends_with(".service"))
-            .map(str::to_owned)
     }
 }
 
@@ -220,6 +347,7 @@ pub fn examine(host: &Host, target: &Target) -> Report {
     let mut checks = Vec::new();
     open_files(host, target, &mut checks);
     accept_path(host, target, &mut checks);
+    spread(host, target, &mut checks);
     memory(host, target, &mut checks);
     ports(host, target, &mut checks);
     conntrack(host, target, &mut checks);
@@ -245,11 +373,11 @@ fn unknown(name: &'static str, what: &str, why: &'static str) -> Check {
 fn open_files(host: &Host, target: &Target, out: &mut Vec<Check>) {
     let need = target.files();
     let reserved = fds::reserved(target.workers, target.admin_max_connections);
-    let unit = host.systemd_unit();
-    let how = match &unit {
-        Some(unit) => {
-            format!("systemctl edit {unit}: [Service] LimitNOFILE={need}, then restart it")
-        }
+    let how = match &host.unit {
+        Some(unit) => format!(
+            "systemctl edit {}: [Service] LimitNOFILE={need}, then restart it",
+            unit.name
+        ),
         None => format!(
             "ulimit -Hn {need} && ulimit -n {need} in the shell that starts the node \
              (under systemd: LimitNOFILE={need} in the unit's [Service])"
@@ -288,6 +416,7 @@ fn open_files(host: &Host, target: &Target, out: &mut Vec<Check>) {
             });
         }
     }
+    unit_files(host, need, out);
     const WHY_NR: &str = "no process's open-file limit may pass it, whatever ulimit or systemd ask";
     match host.number("proc/sys/fs/nr_open") {
         None => out.push(unknown("fs.nr_open", "/proc/sys/fs/nr_open", WHY_NR)),
@@ -325,6 +454,56 @@ fn open_files(host: &Host, target: &Target, out: &mut Vec<Check>) {
             });
         }
     }
+}
+
+/// The limit systemd gives the node's unit: what the node gets when it runs
+/// there, whatever the shell that runs the doctor has.
+fn unit_files(host: &Host, need: u64, out: &mut Vec<Check>) {
+    const NAME: &str = "systemd LimitNOFILE";
+    const WHY: &str = "a node run by systemd gets the unit's LimitNOFILE, not the shell's ulimit \
+                       (systemd's default hard limit is 524,288, soft 1,024)";
+    let Some(unit) = &host.unit else {
+        out.push(Check {
+            name: NAME,
+            value: "not under systemd".into(),
+            needs: format!("LimitNOFILE >= {need} in a unit that runs the node"),
+            verdict: Verdict::Ok,
+            why: WHY,
+            fix: format!(
+                "myriad doctor --unit NAME checks a unit; in it: [Service] LimitNOFILE={need}"
+            ),
+        });
+        return;
+    };
+    let Some((soft, hard)) = unit.open_files else {
+        out.push(unknown(
+            NAME,
+            &format!("`systemctl show {}` (a loaded unit)", unit.name),
+            WHY,
+        ));
+        return;
+    };
+    out.push(Check {
+        name: NAME,
+        value: format!(
+            "{}: soft {}, hard {}",
+            unit.name,
+            thousands(soft),
+            thousands(hard)
+        ),
+        // As with the process's limit, the node raises soft to hard.
+        needs: format!("hard >= {}", thousands(need)),
+        verdict: if hard >= need {
+            Verdict::Ok
+        } else {
+            Verdict::Fail
+        },
+        why: WHY,
+        fix: format!(
+            "systemctl edit {}: [Service] LimitNOFILE={need}, then systemctl restart {}",
+            unit.name, unit.name
+        ),
+    });
 }
 
 fn accept_path(host: &Host, target: &Target, out: &mut Vec<Check>) {
@@ -402,6 +581,74 @@ fn accept_path(host: &Host, target: &Target, out: &mut Vec<Check>) {
             fix: "sysctl -w net.ipv4.tcp_syncookies=1".into(),
         }),
     }
+}
+
+/// Whether the kernel shares a burst of connections across the workers'
+/// `SO_REUSEPORT` listeners: it hashes each connection's addresses and
+/// ports to one listener, and a worker holds what its listener accepted.
+fn spread(host: &Host, target: &Target, out: &mut Vec<Check>) {
+    const NAME: &str = "SO_REUSEPORT spread";
+    const WHY: &str = "each worker accepts only from its own listener: a skewed spread leaves one \
+                       worker holding most connections while the others idle";
+    if target.workers <= 1 {
+        out.push(Check {
+            name: NAME,
+            value: "1 worker, one listener".into(),
+            needs: "nothing to spread".into(),
+            verdict: Verdict::Ok,
+            why: WHY,
+            fix: "nothing to do".into(),
+        });
+        return;
+    }
+    let shares = match (host.spread)(target.workers) {
+        Ok(shares) if !shares.is_empty() => shares,
+        Ok(_) => Vec::new(),
+        Err(e) => {
+            out.push(Check {
+                name: NAME,
+                value: format!("probe failed: {e}"),
+                needs: format!(
+                    "{} loopback listeners on one port, connections spread across them",
+                    target.workers
+                ),
+                verdict: Verdict::Warn,
+                why: WHY,
+                fix: "run where loopback sockets can be bound and connected (the node binds \
+                      its listeners the same way)"
+                    .into(),
+            });
+            return;
+        }
+    };
+    let total: u64 = shares.iter().sum();
+    let even = total / (shares.len().max(1) as u64);
+    let least = shares.iter().copied().min().unwrap_or(0);
+    let list = shares
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join("/");
+    out.push(Check {
+        name: NAME,
+        value: format!(
+            "{total} probe connections over {} listeners: {list}",
+            shares.len()
+        ),
+        needs: format!(
+            "every listener >= a quarter of an even share ({})",
+            even / 4
+        ),
+        verdict: if total > 0 && least.saturating_mul(4) >= even {
+            Verdict::Ok
+        } else {
+            Verdict::Warn
+        },
+        why: WHY,
+        fix: "remove any SO_ATTACH_REUSEPORT_CBPF/EBPF program steering the port, or run \
+              --workers 1"
+            .into(),
+    });
 }
 
 fn memory(host: &Host, target: &Target, out: &mut Vec<Check>) {
@@ -766,7 +1013,7 @@ fn size(bytes: u64) -> String {
 /// The checks at `serve`'s start: one warning per check that is not ok,
 /// and the names of those that failed.
 pub fn at_start(config: &Config) -> Vec<&'static str> {
-    let report = examine(&Host::real(), &Target::from_config(config, None));
+    let report = examine(&Host::real(None), &Target::from_config(config, None));
     for c in report.checks.iter().filter(|c| c.verdict != Verdict::Ok) {
         tracing::warn!(
             value = %c.value,
