@@ -166,7 +166,7 @@ fn serve(file: Option<PathBuf>, matches: &clap::ArgMatches) -> ExitCode {
 }
 
 fn doctor(args: &DoctorArgs, matches: &clap::ArgMatches) -> ExitCode {
-    use myriad_server::doctor::{examine, Host, Target};
+    use myriad_server::doctor::{examine, real_host, Target};
     let config = match Config::assemble(matches, args.config.as_deref()) {
         Ok(config) => config,
         Err(e) => {
@@ -175,7 +175,7 @@ fn doctor(args: &DoctorArgs, matches: &clap::ArgMatches) -> ExitCode {
         }
     };
     let report = examine(
-        &Host::real(args.unit.as_deref()),
+        &real_host(args.unit.as_deref()),
         &Target::from_config(&config, args.connections),
     );
     if args.json {

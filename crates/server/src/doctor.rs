@@ -5,16 +5,16 @@
 //! Each check reads one thing from the host (a sysctl, a process limit, a
 //! line of `/proc/meminfo`), says what the target number of connections
 //! needs of it, gives a verdict, one line on why it matters, and the exact
-//! command that fixes it. Every read goes through [`Host`], whose root and
-//! open-file limits tests replace with a temporary tree. This module must
-//! not change the host: it only reads and advises.
+//! command that fixes it. Every read goes through [`Host`] (the
+//! `myriad-host` crate, which the bench plans with too), whose root, limits
+//! and spread probe tests replace with a temporary tree and fakes. This
+//! module must not change the host: it only reads and advises.
 
 use std::io;
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+pub use myriad_host::{Host, Unit};
 use serde::Serialize;
 
 use crate::config::Config;
@@ -43,84 +43,6 @@ const SPREAD_PROBE_PER_LISTENER: usize = 64;
 /// Listeners the probe binds at most, however many workers are set: 4,096
 /// short-lived loopback connections bound its cost.
 const SPREAD_PROBE_MOST_LISTENERS: usize = 64;
-
-/// Where the checks read the host: `/proc` and `/sys` under `root`, the
-/// process's open-file limits, the systemd unit's, and the listeners'
-/// spread. The real host is [`Host::real`]; tests build one over a
-/// temporary directory with a fake probe.
-#[derive(Debug, Clone)]
-pub struct Host {
-    /// `/` on the real host; `proc/...` and `sys/...` are read under it.
-    pub root: PathBuf,
-    /// (soft, hard) `RLIMIT_NOFILE`, `None` if it cannot be read.
-    pub open_files: Option<(u64, u64)>,
-    /// The unit `tcp_mem` counts in.
-    pub page_size: u64,
-    /// The systemd service that runs (or will run) the node, if any.
-    pub unit: Option<Unit>,
-    /// Connections each of `n` `SO_REUSEPORT` listeners accepted from one
-    /// burst ([`probe_spread`] on the real host).
-    pub spread: fn(n: usize) -> io::Result<Vec<u64>>,
-}
-
-/// A systemd service and the open-file limit it gives its processes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unit {
-    pub name: String,
-    /// (soft, hard) `LimitNOFILE`, `None` when systemd could not say.
-    pub open_files: Option<(u64, u64)>,
-}
-
-impl Unit {
-    /// `name`'s limits as systemd reports them (`systemctl show`).
-    pub fn query(name: &str) -> Unit {
-        let shown = Command::new("systemctl")
-            .args([
-                "show",
-                name,
-                "--property=LoadState",
-                "--property=LimitNOFILE",
-                "--property=LimitNOFILESoft",
-            ])
-            .output()
-            .ok()
-            .filter(|out| out.status.success())
-            .and_then(|out| String::from_utf8(out.stdout).ok());
-        Unit {
-            name: name.to_owned(),
-            open_files: shown.as_deref().and_then(unit_open_files),
-        }
-    }
-}
-
-/// (soft, hard) from `systemctl show`'s `LimitNOFILESoft=` and
-/// `LimitNOFILE=` lines; `None` for a unit systemd does not know.
-fn unit_open_files(shown: &str) -> Option<(u64, u64)> {
-    let field = |key: &str| {
-        shown
-            .lines()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
-            .map(str::trim)
-    };
-    if field("LoadState") == Some("not-found") {
-        return None;
-    }
-    let limit = |key: &str| match field(key)? {
-        "infinity" => Some(u64::MAX),
-        n => n.parse().ok(),
-    };
-    let hard = limit("LimitNOFILE")?;
-    Some((limit("LimitNOFILESoft").unwrap_or(hard), hard))
-}
-
-/// The systemd service a process runs in, from its `/proc/PID/cgroup`.
-fn unit_of(cgroup: &str) -> Option<String> {
-    cgroup
-        .lines()
-        .flat_map(|l| l.rsplit(':').next().unwrap_or("").split('/'))
-        .rfind(|part| part.ends_with(".service"))
-        .map(str::to_owned)
-}
 
 /// Binds `n` `SO_REUSEPORT` listeners (at most
 /// [`SPREAD_PROBE_MOST_LISTENERS`]) on a loopback port the way the node
@@ -171,59 +93,10 @@ pub fn probe_spread(n: usize) -> io::Result<Vec<u64>> {
     Ok(taken)
 }
 
-impl Host {
-    /// This process on this machine, under the systemd unit `unit` (the
-    /// one this process runs in when `None`).
-    pub fn real(unit: Option<&str>) -> Host {
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit writes only into the struct it is given.
-        let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        let root = PathBuf::from("/");
-        let name = unit.map(str::to_owned).or_else(|| {
-            std::fs::read_to_string(root.join("proc/self/cgroup"))
-                .ok()
-                .and_then(|cgroup| unit_of(&cgroup))
-        });
-        Host {
-            root,
-            open_files: ok.then_some((limit.rlim_cur, limit.rlim_max)),
-            page_size: u64::try_from(page).unwrap_or(4096),
-            unit: name.as_deref().map(Unit::query),
-            spread: probe_spread,
-        }
-    }
-
-    /// The text of `path` (relative, e.g. `proc/sys/fs/nr_open`), trimmed.
-    pub fn read(&self, path: &str) -> Option<String> {
-        std::fs::read_to_string(self.root.join(path))
-            .ok()
-            .map(|s| s.trim().to_owned())
-    }
-
-    /// The whitespace-separated numbers of `path`.
-    fn numbers(&self, path: &str) -> Option<Vec<u64>> {
-        self.read(path)?
-            .split_whitespace()
-            .map(|n| n.parse().ok())
-            .collect()
-    }
-
-    fn number(&self, path: &str) -> Option<u64> {
-        self.numbers(path)?.first().copied()
-    }
-
-    /// A `/proc/meminfo` field, in bytes.
-    fn meminfo(&self, field: &str) -> Option<u64> {
-        let text = self.read("proc/meminfo")?;
-        let line = text.lines().find(|l| l.starts_with(&format!("{field}:")))?;
-        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kib * 1024)
-    }
+/// This host with the node's own spread probe, under the systemd unit
+/// `unit` (the one this process runs in when `None`).
+pub fn real_host(unit: Option<&str>) -> Host {
+    Host::real(unit, probe_spread)
 }
 
 /// What the node is set up to hold: the target and the settings that size
@@ -791,11 +664,8 @@ fn memory(host: &Host, target: &Target, out: &mut Vec<Check>) {
 fn ports(host: &Host, target: &Target, out: &mut Vec<Check>) {
     const WHY_RANGE: &str = "clients on one host get this many ports per (source IP, node \
                              address, port); load tests need more source addresses past it";
-    match host
-        .numbers("proc/sys/net/ipv4/ip_local_port_range")
-        .as_deref()
-    {
-        Some(&[low, high]) if high >= low => {
+    match host.port_range() {
+        Some((low, high)) => {
             let ports = high - low + 1;
             let sources = target.connections.div_ceil(ports);
             out.push(Check {
@@ -1013,7 +883,7 @@ fn size(bytes: u64) -> String {
 /// The checks at `serve`'s start: one warning per check that is not ok,
 /// and the names of those that failed.
 pub fn at_start(config: &Config) -> Vec<&'static str> {
-    let report = examine(&Host::real(None), &Target::from_config(config, None));
+    let report = examine(&real_host(None), &Target::from_config(config, None));
     for c in report.checks.iter().filter(|c| c.verdict != Verdict::Ok) {
         tracing::warn!(
             value = %c.value,

@@ -199,35 +199,6 @@ fn the_units_limit_is_judged_apart_from_the_shells() {
 }
 
 #[test]
-fn systemctl_show_and_the_cgroup_are_read_as_systemd_writes_them() {
-    assert_eq!(
-        unit_open_files("LoadState=loaded\nLimitNOFILE=524288\nLimitNOFILESoft=1024\n"),
-        Some((1_024, 524_288))
-    );
-    assert_eq!(
-        unit_open_files("LimitNOFILE=infinity\nLimitNOFILESoft=infinity\n"),
-        Some((u64::MAX, u64::MAX))
-    );
-    assert_eq!(
-        unit_open_files("LoadState=not-found\nLimitNOFILE=524288\nLimitNOFILESoft=1024\n"),
-        None
-    );
-    assert_eq!(unit_open_files(""), None);
-    assert_eq!(
-        unit_of("0::/system.slice/myriad.service\n").as_deref(),
-        Some("myriad.service")
-    );
-    assert_eq!(
-        unit_of("12:pids:/system.slice/myriad.service\n1:name=systemd:/user.slice\n").as_deref(),
-        Some("myriad.service")
-    );
-    assert_eq!(
-        unit_of("0::/user.slice/user-0.slice/session-1.scope\n"),
-        None
-    );
-}
-
-#[test]
 fn a_skewed_or_failed_reuseport_spread_warns() {
     let (_dir, mut host) = healthy();
     let c = check(&host, &TARGET, "SO_REUSEPORT spread");
