@@ -339,7 +339,10 @@ fn unit_files(host: &Host, need: u64, out: &mut Vec<Check>) {
         out.push(Check {
             name: NAME,
             value: "not under systemd".into(),
-            needs: format!("LimitNOFILE >= {need} in a unit that runs the node"),
+            needs: format!(
+                "LimitNOFILE >= {} in a unit that runs the node",
+                thousands(need)
+            ),
             verdict: Verdict::Ok,
             why: WHY,
             fix: format!(
