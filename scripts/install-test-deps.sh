@@ -69,7 +69,7 @@ $why CANNOT run. Install $package so '$command' is on PATH."
 
 ensure_package chromium chromium "the status page test (a real browser)"
 ensure_package openssl openssl "the token tests (they make their keys with openssl)"
-ensure_package redis-server redis-server "the Redis engine, graph store and cluster tests (real redis-server processes)"
+ensure_package redis-server redis-server "the Redis engine, graph store and cluster tests and the SDKs' shared scenarios (real redis-server processes)"
 # Debian's python3 has no ensurepip, so no `python3 -m venv`, without
 # python3-venv: scripts/sdk-python.sh makes the Python SDK's venv with it.
 if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then

@@ -72,6 +72,10 @@ struct DoctorArgs {
     /// TOML file with settings, read as `serve` reads it.
     #[arg(long, env = "MYRIAD_CONFIG")]
     config: Option<PathBuf>,
+    /// The systemd service that runs the node (e.g. myriad.service), whose
+    /// LimitNOFILE is checked; the one the doctor runs in by default.
+    #[arg(long)]
+    unit: Option<String>,
     /// The same settings as `serve`, so the doctor sees the node's sizes.
     #[command(flatten)]
     _settings: Config,
@@ -162,7 +166,7 @@ fn serve(file: Option<PathBuf>, matches: &clap::ArgMatches) -> ExitCode {
 }
 
 fn doctor(args: &DoctorArgs, matches: &clap::ArgMatches) -> ExitCode {
-    use myriad_server::doctor::{examine, Host, Target};
+    use myriad_server::doctor::{examine, real_host, Target};
     let config = match Config::assemble(matches, args.config.as_deref()) {
         Ok(config) => config,
         Err(e) => {
@@ -171,7 +175,7 @@ fn doctor(args: &DoctorArgs, matches: &clap::ArgMatches) -> ExitCode {
         }
     };
     let report = examine(
-        &Host::real(),
+        &real_host(args.unit.as_deref()),
         &Target::from_config(&config, args.connections),
     );
     if args.json {

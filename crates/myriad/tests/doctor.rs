@@ -43,6 +43,92 @@ fn run(mut command: Command) -> Output {
 /// One worker: the node keeps 32 + 5 + 64 + 128 + 1 descriptors.
 const RESERVED_ONE_WORKER: u64 = 230;
 
+/// Fails unless `value` (at `at`) conforms to `schema`. It knows the JSON
+/// Schema keywords docs/doctor.schema.json uses and panics on any other,
+/// so the schema cannot grow a rule this test would silently skip.
+fn conforms(value: &Value, schema: &Value, at: &str) {
+    for (keyword, rule) in schema.as_object().unwrap() {
+        match keyword.as_str() {
+            "$schema" | "title" | "description" => {}
+            "type" => {
+                let fits = match rule.as_str().unwrap() {
+                    "object" => value.is_object(),
+                    "array" => value.is_array(),
+                    "string" => value.is_string(),
+                    "integer" => value.is_u64() || value.is_i64(),
+                    other => panic!("{at}: type {other} unknown to this test"),
+                };
+                assert!(fits, "{at}: {value} is not {rule}");
+            }
+            "required" => {
+                for key in rule.as_array().unwrap() {
+                    let key = key.as_str().unwrap();
+                    assert!(value.get(key).is_some(), "{at}: no {key}");
+                }
+            }
+            "additionalProperties" => {
+                assert_eq!(rule, false, "{at}: only `false` is checked");
+                let known = schema["properties"].as_object().unwrap();
+                for key in value.as_object().unwrap().keys() {
+                    assert!(known.contains_key(key), "{at}: {key} is not in the schema");
+                }
+            }
+            "properties" => {
+                for (key, sub) in rule.as_object().unwrap() {
+                    if let Some(v) = value.get(key) {
+                        conforms(v, sub, &format!("{at}.{key}"));
+                    }
+                }
+            }
+            "items" => {
+                for (i, item) in value.as_array().unwrap().iter().enumerate() {
+                    conforms(item, rule, &format!("{at}[{i}]"));
+                }
+            }
+            "enum" => assert!(
+                rule.as_array().unwrap().contains(value),
+                "{at}: {value} not in {rule}"
+            ),
+            "minLength" => assert!(
+                value.as_str().unwrap().chars().count() as u64 >= rule.as_u64().unwrap(),
+                "{at}: {value} shorter than {rule}"
+            ),
+            "minimum" => assert!(
+                value.as_u64().unwrap() >= rule.as_u64().unwrap(),
+                "{at}: {value} under {rule}"
+            ),
+            other => panic!("{at}: keyword {other} unknown to this test"),
+        }
+    }
+}
+
+#[test]
+fn the_schema_check_refuses_a_document_that_drifts() {
+    let schema: Value =
+        serde_json::from_str(include_str!("../../../docs/doctor.schema.json")).unwrap();
+    let row = serde_json::json!({"name": "swap", "value": "none", "needs": "none",
+        "verdict": "ok", "why": "w", "fix": "f"});
+    let target = serde_json::json!({"connections": 1, "workers": 1, "admin_max_connections": 1,
+        "backlog": 1, "socket_send_buffer": 0, "max_outbound_bytes": 1, "history_max_bytes": 1});
+    conforms(
+        &serde_json::json!({"target": target, "checks": [row]}),
+        &schema,
+        "$",
+    );
+    for (key, bad) in [
+        ("verdict", serde_json::json!("maybe")),
+        ("name", serde_json::json!("a row the schema does not list")),
+        ("extra", serde_json::json!("x")),
+        ("fix", serde_json::json!("")),
+    ] {
+        let mut row = row.clone();
+        row[key] = bad;
+        let doc = serde_json::json!({"target": target, "checks": [row]});
+        let refused = std::panic::catch_unwind(|| conforms(&doc, &schema, "$")).is_err();
+        assert!(refused, "{key} drifted and passed");
+    }
+}
+
 #[test]
 fn the_json_document_has_every_check_with_its_fields() {
     let out = run(doctor(&["--json", "--connections", "10", "--workers", "1"]));
@@ -56,12 +142,14 @@ fn the_json_document_has_every_check_with_its_fields() {
         names,
         [
             "open files",
+            "systemd LimitNOFILE",
             "fs.nr_open",
             "fs.file-max",
             "net.core.somaxconn",
             "net.ipv4.tcp_max_syn_backlog",
             "net.core.netdev_max_backlog",
             "net.ipv4.tcp_syncookies",
+            "SO_REUSEPORT spread",
             "net.ipv4.tcp_mem",
             "tcp_wmem/tcp_rmem max",
             "memory",
@@ -72,22 +160,10 @@ fn the_json_document_has_every_check_with_its_fields() {
             "swap",
         ]
     );
-    let mut failed = false;
-    for c in checks {
-        let mut keys: Vec<&str> = c.as_object().unwrap().keys().map(String::as_str).collect();
-        keys.sort_unstable();
-        assert_eq!(
-            keys,
-            ["fix", "name", "needs", "value", "verdict", "why"],
-            "{c}"
-        );
-        for key in ["fix", "needs", "value", "why"] {
-            assert!(!c[key].as_str().unwrap().is_empty(), "{c}");
-        }
-        let verdict = c["verdict"].as_str().unwrap();
-        assert!(["ok", "warn", "fail"].contains(&verdict), "{c}");
-        failed |= verdict == "fail";
-    }
+    let schema: Value = serde_json::from_str(include_str!("../../../docs/doctor.schema.json"))
+        .expect("docs/doctor.schema.json is JSON");
+    conforms(&doc, &schema, "$");
+    let failed = checks.iter().any(|c| c["verdict"] == "fail");
     assert_eq!(
         out.status.success(),
         !failed,
@@ -184,4 +260,30 @@ fn strict_host_checks_refuse_to_start_naming_the_checks() {
         .unwrap_or_else(|| panic!("no refusal in {log}"));
     assert!(error.contains("open files"), "{error}");
     assert!(error.contains("strict_host_checks"), "{error}");
+}
+
+#[test]
+fn a_unit_systemd_cannot_show_warns_and_is_named() {
+    let unit = "myriad-doctor-test-absent.service";
+    let out = run(doctor(&[
+        "--json",
+        "--connections",
+        "10",
+        "--workers",
+        "1",
+        "--unit",
+        unit,
+    ]));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let row = doc["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "systemd LimitNOFILE")
+        .unwrap();
+    // Without systemd, or with no such unit, systemd cannot say: a warning
+    // naming the unit, never a silent pass.
+    assert_eq!(row["verdict"], "warn", "{row}");
+    assert_eq!(row["value"], "unknown", "{row}");
+    assert!(row["needs"].as_str().unwrap().contains(unit), "{row}");
 }

@@ -1,15 +1,15 @@
-//! permessage-deflate on the node: which connections get it, the one
-//! compressed frame a publication shares, and the counts behind the
-//! compression metrics.
+//! permessage-deflate on the node: the one compressed frame a publication
+//! shares, and the counts behind the compression metrics.
 //!
 //! The codec and the offer's grammar are the protocol crate's
-//! (`myriad_protocol::ws::deflate`); this module owns the node's choices:
-//! the `compression*` settings, the transport a negotiated connection gets
-//! (see `transport::ws`), and compressing a publication's frame once for
-//! every recipient that negotiated it, on whichever worker needs it first
-//! (see `Publication::deflated_frame`). It must not keep anything per
-//! connection: the whole point is that a compressing connection costs what
-//! any other does.
+//! (`myriad_protocol::ws::deflate`). This module compresses a publication's
+//! frame for every recipient that negotiated it, on whichever worker needs
+//! it first (`Publication::deflated_frame` keeps it), and counts what
+//! compression did and what compressed input was refused. Which connection
+//! gets which transport, and the settings it reads, are
+//! `transport::ws::upgrade`'s. It names no other module of the crate and
+//! must not keep anything per connection: the whole point is that a
+//! compressing connection costs what any other does.
 //!
 //! Counts are process-wide atomics, not per-worker handles: compression
 //! happens inside `Publication`, which has no metrics handle, and the
@@ -21,11 +21,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 use bytes::Bytes;
-use myriad_protocol::ws::deflate::{negotiate, Decline, Deflater};
+use myriad_protocol::ws::deflate::{Decline, Deflater, Negotiation};
 use myriad_protocol::ws::{write_frame_header, FrameError, OpCode, COMPRESSED_BIT, MAX_HEADER_LEN};
-
-use crate::config::Config;
-use crate::transport::TransportKind;
 
 /// What the node has counted of compression since it started.
 #[derive(Debug, Default)]
@@ -113,30 +110,14 @@ pub fn count_refusal(error: &FrameError) {
     }
 }
 
-/// The transport of a WebSocket upgrade with these extension offers, and
-/// the `Sec-WebSocket-Extensions` answer if one was accepted.
-pub fn upgrade<'a>(
-    offers: impl IntoIterator<Item = &'a str>,
-    config: &Config,
-) -> (TransportKind, Option<String>) {
-    if !config.compression {
-        return (TransportKind::WebSocket, None);
-    }
-    let negotiation = negotiate(offers);
+/// Counts an upgrade's negotiation: an agreement, or the reason an offer
+/// was declined.
+pub fn count_negotiation(negotiation: &Negotiation) {
     if let Some(decline) = negotiation.declined {
         COUNTS.declined[decline as usize].fetch_add(1, Relaxed);
     }
-    match negotiation.agreed {
-        None => (TransportKind::WebSocket, None),
-        Some(agreement) => {
-            COUNTS.negotiated.fetch_add(1, Relaxed);
-            let kind = if agreement.server_compresses() {
-                TransportKind::WebSocketDeflate
-            } else {
-                TransportKind::WebSocketInflateOnly
-            };
-            (kind, Some(agreement.response()))
-        }
+    if negotiation.agreed.is_some() {
+        COUNTS.negotiated.fetch_add(1, Relaxed);
     }
 }
 
@@ -197,28 +178,5 @@ mod tests {
             payload.as_bytes()
         );
         assert_eq!(text_frame(b"x", 1), None, "not smaller");
-    }
-
-    #[test]
-    fn upgrades_get_the_transport_their_offer_allows() {
-        let config = Config::default();
-        let (kind, answer) = upgrade(["permessage-deflate"], &config);
-        assert_eq!(kind, TransportKind::WebSocketDeflate);
-        assert!(answer.unwrap().contains("client_no_context_takeover"));
-        let (kind, answer) = upgrade(["permessage-deflate; server_max_window_bits=9"], &config);
-        assert_eq!(kind, TransportKind::WebSocketInflateOnly);
-        assert!(answer.unwrap().ends_with("server_max_window_bits=9"));
-        assert_eq!(
-            upgrade(["permessage-deflate; x=1"], &config),
-            (TransportKind::WebSocket, None)
-        );
-        let off = Config {
-            compression: false,
-            ..Config::default()
-        };
-        assert_eq!(
-            upgrade(["permessage-deflate"], &off),
-            (TransportKind::WebSocket, None)
-        );
     }
 }

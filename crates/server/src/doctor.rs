@@ -5,20 +5,25 @@
 //! Each check reads one thing from the host (a sysctl, a process limit, a
 //! line of `/proc/meminfo`), says what the target number of connections
 //! needs of it, gives a verdict, one line on why it matters, and the exact
-//! command that fixes it. Every read goes through [`Host`], whose root and
-//! open-file limits tests replace with a temporary tree. This module must
-//! not change the host: it only reads and advises.
+//! command that fixes it. Every read goes through [`Host`] (the
+//! `myriad-host` crate, which the bench plans with too), whose root, limits
+//! and spread probe tests replace with a temporary tree and fakes. This
+//! module must not change the host: it only reads and advises.
 
-use std::path::PathBuf;
+use std::io;
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
 
+pub use myriad_host::{Host, Unit};
 use serde::Serialize;
 
 use crate::config::Config;
 use crate::fds;
+use crate::listener::{self, ListenOptions};
 
 /// Kernel memory of one idle loopback connection, both ends (~4.1 KB the
 /// server's socket, ~4.3 KB the client's), measured with a bare C program
-/// on this kind of box (../shared/LIMITS.md, docs/benchmarks.md). Counted
+/// on this kind of box (docs/limits.md, docs/benchmarks.md). Counted
 /// whole because load tests put both ends on the node's host.
 pub const KERNEL_BYTES_PER_CONNECTION: u64 = 8_400;
 
@@ -30,73 +35,68 @@ pub const USERLAND_BYTES_PER_CONNECTION: u64 = 512;
 /// before the network stack takes them, SYNs of a loopback burst included.
 const NETDEV_BACKLOG_DEFAULT: u64 = 1_000;
 
-/// Where the checks read the host: `/proc` and `/sys` under `root`, and
-/// the process's open-file limits. The real host is [`Host::real`]; tests
-/// build one over a temporary directory.
-#[derive(Debug, Clone)]
-pub struct Host {
-    /// `/` on the real host; `proc/...` and `sys/...` are read under it.
-    pub root: PathBuf,
-    /// (soft, hard) `RLIMIT_NOFILE`, `None` if it cannot be read.
-    pub open_files: Option<(u64, u64)>,
-    /// The unit `tcp_mem` counts in.
-    pub page_size: u64,
-}
+/// Connections the `SO_REUSEPORT` probe makes per listener: with an even
+/// hash a listener falls under a quarter of its share by chance about
+/// eight standard deviations out at two workers.
+const SPREAD_PROBE_PER_LISTENER: usize = 64;
 
-impl Host {
-    /// This process on this machine.
-    pub fn real() -> Host {
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit writes only into the struct it is given.
-        let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        Host {
-            root: PathBuf::from("/"),
-            open_files: ok.then_some((limit.rlim_cur, limit.rlim_max)),
-            page_size: u64::try_from(page).unwrap_or(4096),
+/// Listeners the probe binds at most, however many workers are set: 4,096
+/// short-lived loopback connections bound its cost.
+const SPREAD_PROBE_MOST_LISTENERS: usize = 64;
+
+/// Binds `n` `SO_REUSEPORT` listeners (at most
+/// [`SPREAD_PROBE_MOST_LISTENERS`]) on a loopback port the way the node
+/// binds its own, connects [`SPREAD_PROBE_PER_LISTENER`] per listener, and
+/// counts what each accepted. Everything is closed on return.
+pub fn probe_spread(n: usize) -> io::Result<Vec<u64>> {
+    let n = n.clamp(1, SPREAD_PROBE_MOST_LISTENERS);
+    let count = SPREAD_PROBE_PER_LISTENER * n;
+    let any: SocketAddr = ([127, 0, 0, 1], 0).into();
+    let listeners = listener::bind_reuseport(
+        any,
+        n,
+        ListenOptions {
+            backlog: u32::try_from(count).unwrap_or(u32::MAX),
+            send_buffer: 0,
+        },
+    )?;
+    let addr = listeners[0].local_addr()?;
+    let mut taken = vec![0u64; n];
+    let drain = |taken: &mut [u64]| -> io::Result<()> {
+        for (listener, taken) in listeners.iter().zip(taken.iter_mut()) {
+            loop {
+                match listener.accept() {
+                    Ok(_) => *taken += 1,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    };
+    // Accepted as they come, so a small somaxconn never stalls a connect
+    // on a SYN retransmit.
+    let mut clients = Vec::with_capacity(count);
+    for i in 0..count {
+        clients.push(TcpStream::connect(addr)?);
+        if i % 16 == 15 {
+            drain(&mut taken)?;
         }
     }
-
-    /// The text of `path` (relative, e.g. `proc/sys/fs/nr_open`), trimmed.
-    pub fn read(&self, path: &str) -> Option<String> {
-        std::fs::read_to_string(self.root.join(path))
-            .ok()
-            .map(|s| s.trim().to_owned())
+    // The last handshakes may still be on their way to an accept queue.
+    let deadline = Instant::now() + Duration::from_secs(1);
+    drain(&mut taken)?;
+    while taken.iter().sum::<u64>() < count as u64 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+        drain(&mut taken)?;
     }
+    Ok(taken)
+}
 
-    /// The whitespace-separated numbers of `path`.
-    fn numbers(&self, path: &str) -> Option<Vec<u64>> {
-        self.read(path)?
-            .split_whitespace()
-            .map(|n| n.parse().ok())
-            .collect()
-    }
-
-    fn number(&self, path: &str) -> Option<u64> {
-        self.numbers(path)?.first().copied()
-    }
-
-    /// A `/proc/meminfo` field, in bytes.
-    fn meminfo(&self, field: &str) -> Option<u64> {
-        let text = self.read("proc/meminfo")?;
-        let line = text.lines().find(|l| l.starts_with(&format!("{field}:")))?;
-        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kib * 1024)
-    }
-
-    /// The systemd service this process runs in, from its cgroup path.
-    fn systemd_unit(&self) -> Option<String> {
-        let cgroup = self.read("proc/self/cgroup")?;
-        cgroup
-            .lines()
-            .flat_map(|l| l.rsplit(':').next().unwrap_or("").split('/'))
-            .rfind(|part| part.ends_with(".service"))
-            .map(str::to_owned)
-    }
+/// This host with the node's own spread probe, under the systemd unit
+/// `unit` (the one this process runs in when `None`).
+pub fn real_host(unit: Option<&str>) -> Host {
+    Host::real(unit, probe_spread)
 }
 
 /// What the node is set up to hold: the target and the settings that size
@@ -220,6 +220,7 @@ pub fn examine(host: &Host, target: &Target) -> Report {
     let mut checks = Vec::new();
     open_files(host, target, &mut checks);
     accept_path(host, target, &mut checks);
+    spread(host, target, &mut checks);
     memory(host, target, &mut checks);
     ports(host, target, &mut checks);
     conntrack(host, target, &mut checks);
@@ -245,11 +246,11 @@ fn unknown(name: &'static str, what: &str, why: &'static str) -> Check {
 fn open_files(host: &Host, target: &Target, out: &mut Vec<Check>) {
     let need = target.files();
     let reserved = fds::reserved(target.workers, target.admin_max_connections);
-    let unit = host.systemd_unit();
-    let how = match &unit {
-        Some(unit) => {
-            format!("systemctl edit {unit}: [Service] LimitNOFILE={need}, then restart it")
-        }
+    let how = match &host.unit {
+        Some(unit) => format!(
+            "systemctl edit {}: [Service] LimitNOFILE={need}, then restart it",
+            unit.name
+        ),
         None => format!(
             "ulimit -Hn {need} && ulimit -n {need} in the shell that starts the node \
              (under systemd: LimitNOFILE={need} in the unit's [Service])"
@@ -288,6 +289,7 @@ fn open_files(host: &Host, target: &Target, out: &mut Vec<Check>) {
             });
         }
     }
+    unit_files(host, need, out);
     const WHY_NR: &str = "no process's open-file limit may pass it, whatever ulimit or systemd ask";
     match host.number("proc/sys/fs/nr_open") {
         None => out.push(unknown("fs.nr_open", "/proc/sys/fs/nr_open", WHY_NR)),
@@ -325,6 +327,59 @@ fn open_files(host: &Host, target: &Target, out: &mut Vec<Check>) {
             });
         }
     }
+}
+
+/// The limit systemd gives the node's unit: what the node gets when it runs
+/// there, whatever the shell that runs the doctor has.
+fn unit_files(host: &Host, need: u64, out: &mut Vec<Check>) {
+    const NAME: &str = "systemd LimitNOFILE";
+    const WHY: &str = "a node run by systemd gets the unit's LimitNOFILE, not the shell's ulimit \
+                       (systemd's default hard limit is 524,288, soft 1,024)";
+    let Some(unit) = &host.unit else {
+        out.push(Check {
+            name: NAME,
+            value: "not under systemd".into(),
+            needs: format!(
+                "LimitNOFILE >= {} in a unit that runs the node",
+                thousands(need)
+            ),
+            verdict: Verdict::Ok,
+            why: WHY,
+            fix: format!(
+                "myriad doctor --unit NAME checks a unit; in it: [Service] LimitNOFILE={need}"
+            ),
+        });
+        return;
+    };
+    let Some((soft, hard)) = unit.open_files else {
+        out.push(unknown(
+            NAME,
+            &format!("`systemctl show {}` (a loaded unit)", unit.name),
+            WHY,
+        ));
+        return;
+    };
+    out.push(Check {
+        name: NAME,
+        value: format!(
+            "{}: soft {}, hard {}",
+            unit.name,
+            thousands(soft),
+            thousands(hard)
+        ),
+        // As with the process's limit, the node raises soft to hard.
+        needs: format!("hard >= {}", thousands(need)),
+        verdict: if hard >= need {
+            Verdict::Ok
+        } else {
+            Verdict::Fail
+        },
+        why: WHY,
+        fix: format!(
+            "systemctl edit {}: [Service] LimitNOFILE={need}, then systemctl restart {}",
+            unit.name, unit.name
+        ),
+    });
 }
 
 fn accept_path(host: &Host, target: &Target, out: &mut Vec<Check>) {
@@ -402,6 +457,74 @@ fn accept_path(host: &Host, target: &Target, out: &mut Vec<Check>) {
             fix: "sysctl -w net.ipv4.tcp_syncookies=1".into(),
         }),
     }
+}
+
+/// Whether the kernel shares a burst of connections across the workers'
+/// `SO_REUSEPORT` listeners: it hashes each connection's addresses and
+/// ports to one listener, and a worker holds what its listener accepted.
+fn spread(host: &Host, target: &Target, out: &mut Vec<Check>) {
+    const NAME: &str = "SO_REUSEPORT spread";
+    const WHY: &str = "each worker accepts only from its own listener: a skewed spread leaves one \
+                       worker holding most connections while the others idle";
+    if target.workers <= 1 {
+        out.push(Check {
+            name: NAME,
+            value: "1 worker, one listener".into(),
+            needs: "nothing to spread".into(),
+            verdict: Verdict::Ok,
+            why: WHY,
+            fix: "nothing to do".into(),
+        });
+        return;
+    }
+    let shares = match (host.spread)(target.workers) {
+        Ok(shares) if !shares.is_empty() => shares,
+        Ok(_) => Vec::new(),
+        Err(e) => {
+            out.push(Check {
+                name: NAME,
+                value: format!("probe failed: {e}"),
+                needs: format!(
+                    "{} loopback listeners on one port, connections spread across them",
+                    target.workers
+                ),
+                verdict: Verdict::Warn,
+                why: WHY,
+                fix: "run where loopback sockets can be bound and connected (the node binds \
+                      its listeners the same way)"
+                    .into(),
+            });
+            return;
+        }
+    };
+    let total: u64 = shares.iter().sum();
+    let even = total / (shares.len().max(1) as u64);
+    let least = shares.iter().copied().min().unwrap_or(0);
+    let list = shares
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join("/");
+    out.push(Check {
+        name: NAME,
+        value: format!(
+            "{total} probe connections over {} listeners: {list}",
+            shares.len()
+        ),
+        needs: format!(
+            "every listener >= a quarter of an even share ({})",
+            even / 4
+        ),
+        verdict: if total > 0 && least.saturating_mul(4) >= even {
+            Verdict::Ok
+        } else {
+            Verdict::Warn
+        },
+        why: WHY,
+        fix: "remove any SO_ATTACH_REUSEPORT_CBPF/EBPF program steering the port, or run \
+              --workers 1"
+            .into(),
+    });
 }
 
 fn memory(host: &Host, target: &Target, out: &mut Vec<Check>) {
@@ -544,11 +667,8 @@ fn memory(host: &Host, target: &Target, out: &mut Vec<Check>) {
 fn ports(host: &Host, target: &Target, out: &mut Vec<Check>) {
     const WHY_RANGE: &str = "clients on one host get this many ports per (source IP, node \
                              address, port); load tests need more source addresses past it";
-    match host
-        .numbers("proc/sys/net/ipv4/ip_local_port_range")
-        .as_deref()
-    {
-        Some(&[low, high]) if high >= low => {
+    match host.port_range() {
+        Some((low, high)) => {
             let ports = high - low + 1;
             let sources = target.connections.div_ceil(ports);
             out.push(Check {
@@ -766,7 +886,7 @@ fn size(bytes: u64) -> String {
 /// The checks at `serve`'s start: one warning per check that is not ok,
 /// and the names of those that failed.
 pub fn at_start(config: &Config) -> Vec<&'static str> {
-    let report = examine(&Host::real(), &Target::from_config(config, None));
+    let report = examine(&real_host(None), &Target::from_config(config, None));
     for c in report.checks.iter().filter(|c| c.verdict != Verdict::Ok) {
         tracing::warn!(
             value = %c.value,

@@ -68,6 +68,7 @@ pub mod redis_tls;
 pub mod registry;
 pub mod reloadable;
 pub mod session;
+pub mod sessions;
 pub mod sharded;
 pub mod shared;
 pub mod span;

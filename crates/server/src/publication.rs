@@ -13,6 +13,9 @@
 //! Beside it, made the first time a permessage-deflate recipient needs it
 //! (on whichever worker), the compressed frame: one per node, shared like
 //! the uncompressed one by every such recipient and by history replays.
+//! This module only keeps it; how it is compressed is the caller's (the
+//! WebSocket transport hands in `deflate::text_frame`), so that the unit
+//! every layer passes around names no other module.
 
 use std::sync::{Arc, OnceLock};
 
@@ -20,9 +23,6 @@ use bytes::Bytes;
 use myriad_protocol::message::{publication_len, write_publication};
 use myriad_protocol::position::Position;
 use myriad_protocol::ws::{write_frame_header, OpCode, MAX_HEADER_LEN};
-
-use crate::config::Config;
-use crate::deflate;
 
 /// One published message with its place in its subject's stream.
 #[derive(Debug)]
@@ -60,16 +60,21 @@ impl Publication {
     }
 
     /// The frame a recipient that negotiated permessage-deflate gets: the
-    /// compressed one, made on first use and kept, when the envelope is at
-    /// least `compression_threshold` bytes and compressing shrinks it;
-    /// otherwise the uncompressed one (RFC 7692 §6 lets any message go
-    /// uncompressed). Concurrent first uses wait for one compression.
-    pub fn deflated_frame(&self, config: &Config) -> &Bytes {
-        if self.envelope().len() < config.compression_threshold {
+    /// compressed one, made by `compress` (the envelope in, a whole frame
+    /// or `None` out) on first use and kept, when the envelope is at least
+    /// `threshold` bytes and `compress` made a frame; otherwise the
+    /// uncompressed one (RFC 7692 §6 lets any message go uncompressed).
+    /// Concurrent first uses wait for one compression.
+    pub fn deflated_frame(
+        &self,
+        threshold: usize,
+        compress: impl FnOnce(&[u8]) -> Option<Bytes>,
+    ) -> &Bytes {
+        if self.envelope().len() < threshold {
             return &self.frame;
         }
         self.deflated
-            .get_or_init(|| deflate::text_frame(self.envelope(), config.compression_level))
+            .get_or_init(|| compress(self.envelope()))
             .as_ref()
             .unwrap_or(&self.frame)
     }
@@ -118,17 +123,26 @@ mod tests {
 
     #[test]
     fn the_compressed_frame_is_made_once_and_only_above_the_threshold() {
-        let config = Config::default();
+        // What `compress` returns is only kept here, so any bytes show it;
+        // the real compressor is tested in `deflate`.
+        let calls = std::cell::Cell::new(0);
+        let compress = |envelope: &[u8]| {
+            calls.set(calls.get() + 1);
+            Some(Bytes::copy_from_slice(&envelope[..3]))
+        };
         let small = Publication::new(Arc::from("s"), Position::new(Epoch(1), 1), "1", 0);
-        assert_eq!(
-            small.deflated_frame(&config).as_ptr(),
-            small.ws_frame().as_ptr()
-        );
-        let text = "\"".to_owned() + &"hello world ".repeat(50) + "\"";
-        let p = Publication::new(Arc::from("s"), Position::new(Epoch(1), 1), &text, 0);
-        let first = p.deflated_frame(&config).clone();
-        assert_eq!(first[0] & 0x40, 0x40, "RSV1");
-        assert!(first.len() < p.ws_frame().len() / 4);
-        assert_eq!(p.deflated_frame(&config).as_ptr(), first.as_ptr(), "shared");
+        let below = small.deflated_frame(small.envelope().len() + 1, compress);
+        assert_eq!(below.as_ptr(), small.ws_frame().as_ptr());
+        assert_eq!(calls.get(), 0, "below the threshold nothing is compressed");
+        let p = Publication::new(Arc::from("s"), Position::new(Epoch(1), 1), "[1,2]", 0);
+        let at = p.envelope().len();
+        let first = p.deflated_frame(at, compress).clone();
+        assert_eq!(&first[..], b"{\"o");
+        let again = p.deflated_frame(at, compress);
+        assert_eq!(again.as_ptr(), first.as_ptr(), "shared");
+        assert_eq!(calls.get(), 1, "made once");
+        let none = Publication::new(Arc::from("s"), Position::new(Epoch(1), 2), "[1,2]", 0);
+        let kept = none.deflated_frame(0, |_| None);
+        assert_eq!(kept.as_ptr(), none.ws_frame().as_ptr(), "not smaller");
     }
 }

@@ -3,15 +3,17 @@
 //!
 //! 1. leaves, naming no other module: `span`, `publication`, `registry`,
 //!    `heap`, `process`, `fds`, `peers`, `listener`, `outbound`, `reloadable`,
-//!    `sharded`;
+//!    `sharded`, `deflate`;
 //! 2. `history`, `messages` (what a worker's mailbox carries), `tls`;
 //! 3. `hub`, `namespace`, `redis_tls`, `link`;
 //! 4. `engine`, `feeds` (both send into the hub);
 //! 5. `config` (every setting, built from the engine's and TLS's own);
-//! 6. `auth`, `session`, `transport`;
+//! 6. `auth`, `session`, `transport`, `doctor` (the host's limits against
+//!    the settings);
 //! 7. `metrics`, `conn`;
 //! 8. `shared` (the node's state every thread holds);
-//! 9. `status`;
+//! 9. `status`, `sessions` (a worker's subscription core, apart from its
+//!    sockets);
 //! 10. `worker`, `admin`;
 //! 11. `lib.rs`, which wires them together.
 //!
@@ -30,15 +32,15 @@ use std::path::{Path, PathBuf};
 fn layer(module: &str) -> Option<u8> {
     Some(match module {
         "span" | "publication" | "registry" | "heap" | "process" | "fds" | "peers" | "listener"
-        | "sharded" | "outbound" | "reloadable" => 1,
+        | "sharded" | "outbound" | "reloadable" | "deflate" => 1,
         "history" | "messages" | "tls" => 2,
         "hub" | "namespace" | "redis_tls" | "link" => 3,
         "engine" | "feeds" => 4,
         "config" => 5,
-        "auth" | "session" | "transport" => 6,
+        "auth" | "session" | "transport" | "doctor" => 6,
         "metrics" | "conn" => 7,
         "shared" => 8,
-        "status" => 9,
+        "status" | "sessions" => 9,
         "worker" | "admin" => 10,
         "lib" => 11,
         _ => return None,

@@ -10,32 +10,29 @@
 use std::ops::Range;
 
 /// Files a worker keeps for itself besides connections: stdio, the epoll
-/// and waker fds, the admin poller, plus slack for sockets the kernel has not
+/// and waker fds, the /stats poller, plus slack for sockets the kernel has not
 /// released yet after close.
 pub const RESERVED_FDS: u64 = 100;
 
 /// The open-file limit of this process after raising the soft limit to the
-/// hard one (children inherit it).
+/// hard one (children inherit it). The limit is read as `myriad doctor`
+/// reads it ([`myriad_host::open_files`]); raising it is the bench's own.
 pub fn fd_cap() -> u64 {
-    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
-    unsafe {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return 1024;
-        }
-        if lim.rlim_cur < lim.rlim_max {
-            let raised = libc::rlimit {
-                rlim_cur: lim.rlim_max,
-                rlim_max: lim.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                lim.rlim_cur = lim.rlim_max;
-            }
-        }
-        lim.rlim_cur
+    let Some((soft, hard)) = myriad_host::open_files() else {
+        return 1024;
+    };
+    if soft >= hard {
+        return soft;
+    }
+    let raised = libc::rlimit {
+        rlim_cur: hard,
+        rlim_max: hard,
+    };
+    // SAFETY: setrlimit only reads the struct we pass.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+        hard
+    } else {
+        soft
     }
 }
 
@@ -75,15 +72,12 @@ pub fn connect_rate_concurrency(peak_rate: f64, hold_max_secs: f64, setup_secs: 
 
 /// The kernel's ephemeral port range (`ip_local_port_range`), the ports one
 /// (source IP, destination) pair can use when the kernel picks them.
+/// Read where `myriad doctor` reads it; the kernel's default range when
+/// it cannot be.
 pub fn ephemeral_ports() -> u64 {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| {
-            let mut it = s.split_whitespace().map(|v| v.parse::<u64>().ok());
-            let (lo, hi) = (it.next()??, it.next()??);
-            Some(hi.saturating_sub(lo) + 1)
-        })
-        .unwrap_or(28_232)
+    myriad_host::Host::here()
+        .port_range()
+        .map_or(28_232, |(low, high)| high - low + 1)
 }
 
 /// Connections the kernel's ephemeral ports allow with `sources` source

@@ -243,22 +243,12 @@ mod tests {
 
     /// `ALL` is kept by hand; per-transport metrics and `/stats`
     /// read it. A variant added to the enum
-    /// breaks the exhaustive match below until it is named here, and
+    /// breaks the build of `every_variant!` below until it is named here, and
     /// then this fails until `ALL` names it too.
     #[test]
     fn all_names_every_transport() {
-        macro_rules! every {
-            ($($variant:ident),* $(,)?) => {{
-                fn _exhaustive(v: TransportKind) {
-                    match v {
-                        $(TransportKind::$variant => {})*
-                    }
-                }
-                [$(TransportKind::$variant),*]
-            }}
-        }
-        let every = every!(
-            WebSocket,
+        let every = myriad_protocol::every_variant!(
+            TransportKind: WebSocket,
             WebSocketDeflate,
             WebSocketInflateOnly,
             Sse,

@@ -6,17 +6,20 @@
 //! compressed frame instead, made once per node; replies, pongs and closes
 //! go uncompressed, which RFC 7692 §6 allows of any message. A client that
 //! limited the server's window (`TransportKind::WebSocketInflateOnly`) is
-//! sent everything uncompressed by plain [`WebSocket`]. The
-//! upgrade is answered by the worker's `request` module and the read side
-//! (frames in, close handshake) lives in its `read` module, which is where
-//! bytes from the socket are parsed.
+//! sent everything uncompressed by plain [`WebSocket`]. Which of the three
+//! an upgrade gets is [`upgrade`]'s choice, from its extension offers and
+//! the `compression*` settings. The upgrade is answered by the worker's
+//! `request` module and the read side (frames in, close handshake) lives in
+//! its `read` module, which is where bytes from the socket are parsed.
 
 use bytes::Bytes;
 use myriad_protocol::close::CloseReason;
+use myriad_protocol::ws::deflate::negotiate;
 use myriad_protocol::ws::{encode_close, encode_frame, OpCode};
 
-use super::{Capabilities, Heartbeat, Transport};
+use super::{Capabilities, Heartbeat, Transport, TransportKind};
 use crate::config::Config;
+use crate::deflate;
 use crate::publication::Publication;
 use crate::session::Session;
 
@@ -71,7 +74,12 @@ impl Transport for WebSocketDeflate {
     }
 
     fn publication(&self, publication: &Publication, config: &Config) -> Bytes {
-        publication.deflated_frame(config).clone()
+        let level = config.compression_level;
+        publication
+            .deflated_frame(config.compression_threshold, |envelope| {
+                deflate::text_frame(envelope, level)
+            })
+            .clone()
     }
 
     fn reply(&self, json: &[u8], session: &Session) -> Bytes {
@@ -91,11 +99,59 @@ impl Transport for WebSocketDeflate {
     }
 }
 
+/// The transport of a WebSocket upgrade with these extension offers, and
+/// the `Sec-WebSocket-Extensions` answer if one was accepted (RFC 7692
+/// §5: an offer the server cannot take is declined, never refused).
+pub fn upgrade<'a>(
+    offers: impl IntoIterator<Item = &'a str>,
+    config: &Config,
+) -> (TransportKind, Option<String>) {
+    if !config.compression {
+        return (TransportKind::WebSocket, None);
+    }
+    let negotiation = negotiate(offers);
+    deflate::count_negotiation(&negotiation);
+    match negotiation.agreed {
+        None => (TransportKind::WebSocket, None),
+        Some(agreement) => {
+            let kind = if agreement.server_compresses() {
+                TransportKind::WebSocketDeflate
+            } else {
+                TransportKind::WebSocketInflateOnly
+            };
+            (kind, Some(agreement.response()))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use myriad_protocol::position::{Epoch, Position};
     use std::sync::Arc;
+
+    #[test]
+    fn upgrades_get_the_transport_their_offer_allows() {
+        let config = Config::default();
+        let (kind, answer) = upgrade(["permessage-deflate"], &config);
+        assert_eq!(kind, TransportKind::WebSocketDeflate);
+        assert!(answer.unwrap().contains("client_no_context_takeover"));
+        let (kind, answer) = upgrade(["permessage-deflate; server_max_window_bits=9"], &config);
+        assert_eq!(kind, TransportKind::WebSocketInflateOnly);
+        assert!(answer.unwrap().ends_with("server_max_window_bits=9"));
+        assert_eq!(
+            upgrade(["permessage-deflate; x=1"], &config),
+            (TransportKind::WebSocket, None)
+        );
+        let off = Config {
+            compression: false,
+            ..Config::default()
+        };
+        assert_eq!(
+            upgrade(["permessage-deflate"], &off),
+            (TransportKind::WebSocket, None)
+        );
+    }
 
     #[test]
     fn deflate_shares_one_compressed_frame() {

@@ -322,7 +322,7 @@ impl Worker {
                 };
                 self.conns[id as usize].enter(Phase::Draining, self.clock.tick());
                 self.decide_close(id, CloseReason::Normal);
-                self.unsubscribe_all(id);
+                self.sessions.unsubscribe_all(id);
                 self.send(id, Bytes::from(reply));
                 Flow::Stop
             }
@@ -336,7 +336,8 @@ impl Worker {
                     );
                     Flow::Continue
                 } else {
-                    self.on_command(id, text)
+                    let (sessions, mut out) = self.split();
+                    sessions.on_command(id, text, &mut out)
                 }
             }
             Message::Binary(data) => {
