@@ -144,12 +144,13 @@ fn queue_per_transport(c: &mut Criterion) {
                 session
             })
             .collect();
+        let config = myriad_server::Config::default();
         let mut queues: Vec<Outbound> = (0..SUBSCRIBERS).map(|_| Outbound::new()).collect();
         group.bench_function(
             format!("queue_512B_to_10k_subscribers/{}", kind.name()),
             |b| {
                 b.iter(|| {
-                    let form = kind.get().publication(black_box(&publication));
+                    let form = kind.get().publication(black_box(&publication), &config);
                     for (session, queue) in sessions.iter_mut().zip(&mut queues) {
                         // One subject: nothing owed (its events carry it).
                         let (bytes, more, _owed) =

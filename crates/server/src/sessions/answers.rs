@@ -89,7 +89,7 @@ impl Sessions {
         let forms: Vec<Bytes> = attachment
             .replay
             .iter()
-            .map(|p| kind.get().publication(p))
+            .map(|p| kind.get().publication(p, &self.shared.config))
             .collect();
         let mut recovered = attachment.recovered;
         let mut replay = &attachment.replay[..];

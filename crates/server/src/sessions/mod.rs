@@ -223,8 +223,11 @@ impl Sessions {
             let Some(kind) = out.open_transport(id) else {
                 continue;
             };
-            let form =
-                forms[kind.index()].get_or_insert_with(|| kind.get().publication(publication));
+            // The session's transport kind decides the form: a
+            // permessage-deflate connection gets the publication's one
+            // compressed frame, shared by every worker (see `deflate`).
+            let form = forms[kind.index()]
+                .get_or_insert_with(|| kind.get().publication(publication, &self.shared.config));
             let session = &mut self.by_conn[id as usize];
             let (bytes, more, owed) = transport::addressed(kind, form, publication, session);
             if owed {

@@ -46,6 +46,7 @@ use crossbeam_channel::Receiver;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use myriad_protocol::close::CloseReason;
+use myriad_protocol::ws::deflate::Inflater;
 use myriad_protocol::ws::{ReadLimits, Role};
 use slab::Slab;
 use tracing::{debug, warn};
@@ -104,6 +105,9 @@ pub struct Worker {
     shared: Arc<Shared>,
     metrics: WorkerMetrics,
     limits: ReadLimits,
+    /// Inflates the compressed messages of every permessage-deflate
+    /// connection here (see `deflate`); its stream exists after the first.
+    inflater: Inflater,
     clock: Clock,
     /// Where every socket read lands; taken out while a read is processed.
     scratch: Box<[u8]>,
@@ -169,6 +173,7 @@ impl Worker {
             metrics: shared.metrics.worker(index),
             shared,
             limits,
+            inflater: Inflater::new(),
             clock: Clock::new(),
             scratch: vec![0; SCRATCH_BYTES].into_boxed_slice(),
             seal: vec![0; if acceptor.is_some() { SEAL_BYTES } else { 0 }].into_boxed_slice(),

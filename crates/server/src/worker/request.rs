@@ -26,7 +26,7 @@ use crate::transport::http::{
     check_origin, error_response, parse_stream_request, parse_upgrade_query, preflight_response,
     RequestError, StreamRequest,
 };
-use crate::transport::TransportKind;
+use crate::transport::{self, TransportKind};
 
 /// Where a request path leads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,7 +115,9 @@ impl Worker {
                             return Some(buf.len());
                         }
                     };
-                    self.set_transport(id, TransportKind::WebSocket);
+                    let (kind, extensions) =
+                        transport::ws::upgrade(head.extension_offers(), config);
+                    self.set_transport(id, kind);
                     let now = self.clock.tick();
                     let conn = &mut self.conns[id as usize];
                     conn.enter(phase, now);
@@ -124,7 +126,8 @@ impl Worker {
                     // a long-poll left on a kept-alive connection is moot.
                     conn.last_heard = now;
                     conn.ping_sent = 0;
-                    self.send(id, Bytes::from(switching_protocols(upgrade.key, None)));
+                    let accept = switching_protocols(upgrade.key, None, extensions.as_deref());
+                    self.send(id, Bytes::from(accept));
                     // The echo endpoint carries no pub/sub, so no feeds.
                     if phase == Phase::PubSub {
                         let (user, access) = who.user_and_access();
