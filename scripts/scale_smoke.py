@@ -9,8 +9,9 @@ smoke` twice against the release binary, counts only.
 2. Whole: 2,000 subscribers over 2 nodes and Redis for 10 s; scale.json
    must show a box check whose rows are `myriad doctor --json`'s, in
    order, the port row asked for the bench's sources, every subscriber
-   set up, deliveries owed > 0, 0 lost, nothing beyond what was owed, the bench's report exact, and no process left
-   behind, which is checked here again from /proc after the script exited.
+   set up, deliveries owed > 0, 0 lost, nothing beyond what was owed,
+   the bench's report exact, and no process left behind, which is
+   checked here again from /proc after the script exited.
 
     python3 scripts/scale_smoke.py PATH/TO/release/myriad [OUT_DIR]
 """

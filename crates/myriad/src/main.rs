@@ -86,7 +86,12 @@ struct DoctorArgs {
     #[arg(long)]
     loopback: bool,
     /// Source addresses the clients here connect from (with --loopback).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(
+        long,
+        default_value_t = 1,
+        requires = "loopback",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
     sources: u64,
     /// Files the deployment's other processes on this host keep besides
     /// their connections (other nodes' own share, load generators, Redis).

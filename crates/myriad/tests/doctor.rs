@@ -390,4 +390,10 @@ fn fewer_host_connections_than_the_nodes_own_are_refused() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("--host-connections"), "{err}");
+    // Source addresses are the clients' here: without --loopback there
+    // are none to count.
+    let out = run(doctor(&["--connections", "100", "--sources", "3"]));
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("--loopback"), "{err}");
 }
