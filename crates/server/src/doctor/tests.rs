@@ -263,8 +263,9 @@ fn the_real_probe_accepts_every_connection_on_some_listener() {
     assert!(shares.iter().all(|&n| n >= 16), "{shares:?}");
 }
 
-/// The rows of docs/operations.md's "Tuning the host" table, by name.
-fn documented_checks() -> Vec<String> {
+/// The cells of the table under "Tuning the host" in docs/operations.md
+/// whose header starts with `header`, row by row, code quotes trimmed.
+fn documented_table(header: &str) -> Vec<Vec<String>> {
     let doc = include_str!("../../../../docs/operations.md");
     let section = doc
         .split("\n## Tuning the host\n")
@@ -273,17 +274,22 @@ fn documented_checks() -> Vec<String> {
     let section = section.split("\n## ").next().unwrap();
     section
         .lines()
-        .skip_while(|l| !l.starts_with("| check |"))
+        .skip_while(|l| !l.starts_with(header))
         .skip(2)
         .take_while(|l| l.starts_with('|'))
         .map(|l| {
             l.split('|')
-                .nth(1)
-                .unwrap()
-                .trim()
-                .trim_matches('`')
-                .to_owned()
+                .map(|cell| cell.trim().trim_matches('`').to_owned())
+                .collect()
         })
+        .collect()
+}
+
+/// The rows of the table of checks, by name.
+fn documented_checks() -> Vec<String> {
+    documented_table("| check |")
+        .into_iter()
+        .map(|cells| cells[1].clone())
         .collect()
 }
 
@@ -302,6 +308,45 @@ fn the_operations_guide_documents_every_check_in_order() {
     for figure in [per_pair, node] {
         assert!(doc.contains(&figure), "operations.md does not say {figure}");
     }
+}
+
+/// The (flag, default) rows of the table of the flags that describe the
+/// whole host.
+fn documented_host_flags() -> Vec<(String, String)> {
+    documented_table("| flag | default |")
+        .into_iter()
+        .map(|cells| {
+            let flag = cells[1].split(' ').next().unwrap().to_owned();
+            (flag, cells[2].clone())
+        })
+        .collect()
+}
+
+#[test]
+fn the_operations_guide_gives_each_host_flag_the_default_a_node_alone_has() {
+    let alone = HostLoad::alone(19_000);
+    let expected = [
+        ("--host-connections", "N".to_owned()),
+        ("--loopback", "off".to_owned()),
+        ("--sources", alone.sources.to_string()),
+        ("--extra-files", alone.extra_files.to_string()),
+        ("--extra-memory", alone.extra_memory.to_string()),
+        (
+            "--queued-bytes",
+            format!(
+                "{} (the kernel cost of an idle loopback pair)",
+                thousands(alone.queued_bytes)
+            ),
+        ),
+        ("--memory-available", "off".to_owned()),
+    ];
+    assert!(!alone.loopback && !alone.memory_available);
+    let documented = documented_host_flags();
+    let expected: Vec<(String, String)> = expected
+        .into_iter()
+        .map(|(f, d)| (f.to_owned(), d))
+        .collect();
+    assert_eq!(documented, expected);
 }
 
 #[test]
