@@ -48,10 +48,10 @@ for the connections each node will hold, and the box's shared ones
 (memory, tcp_mem, ports, fs.file-max, conntrack) for the whole run, since
 nodes, bench and Redis share the box (--host-connections, --loopback and
 the rest, from the plan); a run that cannot fit is refused with the
-setting to change. It changes no setting of the host's, except that --netns (root)
-sets net.ipv4.tcp_child_ehash_entries while it makes a network namespace
-for the run, with a TCP connection table sized for millions of sockets,
-and puts it back at once (enter_netns in cluster.py). Nodes and bench
+setting to change. It changes no setting of the host's, except that
+--netns (root) sets net.ipv4.tcp_child_ehash_entries while it makes a
+network namespace for the run, with a TCP connection table sized for
+millions of sockets, and puts it back at once (enter_netns in cluster.py). Nodes and bench
 share this script's session, so the scheduler shares the CPU between them
 by thread; Redis gets a favoured session of its own (cluster.py).
 
@@ -122,8 +122,8 @@ REDIS_PER_SUBJECT = 2200
 # the medium runs peaked at 1.4 KB); the c10m shape peaked at 0.26 KB a
 # socket, churn at 5.4 KB a subscriber.
 TCP_QUEUED = {"broadcast": 2304, "c10m": 512, "smoke": 512, "churn": 8192}
-# The userland estimate's margin: the figures above are medians of medium
-# runs, and the box's page cache shrinks under a run.
+# The userland estimate's margin: the figures above come from medium-size
+# runs, not from a million.
 SLACK = 1 * GIB
 
 SCENARIOS = {
