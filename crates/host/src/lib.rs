@@ -5,8 +5,10 @@
 //! [`Host`] reads `/proc` and `/sys` under one root, so tests point it at a
 //! temporary tree, and carries the process's open-file limit, the systemd
 //! unit's, and how to probe the listeners' spread. This crate only reads:
-//! it never changes a limit or a setting, and it knows nothing of nodes,
-//! connections or verdicts (the doctor judges what it reads).
+//! it never changes a limit or a setting, and it knows nothing of nodes or
+//! verdicts (the doctor judges what it reads). Besides the readings it keeps
+//! one fact of the kernel's that both users plan with: how full a source
+//! address's ports may get before `connect()` slows ([`PORT_FILL`]).
 
 use std::io;
 use std::path::PathBuf;
@@ -100,6 +102,21 @@ impl Host {
             _ => None,
         }
     }
+}
+
+/// The kernel's port search in `connect()` scans for a free port, and slows
+/// sharply as a (source address, destination) pair's ports fill up, so a
+/// client host keeps each pair at most 1/`PORT_FILL` full: the bench's
+/// source plan and the doctor's port row both count with it.
+pub const PORT_FILL: u64 = 4;
+
+/// Source addresses `per_destination` connections to one destination
+/// need so that no pair's `ports_per_pair` ports fill past 1/[`PORT_FILL`]:
+/// at least one.
+pub fn sources_needed(per_destination: u64, ports_per_pair: u64) -> u64 {
+    per_destination
+        .div_ceil((ports_per_pair / PORT_FILL).max(1))
+        .max(1)
 }
 
 /// (soft, hard) `RLIMIT_NOFILE` of this process.
@@ -254,6 +271,16 @@ mod tests {
             unit_of("0::/user.slice/user-0.slice/session-1.scope\n"),
             None
         );
+    }
+
+    #[test]
+    fn sources_keep_ports_a_quarter_full() {
+        assert_eq!(sources_needed(0, 28_232), 1);
+        assert_eq!(sources_needed(7_058, 28_232), 1);
+        assert_eq!(sources_needed(7_059, 28_232), 2);
+        assert_eq!(sources_needed(32_500, 28_232), 5);
+        assert_eq!(sources_needed(1_000_000, 28_232), 142);
+        assert_eq!(sources_needed(10, 0), 10, "no ports: one a source");
     }
 
     #[test]

@@ -5,7 +5,11 @@
 //! Each check reads one thing from the host (a sysctl, a process limit, a
 //! line of `/proc/meminfo`), says what the target number of connections
 //! needs of it, gives a verdict, one line on why it matters, and the exact
-//! command that fixes it. Every read goes through [`Host`] (the
+//! command that fixes it. The rows of what the whole box shares (files,
+//! `tcp_mem`, memory, ports, conntrack) judge [`HostLoad`], everything the
+//! deployment puts on this host, so a run of several nodes and their load
+//! generators on one box (`scripts/scale.py`) asks the doctor rather than
+//! keeping a copy of its checks. Every read goes through [`Host`] (the
 //! `myriad-host` crate, which the bench plans with too), whose root, limits
 //! and spread probe tests replace with a temporary tree and fakes. This
 //! module must not change the host: it only reads and advises.
@@ -34,6 +38,10 @@ pub const USERLAND_BYTES_PER_CONNECTION: u64 = 512;
 /// The kernel's default `netdev_max_backlog`: packets queued per core
 /// before the network stack takes them, SYNs of a loopback burst included.
 const NETDEV_BACKLOG_DEFAULT: u64 = 1_000;
+
+/// Ports of the widest range the fixes advise, 1024-65535: the ports
+/// below 1024 are for services.
+const WIDEST_PORT_RANGE: u64 = 65_535 - 1_024 + 1;
 
 /// Connections the `SO_REUSEPORT` probe makes per listener: with an even
 /// hash a listener falls under a quarter of its share by chance about
@@ -103,6 +111,8 @@ pub fn real_host(unit: Option<&str>) -> Host {
 /// what it needs of the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Target {
+    /// Client connections this node holds: its own rows (open files,
+    /// `fs.nr_open`) and the ports towards its address judge it.
     pub connections: u64,
     pub workers: usize,
     pub admin_max_connections: usize,
@@ -110,6 +120,62 @@ pub struct Target {
     pub socket_send_buffer: u64,
     pub max_outbound_bytes: u64,
     pub history_max_bytes: u64,
+    /// What the whole host holds with it.
+    pub host: HostLoad,
+}
+
+/// What the whole host holds for the deployment, which the rows of limits
+/// the box shares judge (`fs.file-max`, `tcp_mem`, memory, the port range,
+/// conntrack). [`HostLoad::alone`] is a node alone on its host, with its
+/// clients elsewhere: what `serve` checks at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct HostLoad {
+    /// Client connections every node on this host holds in all.
+    pub connections: u64,
+    /// Whether those connections' clients run on this host too: each
+    /// connection is then two files here, and its client end takes an
+    /// ephemeral port of this host's.
+    pub loopback: bool,
+    /// Source addresses the clients here connect from (with `loopback`);
+    /// each (source, node address) pair has its own ports.
+    pub sources: u64,
+    /// Files the deployment's other processes here keep besides their
+    /// connections (other nodes' own share, load generators, Redis).
+    pub extra_files: u64,
+    /// Userland memory of the deployment's other processes here.
+    pub extra_memory: u64,
+    /// TCP bytes one connection queues at the peak, which `tcp_mem`
+    /// counts. By default the kernel cost of an idle loopback pair
+    /// ([`KERNEL_BYTES_PER_CONNECTION`]): an upper bound for idle
+    /// connections, which queue next to nothing; a load test that knows
+    /// its shape gives its own figure.
+    pub queued_bytes: u64,
+    /// Judge memory against what running processes leave now
+    /// (`MemAvailable`) instead of `MemTotal`: for a run about to start
+    /// beside them, not a host sized for the node.
+    pub memory_available: bool,
+}
+
+impl HostLoad {
+    /// A node holding `connections` alone on its host.
+    pub const fn alone(connections: u64) -> HostLoad {
+        HostLoad {
+            connections,
+            loopback: false,
+            sources: 1,
+            extra_files: 0,
+            extra_memory: 0,
+            queued_bytes: KERNEL_BYTES_PER_CONNECTION,
+            memory_available: false,
+        }
+    }
+
+    /// Files of the deployment's connections on this host: one per
+    /// connection, two when the clients are here too.
+    fn connection_files(&self) -> u64 {
+        let ends = if self.loopback { 2 } else { 1 };
+        self.connections.saturating_mul(ends)
+    }
 }
 
 impl Target {
@@ -117,14 +183,16 @@ impl Target {
     /// `None`).
     pub fn from_config(config: &Config, connections: Option<u64>) -> Target {
         let wide = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        let connections = connections.unwrap_or(wide(config.max_connections));
         Target {
-            connections: connections.unwrap_or(wide(config.max_connections)),
+            connections,
             workers: config.worker_count(),
             admin_max_connections: config.admin_max_connections,
             backlog: config.backlog,
             socket_send_buffer: wide(config.socket_send_buffer),
             max_outbound_bytes: wide(config.max_outbound_bytes),
             history_max_bytes: wide(config.history_max_bytes),
+            host: HostLoad::alone(connections),
         }
     }
 
@@ -180,6 +248,21 @@ impl Report {
             count(Verdict::Warn),
             count(Verdict::Fail),
         );
+        let host = &self.target.host;
+        if *host != HostLoad::alone(self.target.connections) {
+            out.insert_str(
+                out.len() - 1,
+                &format!(
+                    "the host holds {} connections in all{}\n",
+                    thousands(host.connections),
+                    if host.loopback {
+                        ", their clients here too"
+                    } else {
+                        ""
+                    }
+                ),
+            );
+        }
         let width = |f: fn(&Check) -> usize, title: &str| {
             self.checks
                 .iter()
@@ -312,7 +395,12 @@ fn open_files(host: &Host, target: &Target, out: &mut Vec<Check>) {
         None => out.push(unknown("fs.file-max", "/proc/sys/fs/file-max", WHY_MAX)),
         Some(file_max) => {
             let open = host.number("proc/sys/fs/file-nr").unwrap_or(0);
-            let total = open.saturating_add(need);
+            // The box's files: this node's own share, and every file of
+            // the deployment's connections and other processes here.
+            let run = reserved
+                .saturating_add(target.host.connection_files())
+                .saturating_add(target.host.extra_files);
+            let total = open.saturating_add(run);
             out.push(Check {
                 name: "fs.file-max",
                 value: format!("{} ({} open now)", thousands(file_max), thousands(open)),
@@ -528,43 +616,56 @@ fn spread(host: &Host, target: &Target, out: &mut Vec<Check>) {
 }
 
 fn memory(host: &Host, target: &Target, out: &mut Vec<Check>) {
-    let kernel = target
-        .connections
-        .saturating_mul(KERNEL_BYTES_PER_CONNECTION);
+    let load = &target.host;
+    let kernel = load.connections.saturating_mul(KERNEL_BYTES_PER_CONNECTION);
     const WHY_TCP_MEM: &str = "all TCP sockets on the box share it; past the pressure mark the \
                                kernel shrinks buffers, past the max it drops data on every connection";
     match host.numbers("proc/sys/net/ipv4/tcp_mem").as_deref() {
         Some(&[low, pressure, max]) => {
             let bytes = |pages: u64| pages.saturating_mul(host.page_size);
-            let pages = kernel.div_ceil(host.page_size.max(1));
+            // What sockets queue now counts against the same pages.
+            let in_use = bytes(sockstat_tcp(host, "mem").unwrap_or(0));
+            let queued = load.connections.saturating_mul(load.queued_bytes);
+            let need = in_use.saturating_add(queued);
+            let pages = need.div_ceil(host.page_size.max(1));
+            let each = if load.queued_bytes == KERNEL_BYTES_PER_CONNECTION {
+                "~8.4 KB per idle loopback pair".to_owned()
+            } else {
+                format!("{} queued", size(load.queued_bytes))
+            };
             out.push(Check {
                 name: "net.ipv4.tcp_mem",
                 value: format!(
-                    "pressure {}, max {}",
+                    "pressure {}, max {}; {} in use",
                     size(bytes(pressure)),
-                    size(bytes(max))
+                    size(bytes(max)),
+                    size(in_use)
                 ),
                 needs: format!(
-                    "max > {} ({} x ~8.4 KB per idle loopback pair)",
-                    size(kernel),
-                    thousands(target.connections)
+                    "max > {} ({} x {each})",
+                    size(need),
+                    thousands(load.connections)
                 ),
-                verdict: if kernel > bytes(max) {
+                verdict: if need > bytes(max) {
                     Verdict::Fail
-                } else if kernel > bytes(pressure) {
+                } else if need > bytes(pressure) {
                     Verdict::Warn
                 } else {
                     Verdict::Ok
                 },
                 why: WHY_TCP_MEM,
                 // Pressure at 3/4 of the max, as the kernel's own defaults
-                // keep them, with the max a quarter above the need.
-                fix: format!(
-                    "sysctl -w net.ipv4.tcp_mem='{} {} {}'",
-                    low,
-                    (pages * 5 / 4) * 3 / 4,
-                    pages * 5 / 4
-                ),
+                // keep them, with the max a quarter above the need; never
+                // below what is set, so a warning's fix lowers nothing.
+                fix: {
+                    let top = (pages.saturating_mul(5) / 4).max(max);
+                    format!(
+                        "sysctl -w net.ipv4.tcp_mem='{} {} {}'",
+                        low,
+                        (top * 3 / 4).max(pressure),
+                        top
+                    )
+                },
             });
         }
         _ => out.push(unknown(
@@ -621,43 +722,66 @@ fn memory(host: &Host, target: &Target, out: &mut Vec<Check>) {
     }
     const WHY_MEM: &str = "kernel sockets, connections and history must fit in RAM; past it the \
                            OOM killer ends the node";
-    match host.meminfo("MemTotal") {
+    let field = if load.memory_available {
+        "MemAvailable"
+    } else {
+        "MemTotal"
+    };
+    match host.meminfo(field) {
         None => out.push(unknown("memory", "/proc/meminfo", WHY_MEM)),
-        Some(total) => {
-            let userland = target
+        Some(budget) => {
+            let userland = load
                 .connections
                 .saturating_mul(USERLAND_BYTES_PER_CONNECTION);
             let need = kernel
                 .saturating_add(userland)
-                .saturating_add(target.history_max_bytes);
+                .saturating_add(target.history_max_bytes)
+                .saturating_add(load.extra_memory);
             // Outbound queues hold handles to frames shared with history
             // and other queues, so their bound is shown, not added: every
             // queue full of distinct bytes is the worst case, not the rule.
-            let outbound = target.connections.saturating_mul(target.max_outbound_bytes);
+            let outbound = load.connections.saturating_mul(target.max_outbound_bytes);
+            let others = if load.extra_memory > 0 {
+                format!(" + other processes {}", size(load.extra_memory))
+            } else {
+                String::new()
+            };
+            // Connections that fit: all but history grows with them (the
+            // other processes' share too: a load generator's does).
+            let growing = need.saturating_sub(target.history_max_bytes).max(1);
+            let fit = u128::from(budget.saturating_sub(target.history_max_bytes))
+                * u128::from(load.connections)
+                / u128::from(growing);
+            let fit = u64::try_from(fit).unwrap_or(u64::MAX);
+            let room = if load.memory_available {
+                format!("free memory ({} available now)", size(budget))
+            } else {
+                format!("a host with more than {} of RAM", size(need / 3 * 4))
+            };
             out.push(Check {
                 name: "memory",
-                value: format!("MemTotal {}", size(total)),
+                value: format!("{field} {}", size(budget)),
                 needs: format!(
-                    "> {} (kernel {} + node {} + history_max_bytes {}; queues up to {} if \
-                     every one is full)",
+                    "> {} (kernel {} + node {} + history_max_bytes {}{others}; queues up to {} \
+                     if every one is full)",
                     size(need),
                     size(kernel),
                     size(userland),
                     size(target.history_max_bytes),
                     size(outbound)
                 ),
-                verdict: if need > total {
+                verdict: if need > budget {
                     Verdict::Fail
-                } else if need > total / 4 * 3 {
+                } else if need > budget / 4 * 3 {
                     Verdict::Warn
                 } else {
                     Verdict::Ok
                 },
                 why: WHY_MEM,
                 fix: format!(
-                    "a host with more than {} of RAM, fewer connections per host, or a lower \
+                    "{room}, fewer connections per host (about {} fit), or a lower \
                      history_max_bytes",
-                    size(need / 3 * 4)
+                    thousands(fit)
                 ),
             });
         }
@@ -668,6 +792,9 @@ fn ports(host: &Host, target: &Target, out: &mut Vec<Check>) {
     const WHY_RANGE: &str = "clients on one host get this many ports per (source IP, node \
                              address, port); load tests need more source addresses past it";
     match host.port_range() {
+        Some((low, high)) if target.host.loopback => {
+            out.push(loopback_ports(target, low, high, WHY_RANGE));
+        }
         Some((low, high)) => {
             let ports = high - low + 1;
             let sources = target.connections.div_ceil(ports);
@@ -694,7 +821,7 @@ fn ports(host: &Host, target: &Target, out: &mut Vec<Check>) {
                 fix: format!(
                     "sysctl -w net.ipv4.ip_local_port_range='1024 65535', and spread load-test \
                      clients over {} source addresses",
-                    target.connections.div_ceil(64_512)
+                    target.connections.div_ceil(WIDEST_PORT_RANGE)
                 ),
             });
         }
@@ -731,6 +858,49 @@ fn ports(host: &Host, target: &Target, out: &mut Vec<Check>) {
     }
 }
 
+/// The port row when the clients run here: their ends take this host's
+/// ephemeral ports, `target.connections` towards the node's address, and
+/// connecting stays fast only while each (source, node address) pair is
+/// at most 1/[`myriad_host::PORT_FILL`] full. Too few source addresses for
+/// that fail: the clients could not all connect.
+fn loopback_ports(target: &Target, low: u64, high: u64, why: &'static str) -> Check {
+    let ports = high - low + 1;
+    let needed = myriad_host::sources_needed(target.connections, ports);
+    let sources = target.host.sources.max(1);
+    let widened = myriad_host::sources_needed(target.connections, WIDEST_PORT_RANGE);
+    let most = sources.saturating_mul(ports / myriad_host::PORT_FILL);
+    Check {
+        name: "net.ipv4.ip_local_port_range",
+        value: format!("{low}-{high} ({} ports)", thousands(ports)),
+        needs: format!(
+            "{needed} source address(es) for {} connections to the node's address, each \
+             pair at most 1/{} full; the clients have {sources}",
+            thousands(target.connections),
+            myriad_host::PORT_FILL
+        ),
+        verdict: if needed <= sources {
+            Verdict::Ok
+        } else {
+            Verdict::Fail
+        },
+        why,
+        fix: format!(
+            "sysctl -w net.ipv4.ip_local_port_range='1024 65535' ({widened} source address(es) \
+             then), or at most {} connections per node address",
+            thousands(most)
+        ),
+    }
+}
+
+/// A field of the `TCP:` line of `/proc/net/sockstat` (`inuse`, `mem`).
+fn sockstat_tcp(host: &Host, field: &str) -> Option<u64> {
+    let text = host.read("proc/net/sockstat")?;
+    let line = text.lines().find(|l| l.starts_with("TCP:"))?;
+    let mut words = line.split_whitespace();
+    words.find(|w| *w == field)?;
+    words.next()?.parse().ok()
+}
+
 fn conntrack(host: &Host, target: &Target, out: &mut Vec<Check>) {
     const WHY: &str = "when connection tracking is loaded every connection takes an entry; past \
                        the max new ones are dropped silently";
@@ -740,7 +910,7 @@ fn conntrack(host: &Host, target: &Target, out: &mut Vec<Check>) {
             value: "not loaded".into(),
             needs: format!(
                 "nothing (or max >= {} if loaded)",
-                thousands(target.connections)
+                thousands(target.host.connections)
             ),
             verdict: Verdict::Ok,
             why: WHY,
@@ -754,16 +924,8 @@ fn conntrack(host: &Host, target: &Target, out: &mut Vec<Check>) {
     // Loaded yet empty while TCP sockets are open: no rule asks for
     // tracking (loopback connections are not entered by default), so the
     // node's connections will not be tracked either.
-    let tcp_open = host
-        .read("proc/net/sockstat")
-        .and_then(|text| {
-            let line = text.lines().find(|l| l.starts_with("TCP:"))?.to_owned();
-            let mut words = line.split_whitespace();
-            words.find(|w| *w == "inuse")?;
-            words.next()?.parse::<u64>().ok()
-        })
-        .unwrap_or(0);
-    let need = count.saturating_add(target.connections);
+    let tcp_open = sockstat_tcp(host, "inuse").unwrap_or(0);
+    let need = count.saturating_add(target.host.connections);
     let fix = format!(
         "sysctl -w net.netfilter.nf_conntrack_max={}",
         need.saturating_mul(5) / 4

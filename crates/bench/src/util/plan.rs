@@ -87,18 +87,10 @@ pub fn port_capacity(sources: u64, targets: u64, ports_per_pair: u64) -> u64 {
     sources.max(1) * targets.max(1) * ports_per_pair
 }
 
-/// The kernel's port search in connect() slows down sharply as a (source,
-/// destination) pair's ports fill up (it scans for a free one), so the
-/// bench keeps each pair at most this full.
-pub const PORT_FILL: u64 = 4;
-
-/// Source addresses needed so that `conns_per_target` connections keep
-/// every pair's ports at most 1/[`PORT_FILL`] full: 1 for small runs.
-pub fn sources_needed(conns_per_target: u64, ports_per_pair: u64) -> u64 {
-    conns_per_target
-        .div_ceil((ports_per_pair / PORT_FILL).max(1))
-        .max(1)
-}
+/// How full the bench lets a (source, destination) pair's ports get, and
+/// the source addresses that takes: the host crate's, which the doctor's
+/// port row counts with too.
+pub use myriad_host::{sources_needed, PORT_FILL};
 
 #[cfg(test)]
 mod tests {
@@ -132,15 +124,6 @@ mod tests {
         // 20k/s held 1 s ± 5 % plus 0.25 s of setup: 26,000 open at the peak.
         assert_eq!(connect_rate_concurrency(20_000.0, 1.05, 0.25), 26_000);
         assert_eq!(processes_for(26_000, conns_per_process(20_000)), 2);
-    }
-
-    #[test]
-    fn sources_keep_ports_a_quarter_full() {
-        assert_eq!(sources_needed(1_000, 28_232), 1);
-        assert_eq!(sources_needed(7_058, 28_232), 1);
-        assert_eq!(sources_needed(7_059, 28_232), 2);
-        assert_eq!(sources_needed(32_500, 28_232), 5);
-        assert_eq!(sources_needed(1_000_000, 28_232), 142);
     }
 
     #[test]
