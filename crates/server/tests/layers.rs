@@ -22,6 +22,7 @@
 //! module missing from the map above, and on any circle among the
 //! top-level modules (modules of one layer may name each other, but not
 //! in a circle). docs/architecture.md ("Layers") describes the same order.
+//! It also keeps every file but the config under 800 lines.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -193,4 +194,27 @@ fn the_check_sees_an_upward_name_and_a_circle() {
     let found = violations(&same_layer);
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(found[0].starts_with("a circle: "), "{found:?}");
+}
+
+/// Files a reader can hold in mind: none but `config.rs` (one table of every
+/// setting, which reads best in one place) runs past this many lines.
+const MOST_LINES: usize = 800;
+
+#[test]
+fn no_source_file_but_the_config_runs_past_800_lines() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let long: Vec<String> = files
+        .iter()
+        .filter(|file| *file != &src.join("config.rs"))
+        .map(|file| (file, fs::read_to_string(file).unwrap().lines().count()))
+        .filter(|(_, lines)| *lines > MOST_LINES)
+        .map(|(file, lines)| format!("{}: {lines} lines", file.display()))
+        .collect();
+    assert!(
+        long.is_empty(),
+        "split these by what they own:\n{}",
+        long.join("\n")
+    );
 }
