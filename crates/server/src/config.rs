@@ -17,7 +17,7 @@ use thiserror::Error;
 
 use crate::engine::RedisSettings;
 use crate::history::HistoryPolicy;
-use crate::namespace::{history_policy, Namespace, Namespaces};
+use crate::namespace::{history_policy, presence_policy, Namespace, Namespaces, PresencePolicy};
 use crate::redis_tls::{RedisTls, RedisTlsFiles};
 use crate::span::Span;
 use crate::tls::TlsFiles;
@@ -280,6 +280,11 @@ pub struct Config {
     /// oldest publications on the node are evicted first.
     #[arg(long, env = "MYRIAD_HISTORY_MAX_BYTES", default_value_t = 256 << 20)]
     pub history_max_bytes: usize,
+
+    /// Members a presence subject may hold (a namespace may set its own):
+    /// a subscribe past it is refused with `presence_full`.
+    #[arg(long, env = "MYRIAD_PRESENCE_MAX_MEMBERS", default_value_t = 1000)]
+    pub presence_max_members: usize,
 
     /// Directory of the node's persistent state (the follow graph), created
     /// if missing. One node at a time may use it.
@@ -721,8 +726,26 @@ impl Config {
         Ok(())
     }
 
+    /// Which subjects keep presence: off outside the namespaces that turn
+    /// it on.
+    pub fn presence_policies(&self) -> Namespaces<PresencePolicy> {
+        let node = PresencePolicy {
+            on: false,
+            max_members: self.presence_max_members,
+        };
+        Namespaces::new(node, &self.namespace, presence_policy)
+    }
+
     fn validate_redis(&self) -> Result<(), ConfigError> {
         let invalid = |what: String| Err(ConfigError::Invalid(what));
+        if self.engine == EngineKind::Redis {
+            if let Some(ns) = self.namespace.iter().find(|ns| ns.presence == Some(true)) {
+                return invalid(format!(
+                    "namespace {:?} has presence = true, which the redis engine does not keep yet",
+                    ns.prefix
+                ));
+            }
+        }
         match self.engine {
             EngineKind::Redis if self.redis_urls.is_empty() => {
                 return invalid("engine = redis needs at least one redis_url".into());
@@ -948,6 +971,38 @@ mod tests {
         assert_eq!(config.max_subscriptions, 7, "file beats default");
         assert_eq!(config.echo_path.as_deref(), Some("/e"));
         assert_eq!(config.max_subject_len, 128, "default stays");
+        std::fs::remove_file(&file.0).unwrap();
+    }
+
+    #[test]
+    fn presence_is_per_namespace_and_refused_over_redis() {
+        let mut file = tempfile();
+        writeln!(
+            file.1,
+            "presence_max_members = 50\n[[namespace]]\nprefix = \"room.\"\npresence = true\n\
+             [[namespace]]\nprefix = \"room.big.\"\npresence = true\npresence_max_members = 900"
+        )
+        .unwrap();
+        let config = Config::assemble(&matches(&["myriad"]), Some(&file.0)).unwrap();
+        let presence = config.presence_policies();
+        let policy = |s: &str| presence.policy_for(s);
+        assert_eq!(
+            (policy("room.1").on, policy("room.1").max_members),
+            (true, 50)
+        );
+        assert_eq!(policy("room.big.1").max_members, 900);
+        assert!(!policy("news").on, "off outside the namespaces");
+        let redis = [
+            "myriad",
+            "--engine",
+            "redis",
+            "--redis-url",
+            "redis://127.0.0.1:1",
+        ];
+        let why = Config::assemble(&matches(&redis), Some(&file.0))
+            .unwrap_err()
+            .to_string();
+        assert!(why.contains("presence = true"), "{why}");
         std::fs::remove_file(&file.0).unwrap();
     }
 

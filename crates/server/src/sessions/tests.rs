@@ -147,6 +147,7 @@ impl Harness {
         );
         let shared = Arc::new(Shared {
             auth: Auth::from_config(&config).unwrap(),
+            presence: config.presence_policies(),
             peers: PeerCounts::default(),
             token_failures: TokenFailures::new(config.token_failures_per_ip),
             feeds,

@@ -122,7 +122,9 @@ impl Context {
             EngineError::RedisTimeout => &self.failures.timeout,
             EngineError::RedisBusy => &self.failures.busy,
             EngineError::Redis(_) => &self.failures.error,
-            EngineError::ShuttingDown => return,
+            EngineError::ShuttingDown
+            | EngineError::PresenceFull { .. }
+            | EngineError::NoPresence => return,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }

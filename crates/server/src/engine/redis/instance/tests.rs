@@ -131,6 +131,7 @@ impl Rig {
             },
             token,
             can_wait: false,
+            join: None,
         };
         self.send(Op::Read(ReadOp::Attach { attach, life }));
     }
