@@ -1,25 +1,44 @@
 //! Presence per subject against the real binary: members join with their
 //! subscribe and leave with their unsubscribe or close; `presence` and
 //! `presence_stats` over WebSocket, `POST /cmd` and the admin API agree;
-//! the cap refuses the subscribe over it with `presence_full`, counted.
+//! the cap refuses the subscribe over it with `presence_full`, counted;
+//! over Redis, two nodes see one member list, and the members of a node
+//! killed with `kill -9` vanish within its `presence_lease`.
 
 mod common;
 
+use std::time::{Duration, Instant};
+
 use common::{http, recv, send, subscribe, wait_until, Node, Ws};
+use myriad_testkit::RedisServer;
 use serde_json::{json, Value};
 
-/// A node whose `room.` subjects keep presence, at most `cap` members each.
-fn presence_node(cap: usize) -> (Node, tempfile::TempDir) {
+/// A config file whose `room.` subjects keep presence, at most `cap`
+/// members each.
+fn presence_config(cap: usize) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("myriad.toml");
     let config = format!(
         "[[namespace]]\nprefix = \"room.\"\npresence = true\npresence_max_members = {cap}\n"
     );
-    std::fs::write(&path, config).unwrap();
-    let node = Node::start(&["--workers", "2", "--config", path.to_str().unwrap()]);
-    // `?user=` names users the follow graph knows.
-    let (status, _) = common::graph::post(&node, "/api/users", json!({"users": [1, 2, 3, 4]}));
+    std::fs::write(dir.path().join("myriad.toml"), config).unwrap();
+    dir
+}
+
+fn config_path(dir: &tempfile::TempDir) -> String {
+    dir.path().join("myriad.toml").display().to_string()
+}
+
+/// `?user=` names users the follow graph knows: makes 1 to 4 known.
+fn know_users(node: &Node) {
+    let (status, _) = common::graph::post(node, "/api/users", json!({"users": [1, 2, 3, 4]}));
     assert_eq!(status, 200);
+}
+
+/// A node whose `room.` subjects keep presence, at most `cap` members each.
+fn presence_node(cap: usize) -> (Node, tempfile::TempDir) {
+    let dir = presence_config(cap);
+    let node = Node::start(&["--workers", "2", "--config", &config_path(&dir)]);
+    know_users(&node);
     (node, dir)
 }
 
@@ -191,4 +210,54 @@ fn the_cap_refuses_the_subscribe_over_it() {
     assert_eq!(reply["op"], "ok");
     subscribe(&mut late, &["room.full"]);
     assert_eq!(stats_over_ws(&mut late, "room.full"), (3, 3));
+}
+
+#[test]
+fn a_killed_nodes_members_vanish_within_the_lease() {
+    const LEASE: Duration = Duration::from_secs(3);
+    let redis = RedisServer::start();
+    let dir = presence_config(100);
+    let config = config_path(&dir);
+    let flags = [
+        "--workers",
+        "2",
+        "--presence-lease",
+        "3s",
+        "--config",
+        &config,
+    ];
+    let mut doomed = Node::in_cluster_of(&[&redis], "presence", &flags);
+    let survivor = Node::in_cluster_of(&[&redis], "presence", &flags);
+    know_users(&doomed);
+    know_users(&survivor);
+    let mut on_doomed = [user(&doomed, 1), user(&doomed, 2)];
+    for ws in &mut on_doomed {
+        subscribe(ws, &["room.k"]);
+    }
+    let mut on_survivor = user(&survivor, 1);
+    subscribe(&mut on_survivor, &["room.k"]);
+    // One member list for the cluster, read on either node.
+    assert_eq!(stats_over_ws(&mut on_survivor, "room.k"), (3, 2));
+    let (_, page) = admin_get(&doomed, "/api/presence?subject=room.k");
+    assert_eq!(page["members"].as_array().unwrap().len(), 3, "{page}");
+    // Past two renewals everyone is still listed.
+    std::thread::sleep(LEASE * 2 / 3 * 2);
+    assert_eq!(stats_over_ws(&mut on_survivor, "room.k"), (3, 2));
+    doomed.kill_9();
+    let killed = Instant::now();
+    while stats_over_ws(&mut on_survivor, "room.k") != (1, 1) {
+        assert!(
+            killed.elapsed() < LEASE + Duration::from_secs(2),
+            "a killed node's members outlived presence_lease"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let members = members_over_ws(&mut on_survivor, "room.k", 10);
+    assert_eq!(members.len(), 1);
+    assert_eq!(members[0]["user"], "1");
+    // Counted once, cluster-wide, as of the survivor's next renewal.
+    wait_until("the expiries to be counted", || {
+        survivor.metric("myriad_presence_expired_total") == 2
+    });
+    drop(on_doomed);
 }

@@ -286,6 +286,12 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_PRESENCE_MAX_MEMBERS", default_value_t = 1000)]
     pub presence_max_members: usize,
 
+    /// With `engine = redis`: how long a node's presence members outlive
+    /// its last lease renewal (renewed every third of it), so the bound
+    /// within which a dead node's members vanish. 3s to 10m.
+    #[arg(long, env = "MYRIAD_PRESENCE_LEASE", default_value = "15s")]
+    pub presence_lease: Span,
+
     /// Directory of the node's persistent state (the follow graph), created
     /// if missing. One node at a time may use it.
     #[arg(long, env = "MYRIAD_DATA_DIR", default_value = "myriad-data")]
@@ -738,13 +744,13 @@ impl Config {
 
     fn validate_redis(&self) -> Result<(), ConfigError> {
         let invalid = |what: String| Err(ConfigError::Invalid(what));
-        if self.engine == EngineKind::Redis {
-            if let Some(ns) = self.namespace.iter().find(|ns| ns.presence == Some(true)) {
-                return invalid(format!(
-                    "namespace {:?} has presence = true, which the redis engine does not keep yet",
-                    ns.prefix
-                ));
-            }
+        let lease = Duration::from(self.presence_lease);
+        if !(Duration::from_secs(3)..=Duration::from_secs(600)).contains(&lease) {
+            return invalid(format!(
+                "presence_lease ({}) must be from 3s to 10m: renewed every third of it, \
+                 it bounds how long a dead node's members are listed",
+                self.presence_lease
+            ));
         }
         match self.engine {
             EngineKind::Redis if self.redis_urls.is_empty() => {
@@ -880,6 +886,7 @@ impl Config {
             queue_high_water: self.redis_queue_high_water,
             linger: self.redis_linger.into(),
             feed_backlog: self.redis_feed_backlog,
+            presence_lease: self.presence_lease.into(),
         }
     }
 
@@ -975,7 +982,7 @@ mod tests {
     }
 
     #[test]
-    fn presence_is_per_namespace_and_refused_over_redis() {
+    fn presence_is_per_namespace_and_its_lease_bounded() {
         let mut file = tempfile();
         writeln!(
             file.1,
@@ -992,18 +999,10 @@ mod tests {
         );
         assert_eq!(policy("room.big.1").max_members, 900);
         assert!(!policy("news").on, "off outside the namespaces");
-        let redis = [
-            "myriad",
-            "--engine",
-            "redis",
-            "--redis-url",
-            "redis://127.0.0.1:1",
-        ];
-        let why = Config::assemble(&matches(&redis), Some(&file.0))
-            .unwrap_err()
-            .to_string();
-        assert!(why.contains("presence = true"), "{why}");
         std::fs::remove_file(&file.0).unwrap();
+        let why = refusal(&["myriad", "--presence-lease", "2s"]);
+        assert!(why.contains("presence_lease (2s)"), "{why}");
+        assert!(assembled(&["myriad", "--presence-lease", "3s"]).is_ok());
     }
 
     #[test]

@@ -93,6 +93,7 @@ struct PresenceMetrics {
     joined: Counter<u64, AtomicU64>,
     left: Counter<u64, AtomicU64>,
     refused: Counter<u64, AtomicU64>,
+    expired: Counter<u64, AtomicU64>,
 }
 
 /// All metrics of a node.
@@ -350,6 +351,11 @@ impl Metrics {
                 "presence_refused",
                 "Subscribes refused because the subject had presence_max_members members",
             ),
+            expired: registered(
+                r,
+                "presence_expired",
+                "Members removed because their node's presence_lease ended (cluster-wide, Redis engine)",
+            ),
         };
         let feeds = FeedMetrics {
             sends: registered(
@@ -507,6 +513,7 @@ impl Metrics {
         catch_up(&self.presence.joined, presence.joined);
         catch_up(&self.presence.left, presence.left);
         catch_up(&self.presence.refused, presence.refused);
+        catch_up(&self.presence.expired, presence.expired);
         for (kind, total) in stats.failures.by_kind() {
             catch_up(
                 &self.engine_failures.get_or_create(&KindLabel { kind }),

@@ -496,6 +496,7 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
             "joined": engine.presence.joined,
             "left": engine.presence.left,
             "refused": engine.presence.refused,
+            "expired": engine.presence.expired,
         },
         "memory": shared.memory(&usage, &engine, &s),
         "slow_consumer_disconnects": s.closed(CloseReason::SlowConsumer),

@@ -78,21 +78,6 @@ macro_rules! conformance_suite {
             fn shutdown_refuses_everything() {
                 c::shutdown_refuses_everything(&$make);
             }
-        }
-    };
-}
-pub(crate) use conformance_suite;
-
-/// Expands to the presence clauses (contract clause 8), one `#[test]`
-/// each, in a module `$name`. Apart from `conformance_suite!` only while
-/// the Redis engine does not keep presence: an engine that does runs both.
-macro_rules! presence_suite {
-    ($name:ident, $make:expr) => {
-        mod $name {
-            #[allow(unused_imports)]
-            use super::*;
-            use $crate::engine::conformance as c;
-
             #[test]
             fn presence_join_and_leave() {
                 c::presence_join_and_leave(&$make);
@@ -108,7 +93,7 @@ macro_rules! presence_suite {
         }
     };
 }
-pub(crate) use presence_suite;
+pub(crate) use conformance_suite;
 
 fn policy(size: usize, ttl_ms: u64) -> HistoryPolicy {
     HistoryPolicy {

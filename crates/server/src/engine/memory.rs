@@ -142,7 +142,7 @@ impl MemoryEngine {
             epochs_made: AtomicU64::new(0),
             clock: Instant::now(),
             roster: Roster::default(),
-            node: format!("{:016x}", super::random_epoch().0),
+            node: super::random_node_id(),
         });
         let stop = Arc::new(AtomicBool::new(false));
         spawn_expiry_sweep(Arc::downgrade(&inner), Arc::clone(&stop));
@@ -233,10 +233,7 @@ impl Inner {
 
     /// The member id of the connection `to` names.
     fn member_id(&self, to: &ConnRequest) -> Arc<str> {
-        Arc::from(format!(
-            "{}.{}.{}.{}",
-            self.node, to.worker, to.conn, to.life
-        ))
+        super::member_id(&self.node, to)
     }
 
     fn forgettable(&self, stream: &Stream, now_ms: u64) -> bool {

@@ -79,6 +79,18 @@ pub use crate::messages::engine::{
 pub use memory::MemoryEngine;
 pub use redis::{RedisEngine, RedisEngineError, RedisSettings};
 
+/// The member id of the connection `to` names on node `node`: unique in
+/// the cluster while the connection lives (its slot's life tells it from a
+/// later connection in the same slot).
+pub(crate) fn member_id(node: &str, to: &ConnRequest) -> Arc<str> {
+    Arc::from(format!("{node}.{}.{}.{}", to.worker, to.conn, to.life))
+}
+
+/// A node id: random per start, as an epoch is.
+pub(crate) fn random_node_id() -> String {
+    format!("{:016x}", random_epoch().0)
+}
+
 /// A new epoch: random, so that a stream created again, on any node or
 /// after any restart, never continues an old one's offsets.
 pub(crate) fn random_epoch() -> Epoch {
@@ -196,6 +208,10 @@ pub struct PresenceCounts {
     pub left: u64,
     /// Joins refused by `presence_max_members`.
     pub refused: u64,
+    /// Members removed because their node's lease ended (its node died),
+    /// by anyone in the cluster (none on the memory engine, whose members
+    /// end with their node).
+    pub expired: u64,
 }
 
 /// Requests an engine could not serve, by the error they got (always none

@@ -52,9 +52,6 @@ pub enum EngineError {
     /// A join to a presence subject that holds `max` members already.
     #[error("presence_full: the subject already has its {max} members (presence_max_members)")]
     PresenceFull { max: usize },
-    /// This engine does not keep presence.
-    #[error("unavailable: this engine does not keep presence")]
-    NoPresence,
 }
 
 impl EngineError {
@@ -68,8 +65,7 @@ impl EngineError {
             EngineError::ShuttingDown
             | EngineError::RedisUnavailable
             | EngineError::RedisBusy
-            | EngineError::PresenceFull { .. }
-            | EngineError::NoPresence => false,
+            | EngineError::PresenceFull { .. } => false,
         }
     }
 }

@@ -142,19 +142,24 @@ impl Harness {
     /// Attaches connection `conn` of worker 0 to `subject`, live from now;
     /// the answer is [`Harness::attached`]'s.
     pub fn attach(&self, subject: &str, conn: ConnId, can_wait: bool) {
+        self.attach_as(subject, conn, can_wait, None);
+    }
+
+    /// Attaches connection `conn` of worker 0 to `subject`, joining its
+    /// members with `join`; the answer is [`Harness::attached`]'s.
+    pub fn attach_joining(&self, subject: &str, conn: ConnId, join: Join) {
+        self.attach_as(subject, conn, false, Some(join));
+    }
+
+    fn attach_as(&self, subject: &str, conn: ConnId, can_wait: bool, join: Option<Join>) {
         let attach = Attach {
             subject: Arc::from(subject),
             since: None,
             max_replay_bytes: usize::MAX,
-            to: ConnRequest {
-                worker: 0,
-                conn,
-                life: 0,
-                request: None,
-            },
+            to: request(0, conn),
             token: 1,
             can_wait,
-            join: None,
+            join,
         };
         let mut wakeups = Wakeups::default();
         self.engine.attach(attach, &mut wakeups);

@@ -156,6 +156,8 @@ impl Roster {
             joined: self.joined.load(Ordering::Relaxed),
             left: self.left.load(Ordering::Relaxed),
             refused: self.refused.load(Ordering::Relaxed),
+            // Members end with their node here: none outlives a lease.
+            expired: 0,
         }
     }
 }
@@ -195,7 +197,8 @@ mod tests {
                 members: 0,
                 joined: 3,
                 left: 3,
-                refused: 0
+                refused: 0,
+                expired: 0
             }
         );
     }

@@ -197,4 +197,3 @@ fn every_change_keeps_the_totals_exact() {
 
 // The engine contract, clause by clause.
 conformance::conformance_suite!(keeps_the_contract, memory);
-conformance::presence_suite!(keeps_presence, memory);
