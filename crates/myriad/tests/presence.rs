@@ -3,7 +3,10 @@
 //! `presence_stats` over WebSocket, `POST /cmd` and the admin API agree;
 //! the cap refuses the subscribe over it with `presence_full`, counted;
 //! over Redis, two nodes see one member list, and the members of a node
-//! killed with `kill -9` vanish within its `presence_lease`.
+//! killed with `kill -9` vanish within its `presence_lease`; with
+//! `join_leave`, subscribers get joins and leaves in order, and the
+//! documented "snapshot then diffs" recipe leaves no gap across churn and a
+//! reconnect.
 
 mod common;
 
@@ -14,11 +17,12 @@ use myriad_testkit::RedisServer;
 use serde_json::{json, Value};
 
 /// A config file whose `room.` subjects keep presence, at most `cap`
-/// members each.
+/// members each, and whose `live.` subjects keep it with join/leave events.
 fn presence_config(cap: usize) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let config = format!(
-        "[[namespace]]\nprefix = \"room.\"\npresence = true\npresence_max_members = {cap}\n"
+        "[[namespace]]\nprefix = \"room.\"\npresence = true\npresence_max_members = {cap}\n\
+         [[namespace]]\nprefix = \"live.\"\npresence = true\njoin_leave = true\n"
     );
     std::fs::write(dir.path().join("myriad.toml"), config).unwrap();
     dir
@@ -216,8 +220,12 @@ fn the_cap_refuses_the_subscribe_over_it() {
 fn a_killed_nodes_members_vanish_within_the_lease() {
     const LEASE: Duration = Duration::from_secs(3);
     let redis = RedisServer::start();
-    let dir = presence_config(100);
-    let config = config_path(&dir);
+    // Without join_leave, which the Redis engine does not send yet.
+    let redis_config = tempfile::tempdir().unwrap();
+    let path = redis_config.path().join("myriad.toml");
+    let namespace = "[[namespace]]\nprefix = \"room.\"\npresence = true\n";
+    std::fs::write(&path, namespace).unwrap();
+    let config = path.display().to_string();
     let flags = [
         "--workers",
         "2",
@@ -260,4 +268,205 @@ fn a_killed_nodes_members_vanish_within_the_lease() {
         survivor.metric("myriad_presence_expired_total") == 2
     });
     drop(on_doomed);
+}
+
+#[test]
+fn joins_and_leaves_reach_subscribers_in_order() {
+    let (node, _dir) = presence_node(100);
+    let mut watcher = node.connect();
+    subscribe(&mut watcher, &["live.1", "room.quiet"]);
+    let mut ann = user(&node, 1);
+    subscribe(&mut ann, &["live.1"]);
+    let mut bob = user(&node, 2);
+    subscribe(&mut bob, &["live.1"]);
+    // A namespace without join_leave sends none.
+    subscribe(&mut bob, &["room.quiet"]);
+    // Asked by a connection that is no subscriber, so gets no events.
+    let mut lister = node.connect();
+    let ids: Vec<String> = members_over_ws(&mut lister, "live.1", 10)
+        .iter()
+        .map(|m| m["conn"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 3);
+    // Ann, a subscriber, has heard of bob's join before her answer.
+    send(
+        &mut ann,
+        json!({"op": "unsubscribe", "subjects": ["live.1"], "id": 2}),
+    );
+    assert_eq!(recv(&mut ann)["op"], "join");
+    assert_eq!(recv(&mut ann)["op"], "ok");
+    drop(bob);
+    let events: Vec<Value> = (0..4).map(|_| recv(&mut watcher)).collect();
+    let seen: Vec<(&str, &str, &Value)> = events
+        .iter()
+        .map(|e| {
+            assert_eq!(e["subject"], "live.1", "{e}");
+            (
+                e["op"].as_str().unwrap(),
+                e["member"]["conn"].as_str().unwrap(),
+                &e["member"]["user"],
+            )
+        })
+        .collect();
+    let (ann_id, bob_id) = (seen[0].1, seen[1].1);
+    assert_eq!(
+        seen,
+        [
+            ("join", ann_id, &json!("1")),
+            ("join", bob_id, &json!("2")),
+            ("leave", ann_id, &json!("1")),
+            ("leave", bob_id, &json!("2")),
+        ]
+    );
+    assert!(ids.iter().any(|id| id == ann_id) && ids.iter().any(|id| id == bob_id));
+    // Nothing else came: the next message is the answer to this ping.
+    assert_eq!(
+        ask(&mut watcher, json!({"op": "ping", "id": 3}))["op"],
+        "pong"
+    );
+}
+
+/// What an observer following docs/protocol.md's recipe holds: member id →
+/// user, from pages and the joins and leaves around them.
+#[derive(Default)]
+struct Observed {
+    members: std::collections::BTreeMap<String, Value>,
+}
+
+impl Observed {
+    /// Applies one message; returns the `next` cursor when it was a page
+    /// (`Some(Null)` for the last one).
+    fn apply(&mut self, message: &Value, asked_after: &Option<String>) -> Option<Value> {
+        match message["op"].as_str() {
+            Some("join") => {
+                let member = &message["member"];
+                let id = member["conn"].as_str().unwrap().to_owned();
+                self.members.insert(id, member["user"].clone());
+                None
+            }
+            Some("leave") => {
+                self.members
+                    .remove(message["member"]["conn"].as_str().unwrap());
+                None
+            }
+            Some("presence") => {
+                // A page replaces what is held for the ids it covers: after
+                // its cursor, up to its last member (to the end on the last
+                // page).
+                let page = message["members"].as_array().unwrap();
+                let next = message["next"].clone();
+                let last = next.as_str().map(str::to_owned);
+                self.members.retain(|id, _| {
+                    let after = asked_after.as_ref().is_none_or(|a| id > a);
+                    let within = last.as_ref().is_none_or(|l| id <= l);
+                    !(after && within)
+                });
+                for m in page {
+                    self.members
+                        .insert(m["conn"].as_str().unwrap().to_owned(), m["user"].clone());
+                }
+                Some(next)
+            }
+            _ => panic!("unexpected {message}"),
+        }
+    }
+
+    /// Subscribes `ws` and reads every page (three members each) while
+    /// joins and leaves keep coming.
+    fn follow(ws: &mut Ws, subject: &str) -> Observed {
+        let mut seen = Observed::default();
+        send(
+            ws,
+            json!({"op": "subscribe", "subjects": [subject], "id": 1}),
+        );
+        assert_eq!(recv(ws)["op"], "subscribed");
+        let mut after: Option<String> = None;
+        loop {
+            let mut command = json!({"op": "presence", "subject": subject, "limit": 3, "id": 2});
+            if let Some(a) = &after {
+                command["cursor"] = json!(a);
+            }
+            send(ws, command);
+            let next = loop {
+                if let Some(next) = seen.apply(&recv(ws), &after) {
+                    break next;
+                }
+            };
+            match next.as_str() {
+                Some(cursor) => after = Some(cursor.to_owned()),
+                None => return seen,
+            }
+        }
+    }
+}
+
+#[test]
+fn snapshot_then_diffs_leaves_no_gap_across_churn_and_a_reconnect() {
+    const CHURN: usize = 60;
+    let (node, _dir) = presence_node(1000);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let kept = std::thread::scope(|scope| {
+        let churn = scope.spawn(|| {
+            let mut kept = Vec::new();
+            for i in 0..CHURN {
+                let mut ws = node.connect();
+                subscribe(&mut ws, &["live.c"]);
+                match i % 3 {
+                    0 => kept.push(ws),
+                    1 => {
+                        let reply = ask(
+                            &mut ws,
+                            json!({"op": "unsubscribe", "subjects": ["live.c"], "id": 5}),
+                        );
+                        assert_eq!(reply["op"], "ok");
+                    }
+                    _ => drop(ws),
+                }
+                std::thread::sleep(Duration::from_millis(3));
+            }
+            done.store(true, std::sync::atomic::Ordering::Release);
+            kept
+        });
+        // Follow, drop the connection part way, come back and follow again,
+        // all while the churn goes on.
+        let mut first = node.connect();
+        let mut seen = Observed::follow(&mut first, "live.c");
+        for _ in 0..10 {
+            seen.apply(&recv(&mut first), &None);
+        }
+        drop(first);
+        let mut observer = node.connect();
+        seen = Observed::follow(&mut observer, "live.c");
+        let kept = churn.join().unwrap();
+        assert!(done.load(std::sync::atomic::Ordering::Acquire));
+        // Once every change has been made, the counts answer after them.
+        let expected = (kept.len() + 1) as u64;
+        wait_until("the churn's leaves", || {
+            let (_, stats) = admin_get(&node, "/api/presence_stats?subject=live.c");
+            stats["connections"] == expected
+        });
+        send(
+            &mut observer,
+            json!({"op": "presence_stats", "subject": "live.c", "id": 9}),
+        );
+        loop {
+            let message = recv(&mut observer);
+            if message["op"] == "presence_stats" {
+                assert_eq!(message["connections"], expected);
+                break;
+            }
+            seen.apply(&message, &None);
+        }
+        let (_, listing) = admin_get(&node, "/api/presence?subject=live.c");
+        let truth: Vec<&str> = listing["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["conn"].as_str().unwrap())
+            .collect();
+        let held: Vec<&str> = seen.members.keys().map(String::as_str).collect();
+        assert_eq!(held, truth, "the observer's members are the node's");
+        kept
+    });
+    assert_eq!(kept.len(), CHURN / 3);
 }

@@ -542,16 +542,37 @@ pub fn encode_presence<'a>(
         if i > 0 {
             out.push(b',');
         }
-        let user = member.user.map_or_else(|| "null".to_owned(), quote);
-        write!(out, "{{\"conn\":{},\"user\":{user}", quote(member.conn))
-            .expect("writing to a Vec cannot fail");
-        if let Some(info) = member.info {
-            write!(out, ",\"info\":{info}").expect("writing to a Vec cannot fail");
-        }
-        out.push(b'}');
+        write_member(&mut out, member);
     }
     let next = next.map_or_else(|| "null".to_owned(), quote);
     write!(out, "],\"next\":{next}}}").expect("writing to a Vec cannot fail");
+    out
+}
+
+/// `{"conn":C,"user":U[,"info":I]}`: one member as every presence message
+/// writes it.
+fn write_member(out: &mut Vec<u8>, member: PresenceMember<'_>) {
+    let quote = |s: &str| serde_json::to_string(s).expect("a str always serializes");
+    let user = member.user.map_or_else(|| "null".to_owned(), quote);
+    write!(out, "{{\"conn\":{},\"user\":{user}", quote(member.conn))
+        .expect("writing to a Vec cannot fail");
+    if let Some(info) = member.info {
+        write!(out, ",\"info\":{info}").expect("writing to a Vec cannot fail");
+    }
+    out.push(b'}');
+}
+
+/// `{"op":"join"|"leave","subject":S,"member":{…}}`: a member joined or
+/// left a subject whose namespace has `join_leave`, sent to its
+/// subscribers; no position (presence changes are not publications).
+pub fn encode_presence_change(joined: bool, subject: &str, member: PresenceMember<'_>) -> Vec<u8> {
+    let op = if joined { "join" } else { "leave" };
+    let subject = serde_json::to_string(subject).expect("a str always serializes");
+    let mut out = Vec::with_capacity(96);
+    write!(out, "{{\"op\":\"{op}\",\"subject\":{subject},\"member\":")
+        .expect("writing to a Vec cannot fail");
+    write_member(&mut out, member);
+    out.push(b'}');
     out
 }
 
@@ -1138,6 +1159,10 @@ mod tests {
         assert_eq!(
             encode_presence(Some(3), "room.1", members, Some("n.0.2.1")),
             br#"{"op":"presence","id":3,"subject":"room.1","members":[{"conn":"n.0.1.1","user":"7","info":{"name":"ann"}},{"conn":"n.0.2.1","user":null}],"next":"n.0.2.1"}"#
+        );
+        assert_eq!(
+            encode_presence_change(false, "room.1", members[1]),
+            br#"{"op":"leave","subject":"room.1","member":{"conn":"n.0.2.1","user":null}}"#
         );
         assert_eq!(
             encode_presence_stats(None, "room.1", 3, 2),

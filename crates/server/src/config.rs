@@ -738,12 +738,23 @@ impl Config {
         let node = PresencePolicy {
             on: false,
             max_members: self.presence_max_members,
+            join_leave: false,
         };
         Namespaces::new(node, &self.namespace, presence_policy)
     }
 
     fn validate_redis(&self) -> Result<(), ConfigError> {
         let invalid = |what: String| Err(ConfigError::Invalid(what));
+        if let Some(ns) = self.namespace.iter().find(|ns| {
+            ns.join_leave == Some(true)
+                && (ns.presence != Some(true) || self.engine == EngineKind::Redis)
+        }) {
+            return invalid(format!(
+                "namespace {:?} has join_leave = true: it needs presence = true, and the memory \
+                 engine (join/leave events over Redis are not built yet)",
+                ns.prefix
+            ));
+        }
         let lease = Duration::from(self.presence_lease);
         if !(Duration::from_secs(3)..=Duration::from_secs(600)).contains(&lease) {
             return invalid(format!(
@@ -1000,6 +1011,32 @@ mod tests {
         assert_eq!(policy("room.big.1").max_members, 900);
         assert!(!policy("news").on, "off outside the namespaces");
         std::fs::remove_file(&file.0).unwrap();
+        for (table, engine) in [
+            ("presence = false\njoin_leave = true", "memory"),
+            ("presence = true\njoin_leave = true", "redis"),
+        ] {
+            let mut file = tempfile();
+            writeln!(file.1, "[[namespace]]\nprefix = \"live.\"\n{table}").unwrap();
+            let args = [
+                "myriad",
+                "--engine",
+                engine,
+                "--redis-url",
+                "redis://127.0.0.1:1",
+                "--graph-store",
+                "sqlite",
+            ];
+            let args = if engine == "memory" {
+                &args[..1]
+            } else {
+                &args[..]
+            };
+            let why = Config::assemble(&matches(args), Some(&file.0))
+                .unwrap_err()
+                .to_string();
+            assert!(why.contains("join_leave = true"), "{engine}: {why}");
+            std::fs::remove_file(&file.0).unwrap();
+        }
         let why = refusal(&["myriad", "--presence-lease", "2s"]);
         assert!(why.contains("presence_lease (2s)"), "{why}");
         assert!(assembled(&["myriad", "--presence-lease", "3s"]).is_ok());

@@ -52,6 +52,10 @@ pub struct Namespace {
     /// `presence_max_members` when unset.
     #[serde(default)]
     pub presence_max_members: Option<usize>,
+    /// Whether the subscribers of a presence subject here are told of each
+    /// join and leave; off when unset.
+    #[serde(default)]
+    pub join_leave: Option<bool>,
 }
 
 /// What clients may do in a namespace, before their token's grants are
@@ -69,6 +73,8 @@ pub struct AccessPolicy {
 pub struct PresencePolicy {
     pub on: bool,
     pub max_members: usize,
+    /// Join and leave events to subscribers (only where `on`).
+    pub join_leave: bool,
 }
 
 /// A namespace, by its place in [`Namespaces`]; 0 is the default.
@@ -147,6 +153,7 @@ pub fn presence_policy(ns: &Namespace, node: PresencePolicy) -> PresencePolicy {
     PresencePolicy {
         on: ns.presence.unwrap_or(node.on),
         max_members: ns.presence_max_members.unwrap_or(node.max_members),
+        join_leave: ns.join_leave.unwrap_or(node.join_leave),
     }
 }
 

@@ -579,6 +579,7 @@ fn join(user: Option<&str>, max_members: usize) -> Join {
         user: user.map(Arc::from),
         info: user.map(|u| Arc::from(format!("{{\"name\":\"{u}\"}}"))),
         max_members,
+        events: false,
     }
 }
 
@@ -610,7 +611,8 @@ pub fn presence_join_and_leave(make: Make<'_>) {
     assert_eq!(h.presence_stats("room"), (3, 2), "u1 has another member");
     sim.part(&h, 0, 2, "room");
     assert_eq!(h.presence_stats("room"), (2, 1), "u1 left with its last");
-    h.engine.leave("room", harness::request(0, 2));
+    h.engine
+        .leave("room", harness::request(0, 2), &mut Wakeups::default());
     assert_eq!(
         h.presence_stats("room"),
         (2, 1),

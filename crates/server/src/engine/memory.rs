@@ -541,7 +541,9 @@ impl Engine for MemoryEngine {
             // Before the stream's lock: the roster's locks are never taken
             // under it.
             let conn = inner.member_id(&attach.to);
-            inner.roster.join(&attach.subject, conn, join).err()
+            let hub = &inner.hub;
+            let told = |change| hub.send_to_all(&Arc::new(change), wakeups);
+            inner.roster.join(&attach.subject, conn, join, told).err()
         } else {
             None
         };
@@ -682,21 +684,23 @@ impl Engine for MemoryEngine {
         reply.send(&inner.hub, Ok(page), wakeups);
     }
 
-    fn leave(&self, subject: &str, to: ConnRequest) {
+    fn leave(&self, subject: &str, to: ConnRequest, wakeups: &mut Wakeups) {
         let inner = &*self.inner;
-        inner.roster.leave(subject, &inner.member_id(&to));
+        let told = |change| inner.hub.send_to_all(&Arc::new(change), wakeups);
+        inner.roster.leave(subject, &inner.member_id(&to), told);
     }
 
     fn presence(&self, query: PresenceQuery, reply: Reply<PresencePage>, wakeups: &mut Wakeups) {
         let inner = &*self.inner;
-        let result = if self.closed.load(Ordering::Acquire) {
-            Err(EngineError::ShuttingDown)
-        } else {
-            Ok(inner
-                .roster
-                .page(query.subject, query.after.as_deref(), query.limit))
-        };
-        reply.send(&inner.hub, result, wakeups);
+        if self.closed.load(Ordering::Acquire) {
+            reply.send(&inner.hub, Err(EngineError::ShuttingDown), wakeups);
+            return;
+        }
+        // Answered under the subject's lock: in line with its changes.
+        let answer = |page| reply.send(&inner.hub, Ok(page), wakeups);
+        inner
+            .roster
+            .page(query.subject, query.after.as_deref(), query.limit, answer);
     }
 
     fn presence_stats(

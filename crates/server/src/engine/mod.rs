@@ -73,7 +73,7 @@ use crate::hub::{Event, Hub, Wakeups};
 // to the engine's callers they are part of its API.
 pub use crate::messages::engine::{
     Answer, Attached, Attachment, Broken, ConnAnswer, ConnRequest, EngineError, HistoryPage, Join,
-    Member, PresencePage, PresenceQuery, PresenceStats, Published,
+    Member, PresenceChange, PresencePage, PresenceQuery, PresenceStats, Published,
 };
 
 pub use memory::MemoryEngine;
@@ -285,7 +285,7 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Ends the membership of the connection `to` names in `subject`
     /// (clause 8).
-    fn leave(&self, subject: &str, to: ConnRequest);
+    fn leave(&self, subject: &str, to: ConnRequest, wakeups: &mut Wakeups);
 
     /// Reads one page of a presence subject's members (clause 8).
     fn presence(&self, query: PresenceQuery, reply: Reply<PresencePage>, wakeups: &mut Wakeups);

@@ -122,6 +122,18 @@ pub struct Join {
     pub info: Option<Arc<str>>,
     /// The namespace's `presence_max_members`: a join past it is refused.
     pub max_members: usize,
+    /// The namespace's `join_leave`: the subject's subscribers are told of
+    /// every join and leave ([`PresenceChange`]).
+    pub events: bool,
+}
+
+/// A member joined or left a subject whose namespace has `join_leave`:
+/// for the subject's live subscribers, in line with presence answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PresenceChange {
+    pub subject: Arc<str>,
+    pub joined: bool,
+    pub member: Member,
 }
 
 /// One member of a presence subject.

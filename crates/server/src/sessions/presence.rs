@@ -10,12 +10,16 @@
 
 use std::sync::Arc;
 
-use myriad_protocol::message::{encode_presence_stats, ErrorCode};
+use bytes::Bytes;
+use myriad_protocol::message::{
+    encode_presence_change, encode_presence_stats, ErrorCode, PresenceMember,
+};
 
 use super::{Sessions, Wire};
 use crate::auth::Action;
-use crate::engine::{Answer, ConnRequest, Join, PresenceQuery};
+use crate::engine::{Answer, ConnRequest, Join, PresenceChange, PresenceQuery};
 use crate::registry::ConnId;
+use crate::transport::TransportKind;
 
 impl Sessions {
     /// What `id` brings when it subscribes to `subject`: a join when the
@@ -30,14 +34,16 @@ impl Sessions {
             user: identity.map(|i| Arc::from(i.user.to_string())),
             info: None,
             max_members: policy.max_members,
+            events: policy.join_leave,
         })
     }
 
     /// One subscription of `id` to `subject` ended: it leaves the
     /// subject's members, if the namespace keeps presence.
-    pub(super) fn leave_for(&self, id: ConnId, subject: &str) {
+    pub(super) fn leave_for(&mut self, id: ConnId, subject: &str) {
         if self.shared.presence.policy_for(subject).on {
-            self.shared.engine.leave(subject, self.request_of(id, None));
+            let to = self.request_of(id, None);
+            self.shared.engine.leave(subject, to, &mut self.wakeups);
         }
     }
 
@@ -100,6 +106,31 @@ impl Sessions {
         self.shared
             .engine
             .presence_stats(Arc::from(subject), reply, &mut self.wakeups);
+    }
+
+    /// A member joined or left a subject with join/leave events: each live
+    /// WebSocket subscriber of it here gets the event, through the fan-out
+    /// path like a publication (counted, and within the outbound bound),
+    /// framed once. Other transports are not sent events: they read
+    /// presence with the commands.
+    pub fn on_presence_change(&mut self, change: &PresenceChange, out: &mut impl Wire) {
+        let kind = TransportKind::WebSocket;
+        let mut frame: Option<Bytes> = None;
+        for &id in self.registry.subscribers(&change.subject) {
+            if out.open_transport(id) != Some(kind) {
+                continue;
+            }
+            let bytes = frame.get_or_insert_with(|| {
+                let member = PresenceMember {
+                    conn: &change.member.conn,
+                    user: change.member.user.as_deref(),
+                    info: change.member.info.as_deref(),
+                };
+                let json = encode_presence_change(change.joined, &change.subject, member);
+                kind.get().reply(&json, &self.by_conn[id as usize])
+            });
+            out.deliver(id, kind, bytes.clone(), None);
+        }
     }
 
     /// The engine's answer to `presence` or `presence_stats`.

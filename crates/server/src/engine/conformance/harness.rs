@@ -263,7 +263,9 @@ impl Sim {
     /// Ends connection `conn`'s subscription of presence subject
     /// `subject` as a worker does: it leaves, then detaches.
     pub(super) fn part(&mut self, h: &Harness, worker: usize, conn: ConnId, subject: &str) {
-        h.engine.leave(subject, request(worker, conn));
+        let mut wakeups = Wakeups::default();
+        h.engine.leave(subject, request(worker, conn), &mut wakeups);
+        h.hub.wake(wakeups);
         self.detach(h, worker, conn, subject);
     }
 
@@ -416,6 +418,7 @@ impl Sim {
             Event::Answer(_) => panic!("no connection request asked for an answer"),
             Event::Feeds(_) => panic!("engines never send feed changes"),
             Event::Broken(b) => panic!("no stream breaks while the engine is up: {b:?}"),
+            Event::Presence(c) => panic!("no join asked for events: {c:?}"),
         }
     }
 

@@ -6,7 +6,13 @@
 //! with them, so that `presence_stats` reads two lengths instead of
 //! walking the members. Sharded by subject like the streams, under locks of
 //! its own: the engine never holds a stream shard while it takes one.
-//! It must not know about routes, history or the hub.
+//!
+//! A subject with join/leave events hands each change, and every page
+//! read of it, to a closure of the caller *under the subject's lock*: the
+//! engine queues them to the workers there, so that in each worker's
+//! mailbox a change comes before a page exactly when the page holds it
+//! (the "snapshot then diffs" rule of docs/protocol.md). It must not know
+//! about routes, history or the hub.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
@@ -14,7 +20,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, MutexGuard};
 
 use crate::engine::PresenceCounts;
-use crate::messages::engine::{EngineError, Join, Member, PresencePage, PresenceStats};
+use crate::messages::engine::{
+    EngineError, Join, Member, PresenceChange, PresencePage, PresenceStats,
+};
 use crate::sharded::Sharded;
 
 /// What one member holds besides its id.
@@ -31,6 +39,9 @@ struct Roll {
     /// Members per user: a user's first member adds it, its last removes
     /// it, so `len()` is the distinct user count.
     users: HashMap<Arc<str>, u32>,
+    /// Joins and leaves are told (the namespace's `join_leave`, as its
+    /// joins said).
+    events: bool,
 }
 
 type Rolls = HashMap<Arc<str>, Roll>;
@@ -53,8 +64,15 @@ impl Roster {
 
     /// Adds member `conn` to `subject`, unless the subject holds
     /// `join.max_members` already. Joining again with the same id is no
-    /// change.
-    pub fn join(&self, subject: &Arc<str>, conn: Arc<str>, join: &Join) -> Result<(), EngineError> {
+    /// change. A new member of a subject with events is handed to
+    /// `told`, under the subject's lock.
+    pub fn join(
+        &self,
+        subject: &Arc<str>,
+        conn: Arc<str>,
+        join: &Join,
+        told: impl FnOnce(PresenceChange),
+    ) -> Result<(), EngineError> {
         let mut shard = self.shard(subject);
         let roll = shard.entry(Arc::clone(subject)).or_default();
         if roll.members.contains_key(&conn) {
@@ -78,19 +96,37 @@ impl Roster {
             user: join.user.clone(),
             info: join.info.clone(),
         };
-        roll.members.insert(conn, entry);
+        roll.members.insert(Arc::clone(&conn), entry);
+        roll.events |= join.events;
+        if roll.events {
+            told(PresenceChange {
+                subject: Arc::clone(subject),
+                joined: true,
+                member: Member {
+                    conn,
+                    user: join.user.clone(),
+                    info: join.info.clone(),
+                },
+            });
+        }
         self.members.fetch_add(1, Ordering::Relaxed);
         self.joined.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
     /// Removes member `conn` from `subject`; returns whether it was one.
-    pub fn leave(&self, subject: &str, conn: &str) -> bool {
+    /// On a subject with events the change is handed to `told`, under the
+    /// subject's lock.
+    pub fn leave(&self, subject: &str, conn: &str, told: impl FnOnce(PresenceChange)) -> bool {
         let mut shard = self.shard(subject);
-        let Some(roll) = shard.get_mut(subject) else {
+        let Some((name, roll)) = shard.get_key_value(subject) else {
             return false;
         };
-        let Some(entry) = roll.members.remove(conn) else {
+        let (name, events) = (Arc::clone(name), roll.events);
+        let roll = shard
+            .get_mut(subject)
+            .expect("found above, under the same lock");
+        let Some((conn, entry)) = roll.members.remove_entry(conn) else {
             return false;
         };
         if let Some(user) = &entry.user {
@@ -104,13 +140,32 @@ impl Roster {
         if roll.members.is_empty() {
             shard.remove(subject);
         }
+        if events {
+            told(PresenceChange {
+                subject: name,
+                joined: false,
+                member: Member {
+                    conn,
+                    user: entry.user,
+                    info: entry.info,
+                },
+            });
+        }
+        drop(shard);
         self.members.fetch_sub(1, Ordering::Relaxed);
         self.left.fetch_add(1, Ordering::Relaxed);
         true
     }
 
-    /// At most `limit` members of `subject` whose ids sort after `after`.
-    pub fn page(&self, subject: Arc<str>, after: Option<&str>, limit: usize) -> PresencePage {
+    /// At most `limit` members of `subject` whose ids sort after `after`,
+    /// handed to `answer` under the subject's lock.
+    pub fn page(
+        &self,
+        subject: Arc<str>,
+        after: Option<&str>,
+        limit: usize,
+        answer: impl FnOnce(PresencePage),
+    ) {
         let shard = self.shard(&subject);
         let mut members = Vec::new();
         let mut more = false;
@@ -127,15 +182,15 @@ impl Roster {
             members.extend(range.by_ref().take(limit));
             more = range.next().is_some();
         }
-        drop(shard);
         let next = more
             .then(|| members.last().map(|m| Arc::clone(&m.conn)))
             .flatten();
-        PresencePage {
+        answer(PresencePage {
             subject,
             members,
             next,
-        }
+        });
+        drop(shard);
     }
 
     /// `subject`'s member and user counts.
@@ -171,25 +226,73 @@ mod tests {
             user: user.map(Arc::from),
             info: None,
             max_members: max,
+            events: false,
         }
+    }
+
+    fn page(roster: &Roster, subject: &str, after: Option<&str>, limit: usize) -> PresencePage {
+        let mut read = None;
+        roster.page(Arc::from(subject), after, limit, |p| read = Some(p));
+        read.expect("answered")
+    }
+
+    fn unheard(change: PresenceChange) {
+        panic!("no events asked for: {change:?}");
+    }
+
+    #[test]
+    fn changes_are_told_only_where_events_were_asked() {
+        let roster = Roster::default();
+        let s: Arc<str> = Arc::from("room");
+        let mut told = Vec::new();
+        let events = Join {
+            events: true,
+            ..join(Some("u1"), 10)
+        };
+        roster
+            .join(&s, "c1".into(), &events, |c| told.push(c))
+            .unwrap();
+        roster
+            .join(&s, "c1".into(), &events, |c| told.push(c))
+            .unwrap();
+        assert!(roster.leave(&s, "c1", |c| told.push(c)));
+        assert!(!roster.leave(&s, "c1", |c| told.push(c)));
+        let seen: Vec<(bool, &str)> = told.iter().map(|c| (c.joined, &*c.member.conn)).collect();
+        assert_eq!(seen, [(true, "c1"), (false, "c1")], "once each");
+        assert_eq!(told[1].member.user.as_deref(), Some("u1"));
+        roster
+            .join(&Arc::from("quiet"), "c1".into(), &join(None, 10), unheard)
+            .unwrap();
+        assert!(roster.leave("quiet", "c1", unheard));
     }
 
     #[test]
     fn users_are_counted_once_and_leave_with_their_last_member() {
         let roster = Roster::default();
         let s: Arc<str> = Arc::from("room");
-        roster.join(&s, "c1".into(), &join(Some("u1"), 10)).unwrap();
-        roster.join(&s, "c2".into(), &join(Some("u1"), 10)).unwrap();
-        roster.join(&s, "c3".into(), &join(None, 10)).unwrap();
-        roster.join(&s, "c3".into(), &join(None, 10)).unwrap();
+        roster
+            .join(&s, "c1".into(), &join(Some("u1"), 10), unheard)
+            .unwrap();
+        roster
+            .join(&s, "c2".into(), &join(Some("u1"), 10), unheard)
+            .unwrap();
+        roster
+            .join(&s, "c3".into(), &join(None, 10), unheard)
+            .unwrap();
+        roster
+            .join(&s, "c3".into(), &join(None, 10), unheard)
+            .unwrap();
         let stats = roster.stats(Arc::clone(&s));
         assert_eq!((stats.connections, stats.users), (3, 1));
-        assert!(roster.leave(&s, "c1"));
-        assert!(!roster.leave(&s, "c1"), "a second leave is no change");
+        assert!(roster.leave(&s, "c1", unheard));
+        assert!(
+            !roster.leave(&s, "c1", unheard),
+            "a second leave is no change"
+        );
         assert_eq!(roster.stats(Arc::clone(&s)).users, 1);
-        assert!(roster.leave(&s, "c2"));
+        assert!(roster.leave(&s, "c2", unheard));
         assert_eq!(roster.stats(Arc::clone(&s)).users, 0);
-        assert!(roster.leave(&s, "c3"));
+        assert!(roster.leave(&s, "c3", unheard));
         assert_eq!(roster.shards.sum(|r| r.len()), 0, "an empty roll is freed");
         assert_eq!(
             roster.counts(),
@@ -208,24 +311,24 @@ mod tests {
         let roster = Roster::default();
         let s: Arc<str> = Arc::from("room");
         for c in ["c3", "c1", "c2"] {
-            roster.join(&s, c.into(), &join(None, 3)).unwrap();
+            roster.join(&s, c.into(), &join(None, 3), unheard).unwrap();
         }
         assert_eq!(
-            roster.join(&s, "c4".into(), &join(None, 3)),
+            roster.join(&s, "c4".into(), &join(None, 3), unheard),
             Err(EngineError::PresenceFull { max: 3 })
         );
-        let first = roster.page(Arc::clone(&s), None, 2);
+        let first = page(&roster, "room", None, 2);
         let ids: Vec<&str> = first.members.iter().map(|m| &*m.conn).collect();
         assert_eq!(ids, ["c1", "c2"]);
         assert_eq!(first.next.as_deref(), Some("c2"));
-        let second = roster.page(Arc::clone(&s), first.next.as_deref(), 2);
+        let second = page(&roster, "room", first.next.as_deref(), 2);
         assert_eq!(second.members.len(), 1);
         assert_eq!(second.next, None);
         assert_eq!(roster.counts().refused, 1);
         assert_eq!(
-            roster.join(&Arc::from("empty"), "c1".into(), &join(None, 0)),
+            roster.join(&Arc::from("empty"), "c1".into(), &join(None, 0), unheard),
             Err(EngineError::PresenceFull { max: 0 })
         );
-        assert!(roster.page(Arc::from("empty"), None, 5).members.is_empty());
+        assert!(page(&roster, "empty", None, 5).members.is_empty());
     }
 }

@@ -242,7 +242,7 @@ impl Engine for RedisEngine {
         queue.send(Op::Read(ReadOp::History { query, reply }), ctx, wakeups);
     }
 
-    fn leave(&self, subject: &str, to: ConnRequest) {
+    fn leave(&self, subject: &str, to: ConnRequest, wakeups: &mut Wakeups) {
         let ctx = &*self.ctx;
         let member = super::member_id(&ctx.members.node, &to);
         // Sent even when the join's answer has not come: Redis runs the
@@ -252,9 +252,7 @@ impl Engine for RedisEngine {
             subject: Arc::from(subject),
             member,
         };
-        let mut wakeups = Wakeups::default();
-        self.queue(subject).send(Op::Read(op), ctx, &mut wakeups);
-        ctx.router.hub().wake(wakeups);
+        self.queue(subject).send(Op::Read(op), ctx, wakeups);
     }
 
     fn presence(&self, query: PresenceQuery, reply: Reply<PresencePage>, wakeups: &mut Wakeups) {
@@ -538,6 +536,7 @@ mod tests {
             user: Some(Arc::from(user)),
             info: None,
             max_members: 100,
+            events: false,
         };
         h.attach_joining(subject, conn, join);
         assert!(h.attached().outcome.is_ok());
