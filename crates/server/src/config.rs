@@ -286,6 +286,12 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_PRESENCE_MAX_MEMBERS", default_value_t = 1000)]
     pub presence_max_members: usize,
 
+    /// Bytes a token's `info` claim may take (as compact JSON): it is shown
+    /// with each presence membership of the connection. A token with more
+    /// is refused (`invalid_token`, counted as `token_info`).
+    #[arg(long, env = "MYRIAD_PRESENCE_INFO_MAX_BYTES", default_value_t = 512)]
+    pub presence_info_max_bytes: usize,
+
     /// With `engine = redis`: how long a node's presence members outlive
     /// its last lease renewal (renewed every third of it), so the bound
     /// within which a dead node's members vanish. 3s to 10m.

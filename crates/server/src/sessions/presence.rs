@@ -30,9 +30,10 @@ impl Sessions {
             return None;
         }
         let identity = self.by_conn[id as usize].identity.as_ref();
+        let access = identity.and_then(|i| i.access.as_ref());
         Some(Join {
             user: identity.map(|i| Arc::from(i.user.to_string())),
-            info: None,
+            info: access.and_then(|a| a.info.clone()),
             max_members: policy.max_members,
             events: policy.join_leave,
         })
