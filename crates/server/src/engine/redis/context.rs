@@ -113,8 +113,10 @@ impl Context {
                 self.router.answered(attach, life, Err(error), wakeups)
             }
             Op::Read(ReadOp::History { reply, .. }) => reply.send(hub, Err(error), wakeups),
-            // The member's lease ends it in Redis instead.
-            Op::Read(ReadOp::Leave { .. }) => {}
+            // Sent again with the next renewal.
+            Op::Read(ReadOp::Leave { subject, member }) => {
+                self.members.lost_leave(subject, member);
+            }
             Op::Read(ReadOp::Presence { reply, .. }) => reply.send(hub, Err(error), wakeups),
             Op::Read(ReadOp::PresenceStats { reply, .. }) => reply.send(hub, Err(error), wakeups),
         }
@@ -340,11 +342,16 @@ impl Context {
                 }
                 self.router.answered(attach, life, outcome, wakeups);
             }
-            ReadOp::Leave { .. } => match ScriptReply::new(value).and_then(|mut r| r.int()) {
-                Ok(1) => self.members.left(),
-                Ok(_) => {}
-                Err(e) => self.count_failure(&e),
-            },
+            ReadOp::Leave { subject, member } => {
+                match ScriptReply::new(value).and_then(|mut r| r.int()) {
+                    Ok(1) => self.members.left(),
+                    Ok(_) => {}
+                    Err(e) => {
+                        self.count_failure(&e);
+                        self.members.lost_leave(subject, member);
+                    }
+                }
+            }
             ReadOp::Presence { query, reply } => {
                 let outcome = members::page(query.subject, value);
                 if let Err(e) = &outcome {

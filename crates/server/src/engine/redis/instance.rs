@@ -573,13 +573,23 @@ impl Instance {
             return;
         };
         let (index, instances) = (self.index, self.ctx.instances);
-        let subjects = self
-            .ctx
-            .members
-            .subjects(|s| super::ring::instance_of(s, instances) == index);
+        let ours = |s: &str| super::ring::instance_of(s, instances) == index;
+        let members = &self.ctx.members;
+        let prefix = &self.ctx.settings.prefix;
+        let mut lost = members.take_lost(ours).into_iter();
+        while let Some((subject, member)) = lost.next() {
+            let mut call = members::call(&self.ctx.scripts.presence, prefix, "leave");
+            call.arg(&*subject).arg(&members.node).arg(&*member);
+            if let Err(e) = call.query_async::<Value>(&mut conn).await {
+                tracing::warn!(error = %e, "a lost presence leave failed again");
+                members.lost_leave(subject, member);
+                lost.for_each(|(s, m)| members.lost_leave(s, m));
+                return;
+            }
+        }
+        let subjects = members.subjects(ours);
         let lease = self.ctx.settings.presence_lease.as_millis() as u64;
         for batch in subjects.chunks(RENEW_BATCH) {
-            let prefix = &self.ctx.settings.prefix;
             let mut call = members::call(&self.ctx.scripts.presence, prefix, "renew");
             call.arg(&self.ctx.members.node).arg(lease);
             for subject in batch {

@@ -29,6 +29,10 @@ pub struct Members {
     /// Subject → the member ids of this node in it. Nothing runs under
     /// this lock but the map.
     held: Mutex<HashMap<Arc<str>, HashSet<Arc<str>>>>,
+    /// Leaves Redis did not take (unreachable, busy, an error): sent again
+    /// with the next renewal of their instance, since this node's lease
+    /// would otherwise keep them listed for as long as it lives.
+    lost: Mutex<Vec<(Arc<str>, Arc<str>)>>,
     joined: AtomicU64,
     left: AtomicU64,
     refused: AtomicU64,
@@ -42,6 +46,7 @@ impl Members {
         Members {
             node: crate::engine::random_node_id(),
             held: Mutex::default(),
+            lost: Mutex::default(),
             joined: AtomicU64::new(0),
             left: AtomicU64::new(0),
             refused: AtomicU64::new(0),
@@ -78,6 +83,19 @@ impl Members {
                 held.remove(subject);
             }
         }
+    }
+
+    /// A leave of `member` from `subject` did not reach Redis.
+    pub(super) fn lost_leave(&self, subject: Arc<str>, member: Arc<str>) {
+        crate::sharded::lock(&self.lost).push((subject, member));
+    }
+
+    /// The lost leaves `pick` keeps (those of one instance), taken.
+    pub(super) fn take_lost(&self, pick: impl Fn(&str) -> bool) -> Vec<(Arc<str>, Arc<str>)> {
+        let mut lost = crate::sharded::lock(&self.lost);
+        let (mine, others) = lost.drain(..).partition(|(s, _)| pick(s));
+        *lost = others;
+        mine
     }
 
     /// Redis made a member.

@@ -542,6 +542,62 @@ mod tests {
         assert!(h.attached().outcome.is_ok());
     }
 
+    /// A leave Redis could not take (it was down) is sent again with the
+    /// next renewal once it is back: the node's lease, renewed for its other
+    /// member, would otherwise keep the departed one listed.
+    #[test]
+    fn a_leave_lost_while_redis_is_down_is_made_on_its_return() {
+        let mut server = RedisServer::start_persistent();
+        let settings = RedisSettings {
+            presence_lease: Duration::from_secs(3),
+            timeout: Duration::from_millis(500),
+            ..settings(server.url())
+        };
+        let h = harness(settings, 1, ten_kept(), 1 << 20);
+        join(&h, "room", 1, "ann");
+        join(&h, "room", 2, "bob");
+        server.kill();
+        let to = ConnRequest {
+            worker: 0,
+            conn: 1,
+            life: 0,
+            request: None,
+        };
+        let mut wakeups = Wakeups::default();
+        h.engine.leave("room", to, &mut wakeups);
+        h.hub.wake(wakeups);
+        // Refused while Redis is down (counted as unavailable).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while h.engine.stats().failures.unavailable == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the leave never failed"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server.restart();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let mut wakeups = Wakeups::default();
+            h.engine
+                .presence_stats(Arc::from("room"), Reply::Task(tx), &mut wakeups);
+            h.hub.wake(wakeups);
+            if let Ok(Ok(stats)) = rx.blocking_recv() {
+                if (stats.connections, stats.users) == (1, 1) {
+                    break;
+                }
+                assert_eq!(stats.connections, 2, "only ann's leave is owed");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the lost leave was never made"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(h.members("room", 10)[0].user.as_deref(), Some("bob"));
+    }
+
     /// A node that dies without a word (its engine dropped: no leave, no
     /// more renewals) loses its members within one lease, on the other
     /// node's reads and by its renewals, with the user counts kept exact.
