@@ -51,7 +51,13 @@
 //!    [`EngineError::PresenceFull`] and nothing joins. `leave` ends the
 //!    membership (a connection that is not a member is no change).
 //!    `presence` pages the members in member-id order; `presence_stats`
-//!    counts every member and every distinct user, exactly.
+//!    counts every member and every distinct user, exactly. An engine
+//!    that keeps leases (Redis) removes a dead node's members within one
+//!    lease. A join with `events` makes its subject tell every worker of
+//!    each join and leave ([`Event::Presence`]), and a page of that subject
+//!    is answered in line with them: in a worker's mailbox a change comes
+//!    before a page exactly when the page holds it (the memory engine; the
+//!    config keeps `join_leave` off the Redis engine).
 //!
 //! Submodules: [`memory`] (the single-node engine), [`redis`] (nodes
 //! joined over Redis).

@@ -1,6 +1,7 @@
 //! Presence, on the worker's side: which subscriptions join their
-//! subject's members, the leave when one ends, and the `presence` and
-//! `presence_stats` commands with their answers.
+//! subject's members, the leave when one ends, the `presence` and
+//! `presence_stats` commands with their answers, and the join/leave events
+//! handed to a subject's WebSocket subscribers.
 //!
 //! The members themselves are the engine's (contract clause 8); this only
 //! asks. A join rides on the subscription's attach, so the subscribe's one

@@ -58,7 +58,9 @@ pub struct Roster {
 
 impl Roster {
     fn shard(&self, subject: &str) -> MutexGuard<'_, Rolls> {
-        // Nothing runs under this lock but the maps.
+        // Nothing runs under this lock but the maps and the callers'
+        // closures, which only push onto worker mailboxes (a channel send:
+        // no syscall, the wake-ups are made after the lock is let go).
         self.shards.lock(subject)
     }
 
