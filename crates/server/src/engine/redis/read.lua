@@ -1,6 +1,9 @@
 -- Attach or history read: ARGV = prefix, subject, mode ('attach' or
 -- 'read'), age limit ms, a fresh epoch, since epoch ('' for none), since
--- offset, limit, byte limit.
+-- offset, limit, byte limit; and for an attach that joins the subject's
+-- presence: node id, member id, user ('' = none), info ('' = none), most
+-- members, lease ms. A join refused by the cap answers the error
+-- "presence_full" and changes nothing.
 -- An attach creates the subject's stream if Redis has none (its node has
 -- just subscribed to the channel) and keeps it from expiring; a read of an
 -- unknown subject answers with the fresh epoch at offset 0, which no stream
@@ -12,6 +15,11 @@ local since_epoch, since_offset = ARGV[6], tonumber(ARGV[7])
 local limit, max_cost = tonumber(ARGV[8]), tonumber(ARGV[9])
 local now = now_ms()
 local epoch, offset
+if mode == 'attach' and ARGV[10] then
+  local joined = presence_join(s, ARGV[10], ARGV[11], ARGV[12], ARGV[13],
+    tonumber(ARGV[14]), now, tonumber(ARGV[15]))
+  if not joined then return redis.error_reply('presence_full') end
+end
 if mode == 'attach' then
   epoch, offset = stream(s, ARGV[5], ttl)
   redis.call('PERSIST', meta_key(s))
