@@ -301,6 +301,9 @@ pub enum PublishTransport {
 pub enum SubscribeTransport {
     /// WebSocket: subscribe commands, deliveries in text frames.
     Ws,
+    /// WebSocket offering permessage-deflate (RFC 7692): the same, with
+    /// deliveries compressed when the server agrees, inflated by the bench.
+    WsDeflate,
     /// Server-Sent Events (GET /sse): an endless text/event-stream,
     /// resumed with Last-Event-ID.
     Sse,

@@ -281,7 +281,7 @@ impl ReceiveOpts {
     /// The HTTP transport's endpoint path, if subscribers use one.
     pub fn http_path(&self) -> Option<String> {
         let default = match self.transport {
-            SubscribeTransport::Ws => return None,
+            SubscribeTransport::Ws | SubscribeTransport::WsDeflate => return None,
             SubscribeTransport::Sse => "/sse",
             SubscribeTransport::Stream => "/stream",
             SubscribeTransport::Poll => "/poll",
