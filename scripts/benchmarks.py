@@ -331,17 +331,26 @@ for _t, _name in (
     SCENARIOS[f"broadcast-moderate-{_t}"] = _over(
         _t, "broadcast-moderate", f"broadcast-moderate with the 10,000 subscribers on {_name}"
     )
-# permessage-deflate (issue 30): compression is once per publication, so
-# its CPU per frame must not grow with the recipients. Run these with
-# broadcast-saturating-ws-deflate and --alternate.
-SCENARIOS["broadcast-1k"] = {
+# permessage-deflate (issue 30): broadcast-saturating with data of words
+# (--pad words: text that compresses as real messages do, where random
+# characters barely would), to plain and to compressing subscribers, at
+# 10,000 and 1,000 subscribers: compression is once per publication, so
+# its CPU per frame must not grow with the recipients. Run them with
+# --alternate.
+SCENARIOS["broadcast-text"] = {
     **SCENARIOS["broadcast-saturating"],
-    "what": "broadcast-saturating's publications (800/s of 512 B, 4,000) to 1,000 subscribers",
-    "bench": ["broadcast", "--subscribers", "1000", "--rate", "800", "--count", "4000", "--drain", "60s"],
+    "what": "broadcast-saturating with data of words (--pad words): 10,000 subscribers, 800 publishes/s of 512 B",
+    "bench": ["broadcast", "--subscribers", "10000", "--rate", "800", "--count", "4000", "--drain", "60s", "--pad", "words"],
 }
-SCENARIOS["broadcast-1k-ws-deflate"] = _over(
-    "ws-deflate", "broadcast-1k", "broadcast-1k with the 1,000 subscribers on WebSocket with permessage-deflate"
-)
+SCENARIOS["broadcast-text-1k"] = {
+    **SCENARIOS["broadcast-text"],
+    "what": "broadcast-text's publications (800/s of 512 B of words, 4,000) to 1,000 subscribers",
+    "bench": ["broadcast", "--subscribers", "1000", "--rate", "800", "--count", "4000", "--drain", "60s", "--pad", "words"],
+}
+for _base in ("broadcast-text", "broadcast-text-1k"):
+    SCENARIOS[f"{_base}-ws-deflate"] = _over(
+        "ws-deflate", _base, f"{_base} with its subscribers on compressing WebSocket (permessage-deflate)"
+    )
 SCENARIOS["broadcast-poll"] = {
     "what": "long-poll: 1,000 subscribers polling one subject in a loop, 100 publishes/s of 512 B for 20 s",
     "nodes": [["--poll-timeout", "2"]],
