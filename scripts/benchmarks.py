@@ -347,7 +347,12 @@ SCENARIOS["broadcast-text-1k"] = {
     "what": "broadcast-text's publications (800/s of 512 B of words, 4,000) to 1,000 subscribers",
     "bench": ["broadcast", "--subscribers", "1000", "--rate", "800", "--count", "4000", "--drain", "60s", "--pad", "words"],
 }
-for _base in ("broadcast-text", "broadcast-text-1k"):
+SCENARIOS["broadcast-text-paced"] = {
+    **SCENARIOS["broadcast-text"],
+    "what": "broadcast-text paced to what a compressing bench can inflate on this box: 10,000 subscribers, 30 publishes/s of 512 B of words, 600 in all",
+    "bench": ["broadcast", "--subscribers", "10000", "--rate", "30", "--count", "600", "--drain", "60s", "--pad", "words"],
+}
+for _base in ("broadcast-text", "broadcast-text-1k", "broadcast-text-paced"):
     SCENARIOS[f"{_base}-ws-deflate"] = _over(
         "ws-deflate", _base, f"{_base} with its subscribers on compressing WebSocket (permessage-deflate)"
     )
