@@ -19,7 +19,11 @@ with a certificate made once per output directory (openssl, ECDSA P-256,
 self-signed for localhost) and the bench over wss:// trusting it. --baseline BIN runs an older build's
 nodes (without --node-arg flags, which it may not know) alternately with
 this one's, run by run, and prints both medians and their ratio: a
-before/after comparison on a shared, noisy box.
+before/after comparison on a shared, noisy box. --alternate runs the named
+scenarios in turn run by run (A B A B ...), for a comparison within one
+build, such as plain against compressing subscribers:
+
+    python3 scripts/benchmarks.py --alternate broadcast-saturating broadcast-saturating-ws-deflate
 
 It uses target/release/myriad (build it first: cargo build --release -p
 myriad) and writes every JSON report under target/benchmarks/. Nothing here
@@ -37,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 sys.dont_write_bytecode = True  # no __pycache__ in scripts/ for the import below
 from cluster import die_with_parent  # noqa: E402
@@ -72,6 +77,24 @@ def failures(doc):
     return sum(doc["failures"].values())
 
 
+def wire_per_delivery(doc):
+    """Bytes the bench read off its sockets per delivery it counted."""
+    t = doc.get("totals") or {}
+    return t["wire_bytes_in"] / t["messages_in"] if t.get("messages_in") and "wire_bytes_in" in t else None
+
+
+def compression_us_per_frame(doc):
+    """The node's time compressing per frame it compressed (once per
+    publication, whatever the number of recipients), from its /metrics."""
+    m = doc.get("node_metrics") or {}
+    frames = m.get("myriad_compression_frames_total")
+    return m["myriad_compression_seconds_total"] * 1e6 / frames if frames else None
+
+
+def compression_frames(doc):
+    return (doc.get("node_metrics") or {}).get("myriad_compression_frames_total")
+
+
 def delivered_all(doc):
     d = doc.get("deliveries") or {}
     return "yes" if d.get("expected") == d.get("received") else "NO"
@@ -96,6 +119,7 @@ SCENARIOS = {
             ("server RSS at 19k (MiB)", "server.rss_peak_bytes", "mib"),
             ("bench RSS added per connection (B)", "bench.rss_per_conn_bytes", "int"),
             ("set-up time (s)", "setup_secs", "f1"),
+            ("upgrades with permessage-deflate", "totals.deflate_agreed", "int"),
             ("failures", failures, "int"),
         ],
     },
@@ -149,6 +173,9 @@ SCENARIOS = {
             ("server CPU per delivery (µs)", "server.cpu_us_per_message_out", "f2"),
             ("bench CPU per delivery (µs)", "bench.cpu_us_per_message_in", "f2"),
             ("server RSS peak (MiB)", "server.rss_peak_bytes", "mib"),
+            ("bytes on the wire per delivery (B)", wire_per_delivery, "int"),
+            ("frames compressed (node)", compression_frames, "int"),
+            ("compression CPU per frame (µs)", compression_us_per_frame, "f2"),
         ],
     },
     "broadcast-one-per-write": {
@@ -290,7 +317,11 @@ def _over(transport, base, what):
 # The same workloads over the receive-only HTTP transports (issue 8): run
 # them in one invocation with their WebSocket originals to compare in one
 # sitting.
-for _t, _name in (("sse", "Server-Sent Events"), ("stream", "HTTP streaming (chunked NDJSON)")):
+for _t, _name in (
+    ("sse", "Server-Sent Events"),
+    ("stream", "HTTP streaming (chunked NDJSON)"),
+    ("ws-deflate", "compressing WebSocket (permessage-deflate)"),
+):
     SCENARIOS[f"idle-memory-{_t}"] = _over(
         _t, "idle-memory", f"19,000 idle {_name} connections, each subscribed to its own subject"
     )
@@ -299,6 +330,31 @@ for _t, _name in (("sse", "Server-Sent Events"), ("stream", "HTTP streaming (chu
     )
     SCENARIOS[f"broadcast-moderate-{_t}"] = _over(
         _t, "broadcast-moderate", f"broadcast-moderate with the 10,000 subscribers on {_name}"
+    )
+# permessage-deflate (issue 30): broadcast-saturating with data of words
+# (--pad words: text that compresses as real messages do, where random
+# characters barely would), to plain and to compressing subscribers, at
+# 10,000 and 1,000 subscribers: compression is once per publication, so
+# its CPU per frame must not grow with the recipients. Run them with
+# --alternate.
+SCENARIOS["broadcast-text"] = {
+    **SCENARIOS["broadcast-saturating"],
+    "what": "broadcast-saturating with data of words (--pad words): 10,000 subscribers, 800 publishes/s of 512 B",
+    "bench": ["broadcast", "--subscribers", "10000", "--rate", "800", "--count", "4000", "--drain", "60s", "--pad", "words"],
+}
+SCENARIOS["broadcast-text-1k"] = {
+    **SCENARIOS["broadcast-text"],
+    "what": "broadcast-text's publications (800/s of 512 B of words, 4,000) to 1,000 subscribers",
+    "bench": ["broadcast", "--subscribers", "1000", "--rate", "800", "--count", "4000", "--drain", "60s", "--pad", "words"],
+}
+SCENARIOS["broadcast-text-paced"] = {
+    **SCENARIOS["broadcast-text"],
+    "what": "broadcast-text paced to what a compressing bench can inflate on this box: 10,000 subscribers, 30 publishes/s of 512 B of words, 600 in all",
+    "bench": ["broadcast", "--subscribers", "10000", "--rate", "30", "--count", "600", "--drain", "60s", "--pad", "words"],
+}
+for _base in ("broadcast-text", "broadcast-text-1k", "broadcast-text-paced"):
+    SCENARIOS[f"{_base}-ws-deflate"] = _over(
+        "ws-deflate", _base, f"{_base} with its subscribers on compressing WebSocket (permessage-deflate)"
     )
 SCENARIOS["broadcast-poll"] = {
     "what": "long-poll: 1,000 subscribers polling one subject in a loop, 100 publishes/s of 512 B for 20 s",
@@ -514,15 +570,35 @@ def run_once(binary, name, scenario, out_dir, index, node_args):
     if tls:
         cmd += ["--tls-ca", tls[1]]
     cmd += bench_args
+    metrics = {}
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        if done.returncode == 0:
+            for _, _, admin in nodes:
+                for series, value in node_metrics(admin).items():
+                    metrics[series] = metrics.get(series, 0) + value
     finally:
         for proc, _, _ in nodes:
             stop_node(proc)
     if done.returncode != 0:
         sys.exit(f"{name} run {index} failed:\n{done.stdout}\n{done.stderr}")
     with open(json_path) as f:
-        return json.load(f), cmd
+        doc = json.load(f)
+    doc["node_metrics"] = metrics
+    return doc, cmd
+
+
+def node_metrics(admin):
+    """The node's unlabelled compression series from its /metrics (the
+    figures the bench cannot see from outside), by name."""
+    with urllib.request.urlopen(f"http://{admin}/metrics", timeout=10) as reply:
+        text = reply.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("myriad_compression_") and "{" not in line:
+            name, value = line.split()[:2]
+            out[name] = float(value)
+    return out
 
 
 def median_cell(values, kind):
@@ -544,6 +620,12 @@ def main():
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     parser.add_argument("--node-arg", action="append", default=[], help="extra flag for every node (repeatable)")
     parser.add_argument("--baseline", help="an older build to alternate with, run by run")
+    parser.add_argument(
+        "--alternate",
+        action="store_true",
+        help="run the named scenarios in turn, run by run (A B A B ...), not one after another, "
+        "so that their ratios survive a shared box's drift",
+    )
     args = parser.parse_args()
     if args.list:
         for name, s in SCENARIOS.items():
@@ -554,50 +636,60 @@ def main():
     if unknown:
         sys.exit(f"unknown scenario(s): {', '.join(unknown)} (see --list)")
     os.makedirs(args.out, exist_ok=True)
-    for name in names:
+    reports = {name: [] for name in names}
+    baseline = {name: [] for name in names}
+    order = [(i, n) for i in range(args.runs) for n in names] if args.alternate else \
+        [(i, n) for n in names for i in range(args.runs)]
+    for i, name in order:
         scenario = SCENARIOS[name]
-        reports = []
-        baseline = []
-        for i in range(args.runs):
-            started = time.time()
-            if args.baseline:
-                base_out = os.path.join(args.out, "baseline")
-                os.makedirs(base_out, exist_ok=True)
-                baseline.append(run_once(args.baseline, name, scenario, base_out, i, [])[0])
-            report, cmd = run_once(args.bin, name, scenario, args.out, i, args.node_arg)
-            reports.append(report)
-            print(f"# {name} run {i + 1}/{args.runs}: {time.time() - started:.0f} s", file=sys.stderr)
-        nodes = " ".join(
-            "`myriad serve" + ("".join(" " + f for f in [*flags, *args.node_arg])) + "`"
-            for flags in scenario["nodes"]
-        )
-        print(f"\n### {name}\n\n{scenario['what']}.\n")
-        tls = (" Nodes with `--tls-cert`/`--tls-key`, the bench over `wss://localhost:PORT/ws`"
-               " with `--tls-ca`." if scenario.get("tls") else "")
-        print(f"Nodes: {nodes}; bench: `myriad bench {shlex.join(scenario['bench'])}` "
-              f"(plus `--url`/`--admin-url` per node).{tls} Runs: {args.runs}.\n")
+        started = time.time()
         if args.baseline:
-            print(f"Baseline: `{args.baseline}`, alternating run by run.\n")
-            print("| figure | this build: median | range | baseline: median | range | ratio |")
-            print("|---|---|---|---|---|---|")
-        else:
-            print("| figure | median | range |\n|---|---|---|")
-        for label, source, kind in scenario["figures"]:
-            pick = lambda r: source(r) if callable(source) else get(r, source)
-            values = [pick(r) for r in reports]
-            mid, spread = median_cell(values, kind)
-            if not args.baseline:
-                print(f"| {label} | {mid} | {spread} |")
-                continue
-            base_values = [pick(r) for r in baseline]
-            base_mid, base_spread = median_cell(base_values, kind)
-            ratio = "-"
-            nums = [v for v in values if isinstance(v, (int, float))]
-            base_nums = [v for v in base_values if isinstance(v, (int, float))]
-            if nums and base_nums and statistics.median(base_nums):
-                ratio = f"{statistics.median(nums) / statistics.median(base_nums):.2f}"
-            print(f"| {label} | {mid} | {spread} | {base_mid} | {base_spread} | {ratio} |")
-        sys.stdout.flush()
+            base_out = os.path.join(args.out, "baseline")
+            os.makedirs(base_out, exist_ok=True)
+            baseline[name].append(run_once(args.baseline, name, scenario, base_out, i, [])[0])
+        report, _ = run_once(args.bin, name, scenario, args.out, i, args.node_arg)
+        reports[name].append(report)
+        print(f"# {name} run {i + 1}/{args.runs}: {time.time() - started:.0f} s", file=sys.stderr)
+        if i + 1 == args.runs:
+            print_table(name, scenario, reports[name], baseline[name], args)
+    if args.alternate:
+        print(f"\nRuns alternated: {' → '.join(names)}, {args.runs} times.")
+
+
+def print_table(name, scenario, reports, baseline, args):
+    """The scenario's figures: median and range of its runs (and the
+    baseline's, with their ratio)."""
+    nodes = " ".join(
+        "`myriad serve" + ("".join(" " + f for f in [*flags, *args.node_arg])) + "`"
+        for flags in scenario["nodes"]
+    )
+    print(f"\n### {name}\n\n{scenario['what']}.\n")
+    tls = (" Nodes with `--tls-cert`/`--tls-key`, the bench over `wss://localhost:PORT/ws`"
+           " with `--tls-ca`." if scenario.get("tls") else "")
+    print(f"Nodes: {nodes}; bench: `myriad bench {shlex.join(scenario['bench'])}` "
+          f"(plus `--url`/`--admin-url` per node).{tls} Runs: {args.runs}.\n")
+    if args.baseline:
+        print(f"Baseline: `{args.baseline}`, alternating run by run.\n")
+        print("| figure | this build: median | range | baseline: median | range | ratio |")
+        print("|---|---|---|---|---|---|")
+    else:
+        print("| figure | median | range |\n|---|---|---|")
+    for label, source, kind in scenario["figures"]:
+        pick = lambda r: source(r) if callable(source) else get(r, source)
+        values = [pick(r) for r in reports]
+        mid, spread = median_cell(values, kind)
+        if not args.baseline:
+            print(f"| {label} | {mid} | {spread} |")
+            continue
+        base_values = [pick(r) for r in baseline]
+        base_mid, base_spread = median_cell(base_values, kind)
+        ratio = "-"
+        nums = [v for v in values if isinstance(v, (int, float))]
+        base_nums = [v for v in base_values if isinstance(v, (int, float))]
+        if nums and base_nums and statistics.median(base_nums):
+            ratio = f"{statistics.median(nums) / statistics.median(base_nums):.2f}"
+        print(f"| {label} | {mid} | {spread} | {base_mid} | {base_spread} | {ratio} |")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ use crate::util::histogram::{self, HistogramError, Micros};
 use crate::util::judge::{FeedReceipt, SendRecord};
 use crate::util::pacing::{Schedule, Share};
 use crate::util::pattern::{Assignment, Pattern, PublishOrder};
+use crate::util::payload::Pad;
 use crate::util::profile::Profile;
 
 /// Everything a worker needs, sent as its first stdin line.
@@ -186,6 +187,8 @@ pub struct PublishTask {
     pub max_events: Option<u64>,
     /// Data size, bytes.
     pub size: usize,
+    /// What pads the data to its size.
+    pub pad: Pad,
     /// Subjects to publish to.
     pub subjects: Pattern,
     /// How subjects are drawn.
@@ -301,6 +304,9 @@ pub enum PublishTransport {
 pub enum SubscribeTransport {
     /// WebSocket: subscribe commands, deliveries in text frames.
     Ws,
+    /// WebSocket offering permessage-deflate (RFC 7692): the same, with
+    /// deliveries compressed when the server agrees, inflated by the bench.
+    WsDeflate,
     /// Server-Sent Events (GET /sse): an endless text/event-stream,
     /// resumed with Last-Event-ID.
     Sse,

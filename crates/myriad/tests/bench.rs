@@ -180,6 +180,64 @@ fn broadcast_reaches_every_subscriber_with_every_message() {
     );
 }
 
+/// A broadcast of 30 messages of 512 B to 100 subscribers offering
+/// permessage-deflate, against `node`; returns the report.
+fn compressing_broadcast(node: &Node, name: &str) -> Value {
+    let r = bench(
+        node,
+        name,
+        &[],
+        &[
+            "broadcast",
+            "--subscribe-transport",
+            "ws-deflate",
+            "--subscribers",
+            "100",
+            "--rate",
+            "40",
+            "--count",
+            "30",
+        ],
+    );
+    no_failures(&r);
+    assert_eq!(u(&r["deliveries"]["received"]), 30 * 100);
+    assert_eq!(r["deliveries"]["exact"], true);
+    assert_eq!(u(&r["latency"]["count"]), 30 * 100, "every delivery read");
+    r
+}
+
+#[test]
+fn compressing_subscribers_inflate_every_delivery_and_read_fewer_bytes() {
+    let node = Node::start(&["--workers", "2"]);
+    let r = compressing_broadcast(&node, "deflate");
+    let t = &r["totals"];
+    assert_eq!(
+        u(&t["deflate_agreed"]),
+        100,
+        "every subscriber's offer taken"
+    );
+    // The payloads' random padding still shrinks (6 bits of 8 per
+    // character): what the sockets carried is less than was delivered.
+    assert!(
+        u(&t["wire_bytes_in"]) < u(&t["bytes_in"]),
+        "compressed: {t}"
+    );
+    assert_eq!(
+        node.metric("myriad_compression_frames_total"),
+        30,
+        "one compressed frame per publication, for 100 recipients on 2 workers"
+    );
+
+    // A node that does not compress declines the offer: the same bench
+    // reads plain frames, framing and the 101 adding to the payloads.
+    let plain = Node::start(&["--compression", "false"]);
+    let r = compressing_broadcast(&plain, "deflate-declined");
+    let t = &r["totals"];
+    assert_eq!(u(&t["deflate_agreed"]), 0);
+    assert!(u(&t["wire_bytes_in"]) > u(&t["bytes_in"]), "plain: {t}");
+    assert_eq!(plain.metric("myriad_compression_frames_total"), 0);
+}
+
 /// `subscribers` (with `receive`, the options of how they receive) held
 /// while a separate `publishers` run publishes 300 messages to their 100
 /// subjects, two subscribers each; returns the subscribers' report.

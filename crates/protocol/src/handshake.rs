@@ -472,6 +472,17 @@ fn push_header(out: &mut String, name: &str, value: &str) {
 /// `key` as the nonce (base64 of 16 random bytes, chosen by the caller so
 /// this stays free of randomness). No subprotocol or extension is offered.
 pub fn client_request(host: &str, path: &str, key: &str) -> Vec<u8> {
+    client_request_offering(host, path, key, None)
+}
+
+/// [`client_request`] offering `extensions`, a `Sec-WebSocket-Extensions`
+/// value (RFC 6455 §9.1; e.g. [`PERMESSAGE_DEFLATE_OFFER`]), when given.
+pub fn client_request_offering(
+    host: &str,
+    path: &str,
+    key: &str,
+    extensions: Option<&str>,
+) -> Vec<u8> {
     let mut out = String::with_capacity(160 + host.len() + path.len());
     out.push_str("GET ");
     out.push_str(path);
@@ -481,9 +492,19 @@ pub fn client_request(host: &str, path: &str, key: &str) -> Vec<u8> {
     push_header(&mut out, "Connection", "Upgrade");
     push_header(&mut out, "Sec-WebSocket-Key", key);
     push_header(&mut out, "Sec-WebSocket-Version", WEBSOCKET_VERSION);
+    if let Some(extensions) = extensions {
+        push_header(&mut out, "Sec-WebSocket-Extensions", extensions);
+    }
     out.push_str("\r\n");
     out.into_bytes()
 }
+
+/// A client's permessage-deflate offer (RFC 7692 §7.1) asking the server
+/// to compress each message on its own (`server_no_context_takeover`, so
+/// one inflater serves every connection of a client process) and saying
+/// the client does the same.
+pub const PERMESSAGE_DEFLATE_OFFER: &str =
+    "permessage-deflate; server_no_context_takeover; client_no_context_takeover";
 
 /// Client side: validates the server's answer to [`client_request`] (§4.1):
 /// status 101, `Upgrade: websocket`, `Connection: upgrade`, the accept value
@@ -492,6 +513,19 @@ pub fn client_request(host: &str, path: &str, key: &str) -> Vec<u8> {
 /// `Ok(None)` means the head is not complete yet; `Ok(Some(n))` gives the
 /// head length, after which WebSocket frames may already follow.
 pub fn parse_switching_protocols(buf: &[u8], key: &str) -> Result<Option<usize>, HandshakeError> {
+    Ok(parse_switching_protocols_offered(buf, key, false)?.map(|(head_len, _)| head_len))
+}
+
+/// [`parse_switching_protocols`] for a request that offered
+/// [`PERMESSAGE_DEFLATE_OFFER`] when `offered_deflate`: the answer may then
+/// accept it, and the second value says whether it did. An extension the
+/// offer did not name is still refused (RFC 6455 §4.1, client step 5).
+pub fn parse_switching_protocols_offered(
+    buf: &[u8],
+    key: &str,
+    offered_deflate: bool,
+) -> Result<Option<(usize, bool)>, HandshakeError> {
+    let mut deflate = false;
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut res = httparse::Response::new(&mut headers);
     let head_len = match res.parse(buf).map_err(parse_error)? {
@@ -518,7 +552,12 @@ pub fn parse_switching_protocols(buf: &[u8], key: &str) -> Result<Option<usize>,
         } else if name.eq_ignore_ascii_case("sec-websocket-accept") {
             accept = Some(header_str(header.value)?);
         } else if name.eq_ignore_ascii_case("sec-websocket-extensions") {
-            return Err(HandshakeError::UnrequestedExtension);
+            let value = header_str(header.value)?;
+            let name = value.split(';').next().unwrap_or("").trim();
+            if !offered_deflate || deflate || !name.eq_ignore_ascii_case("permessage-deflate") {
+                return Err(HandshakeError::UnrequestedExtension);
+            }
+            deflate = true;
         } else if name.eq_ignore_ascii_case("sec-websocket-protocol") {
             return Err(HandshakeError::UnrequestedProtocol);
         }
@@ -529,7 +568,7 @@ pub fn parse_switching_protocols(buf: &[u8], key: &str) -> Result<Option<usize>,
     match accept {
         None => Err(HandshakeError::MissingAccept),
         Some(accept) if accept != accept_key(key) => Err(HandshakeError::AcceptMismatch),
-        Some(_) => Ok(Some(head_len)),
+        Some(_) => Ok(Some((head_len, deflate))),
     }
 }
 

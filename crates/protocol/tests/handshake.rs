@@ -499,3 +499,35 @@ client_no_context_takeover\r\n"
     let plain = parse_request(plain.as_bytes(), MAX).unwrap().unwrap();
     assert_eq!(plain.extension_offers().count(), 0);
 }
+
+#[test]
+fn a_client_offering_permessage_deflate_reads_the_agreement() {
+    let bytes = client_request_offering("h:1", "/ws", KEY, Some(PERMESSAGE_DEFLATE_OFFER));
+    let head = parse_request(&bytes, MAX).unwrap().unwrap();
+    let agreed = myriad_protocol::ws::deflate::negotiate(head.extension_offers())
+        .agreed
+        .expect("the server side takes the client's own offer");
+    let answer = agreed.response();
+    assert!(answer.contains("server_no_context_takeover"), "{answer}");
+    let res = switching_protocols(KEY, None, Some(&answer));
+    assert_eq!(
+        parse_switching_protocols_offered(&res, KEY, true),
+        Ok(Some((res.len(), true)))
+    );
+    // A server that declines answers without the header: plain frames.
+    let plain = switching_protocols(KEY, None, None);
+    assert_eq!(
+        parse_switching_protocols_offered(&plain, KEY, true),
+        Ok(Some((plain.len(), false)))
+    );
+    // Accepting what was not offered, or something else, is refused.
+    assert_eq!(
+        parse_switching_protocols_offered(&res, KEY, false),
+        Err(HandshakeError::UnrequestedExtension)
+    );
+    let other = switching_protocols(KEY, None, Some("x-webkit-deflate-frame"));
+    assert_eq!(
+        parse_switching_protocols_offered(&other, KEY, true),
+        Err(HandshakeError::UnrequestedExtension)
+    );
+}

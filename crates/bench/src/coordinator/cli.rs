@@ -15,6 +15,7 @@ use crate::schema::{CloseMode, PublishTransport, SubscribeTransport};
 use crate::util::addr::{AddrError, PortMode, Sources, Target};
 use crate::util::graph::SenderChoice;
 use crate::util::pattern::{AssignMode, Assignment, Pattern, PublishOrder};
+use crate::util::payload::Pad;
 
 /// Load-test a WebSocket pub/sub server: myriad by default, or another via
 /// a protocol profile. Subscribers receive over WebSocket, or over myriad's
@@ -237,9 +238,13 @@ pub struct PublishOpts {
     /// Messages per second, all publishers together (default 1000; broadcast: 10).
     #[arg(long)]
     pub rate: Option<f64>,
-    /// Size of each message's data, bytes (timestamp inside, random padding).
+    /// Size of each message's data, bytes (timestamp inside, padding).
     #[arg(long, default_value_t = 512)]
     pub size: usize,
+    /// What pads the data to its size: random characters, or words (text
+    /// that compresses like real messages, for permessage-deflate).
+    #[arg(long, value_enum, default_value_t = Pad::Random)]
+    pub pad: Pad,
     /// Publish over WebSocket or over the HTTP API (needs --admin-url).
     #[arg(id = "publish_transport", long = "publish-transport", value_name = "TRANSPORT", value_enum, default_value_t = PublishTransport::Ws)]
     pub transport: PublishTransport,
@@ -281,7 +286,7 @@ impl ReceiveOpts {
     /// The HTTP transport's endpoint path, if subscribers use one.
     pub fn http_path(&self) -> Option<String> {
         let default = match self.transport {
-            SubscribeTransport::Ws => return None,
+            SubscribeTransport::Ws | SubscribeTransport::WsDeflate => return None,
             SubscribeTransport::Sse => "/sse",
             SubscribeTransport::Stream => "/stream",
             SubscribeTransport::Poll => "/poll",

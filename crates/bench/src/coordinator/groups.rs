@@ -243,6 +243,7 @@ pub fn spawn_publisher(
         share: Share::ALL,
         max_events: opts.count,
         size: opts.size,
+        pad: opts.pad,
         subjects: plan.subjects,
         order: opts.order,
         seed: cmd.global.seed,

@@ -106,8 +106,13 @@ pub struct Counters {
     pub other_in: u64,
     /// Error replies received (the profile's error marker).
     pub server_errors: u64,
-    /// Payload bytes received in data frames.
+    /// Payload bytes received in data frames (inflated, when compressed).
     pub bytes_in: u64,
+    /// Bytes read from sockets (after TLS, before inflating): what the
+    /// wire carried to the bench.
+    pub wire_bytes_in: u64,
+    /// WebSocket upgrades whose server agreed to permessage-deflate.
+    pub deflate_agreed: u64,
     /// Publish messages whose last byte the socket took (WebSocket frames
     /// or HTTP requests).
     pub published: u64,
@@ -199,6 +204,8 @@ impl Counters {
         self.other_in += o.other_in;
         self.server_errors += o.server_errors;
         self.bytes_in += o.bytes_in;
+        self.wire_bytes_in += o.wire_bytes_in;
+        self.deflate_agreed += o.deflate_agreed;
         self.published += o.published;
         self.publish_dropped += o.publish_dropped;
         self.http_ok += o.http_ok;

@@ -16,6 +16,8 @@
 //! that stay unallocated while idle (a frame or event cut at a read
 //! boundary, or output the socket did not take). Reads go through the
 //! worker's one scratch buffer, so an idle connection costs well under the 1 KiB of RSS the bench allows itself.
+//! A connection that negotiated permessage-deflate holds nothing more: its
+//! compressed deliveries go through the worker's one inflater (`Cx`).
 //! The handshake nonce is derived from the index, and an HTTP transport's
 //! request from the index and the worker's [`Assignment`], instead of
 //! stored. Workload behaviour (what to send once open, what a delivery
@@ -31,8 +33,11 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use memchr::memmem::Finder;
 use mio::net::TcpStream;
-use myriad_protocol::handshake::{client_request, parse_switching_protocols};
+use myriad_protocol::handshake::{
+    client_request_offering, parse_switching_protocols_offered, PERMESSAGE_DEFLATE_OFFER,
+};
 use myriad_protocol::position::Position;
+use myriad_protocol::ws::deflate::Inflater;
 use myriad_protocol::ws::{
     apply_mask, write_frame_header, Message, MessageReader, OpCode, Read, ReadLimits,
 };
@@ -52,6 +57,10 @@ use crate::util::pattern::{mix, Assignment};
 pub enum Wire {
     /// RFC 6455 after an upgrade: commands and messages in text frames.
     WebSocket,
+    /// WebSocket whose upgrade offers permessage-deflate (RFC 7692), read
+    /// with the worker's inflater once the server agreed; a connection
+    /// whose server declined goes on as plain [`Wire::WebSocket`].
+    WebSocketDeflate,
     /// Plain TCP whose bytes the workload reads itself (HTTP publishing).
     Raw,
     /// A receive-only HTTP transport: its request is the subscription.
@@ -63,10 +72,18 @@ impl From<SubscribeTransport> for Wire {
     fn from(t: SubscribeTransport) -> Wire {
         match t {
             SubscribeTransport::Ws => Wire::WebSocket,
+            SubscribeTransport::WsDeflate => Wire::WebSocketDeflate,
             SubscribeTransport::Sse => Wire::Http(Receive::Sse),
             SubscribeTransport::Stream => Wire::Http(Receive::Stream),
             SubscribeTransport::Poll => Wire::Http(Receive::Poll),
         }
+    }
+}
+
+impl Wire {
+    /// Whether it speaks WebSocket, compressed or not.
+    pub fn is_websocket(self) -> bool {
+        matches!(self, Wire::WebSocket | Wire::WebSocketDeflate)
     }
 }
 
@@ -230,6 +247,10 @@ pub struct Cx {
     /// Scratch for one request's subjects.
     subject_ids: Vec<u64>,
     subject_names: Vec<String>,
+    /// Inflates the compressed deliveries of every permessage-deflate
+    /// connection of the worker (the server compresses each message on its
+    /// own, so one serves them all); its stream exists after the first.
+    inflater: Inflater,
 }
 
 impl Cx {
@@ -259,6 +280,7 @@ impl Cx {
             subjects: None,
             subject_ids: Vec::new(),
             subject_names: Vec::new(),
+            inflater: Inflater::new(),
         }
     }
 
@@ -515,12 +537,16 @@ impl ClientConn {
                 self.opened(key, cx, h);
                 return Ok(());
             }
-            Wire::WebSocket => {
+            Wire::WebSocket | Wire::WebSocketDeflate => {
                 let (host, path) = &cx.targets[self.target as usize];
                 let key = ws_key(self.index);
+                let offer =
+                    (self.wire == Wire::WebSocketDeflate).then_some(PERMESSAGE_DEFLATE_OFFER);
                 let request = match h.user(self.index) {
-                    Some(user) => client_request(host, &http::with_user(path, user), &key),
-                    None => client_request(host, path, &key),
+                    Some(user) => {
+                        client_request_offering(host, &http::with_user(path, user), &key, offer)
+                    }
+                    None => client_request_offering(host, path, &key, offer),
                 };
                 self.outbuf.extend_from_slice(&request);
             }
@@ -618,6 +644,7 @@ impl ClientConn {
                 Err(e) => return Err(Ending::Failed(Failure::of_io(&e))),
             };
             have += n;
+            cx.counters.wire_bytes_in += n as u64;
             let now_real = crate::util::clock::realtime_ns();
             let used = self.consume(key, cx, &mut scratch[..have], now_real, h)?;
             scratch.copy_within(used..have, 0);
@@ -654,15 +681,21 @@ impl ClientConn {
         match self.wire {
             Wire::Raw => return Ok(h.on_raw(self.index, buf, now_real, &mut cx.counters)),
             Wire::Http(kind) => return self.consume_http(kind, cx, buf, now_real, h),
-            Wire::WebSocket => {}
+            Wire::WebSocket | Wire::WebSocketDeflate => {}
         }
         let mut pos = 0;
         if self.state == State::Handshaking {
             let key_text = ws_key(self.index);
-            match parse_switching_protocols(buf, &key_text) {
+            let offered = self.wire == Wire::WebSocketDeflate;
+            match parse_switching_protocols_offered(buf, &key_text, offered) {
                 Ok(None) if buf.len() > MAX_HEAD => return Err(Ending::Failed(Failure::Handshake)),
                 Ok(None) => return Ok(0),
-                Ok(Some(head)) => {
+                Ok(Some((head, agreed))) => {
+                    if agreed {
+                        cx.counters.deflate_agreed += 1;
+                    } else {
+                        self.wire = Wire::WebSocket;
+                    }
                     self.head_arrived(cx);
                     pos = head;
                     self.opened(key, cx, h);
@@ -670,6 +703,26 @@ impl ClientConn {
                 Err(_) => return Err(Ending::Failed(Failure::Handshake)),
             }
         }
+        // The worker's one inflater, lent for these frames: a delivery may
+        // be borrowed from it while `cx` is used (see `consume_frames`).
+        let mut inflater = std::mem::take(&mut cx.inflater);
+        let used = self.consume_frames(cx, buf, pos, now_real, &mut inflater, h);
+        cx.inflater = inflater;
+        used
+    }
+
+    /// [`consume`](Self::consume) for WebSocket frames from `pos` on,
+    /// compressed ones inflated by `inflater` when the server agreed to it.
+    fn consume_frames<H: Handler>(
+        &mut self,
+        cx: &mut Cx,
+        buf: &mut [u8],
+        mut pos: usize,
+        now_real: u64,
+        inflater: &mut Inflater,
+        h: &mut H,
+    ) -> Result<usize, Ending> {
+        let inflates = self.wire == Wire::WebSocketDeflate;
         loop {
             let ClientConn {
                 reader,
@@ -679,7 +732,11 @@ impl ClientConn {
                 ..
             } = self;
             let read = reader
-                .read(&mut buf[pos..], &cx.limits)
+                .read_deflate(
+                    &mut buf[pos..],
+                    &cx.limits,
+                    inflates.then_some(&mut *inflater),
+                )
                 .map_err(|_| Ending::Failed(Failure::Protocol))?;
             let (consumed, message) = match read {
                 Read::Incomplete { .. } => return Ok(pos),

@@ -315,7 +315,7 @@ impl Reactor {
         let Some(conn) = self.conns.get_mut(key).filter(|c| c.index == index) else {
             return;
         };
-        if reset || conn.wire != Wire::WebSocket || conn.state.in_setup() {
+        if reset || !conn.wire.is_websocket() || conn.state.in_setup() {
             if reset {
                 // SO_LINGER 0: close() sends RST and leaves no TIME_WAIT.
                 let _ = SockRef::from(&conn.stream).set_linger(Some(Duration::ZERO));

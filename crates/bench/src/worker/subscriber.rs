@@ -182,7 +182,10 @@ impl SubscribeDriver {
 impl Handler for SubscribeDriver {
     fn on_open(&mut self, _key: usize, index: u32, _now_ns: u64, out: &mut Opening) {
         // Over an HTTP transport the request subscribes, live from now.
-        let ws = self.task.transport == SubscribeTransport::Ws;
+        let ws = matches!(
+            self.task.transport,
+            SubscribeTransport::Ws | SubscribeTransport::WsDeflate
+        );
         let (Some(tpl), Some(a), true) = (&self.subscribe, &self.task.assignment, ws) else {
             return;
         };

@@ -113,7 +113,9 @@ impl Subscriber {
     /// first answer.
     fn open(&mut self, pattern: &Pattern, transport: SubscribeTransport, out: &mut Opening) -> u32 {
         match transport {
-            SubscribeTransport::Ws => self.write_subscribes(pattern, out),
+            SubscribeTransport::Ws | SubscribeTransport::WsDeflate => {
+                self.write_subscribes(pattern, out)
+            }
             SubscribeTransport::Sse | SubscribeTransport::Stream => self.write_resume(out),
             SubscribeTransport::Poll => {
                 self.write_resume(out);

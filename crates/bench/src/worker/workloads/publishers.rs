@@ -102,7 +102,7 @@ impl PublishDriver {
             events = events.min(max);
         }
         Ok(PublishDriver {
-            payload: PayloadBuilder::new(task.size, spec.seed ^ spec.worker),
+            payload: PayloadBuilder::new(task.size, task.pad, spec.seed ^ spec.worker),
             events,
             template,
             http,

@@ -37,7 +37,7 @@ use crate::util::judge::{FeedReceipt, SendRecord};
 use crate::util::offsets::Received;
 use crate::util::pacing::Schedule;
 use crate::util::pattern::mix;
-use crate::util::payload::PayloadBuilder;
+use crate::util::payload::{Pad, PayloadBuilder};
 use crate::worker::client_conn::{Ending, Handler, Opening};
 use crate::worker::driver::{Driver, DriverResult, MAX_BATCH};
 use crate::worker::reactor::Reactor;
@@ -169,7 +169,7 @@ impl SocialDriver {
             sends: task.sends,
             n: 0,
             senders: task.senders,
-            payload: PayloadBuilder::new(task.size, spec.seed ^ spec.worker),
+            payload: PayloadBuilder::new(task.size, Pad::Random, spec.seed ^ spec.worker),
             pending: Vec::new(),
             answered: Vec::new(),
             sent: None,
