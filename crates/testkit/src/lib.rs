@@ -3,10 +3,15 @@
 //! graph store and the cluster tests all talk to the real thing the same
 //! way (and no crate grows its own copy of this).
 //!
+//! Besides lone servers, [`SentinelSetup`] starts the Sentinel shape: a
+//! master, a replica of it and three Sentinels (`redis-server --sentinel`,
+//! the program Debian's `redis-sentinel` package runs), for the engine's
+//! and graph store's Sentinel tests and their failovers.
+//!
 //! Needs `redis-server` on `PATH` (scripts/install-test-deps.sh installs
 //! Debian's). Every server is killed when its [`RedisServer`] is dropped.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -24,6 +29,22 @@ pub struct RedisServer {
     /// The TLS port beside the plain one (which the helpers here keep
     /// using), and its files.
     tls: Option<(u16, TlsFiles)>,
+    /// What the process is besides a plain server.
+    role: Role,
+}
+
+/// A server's part in a Sentinel setup.
+#[derive(Clone, Debug)]
+enum Role {
+    Alone,
+    /// A replica of the master on this port.
+    ReplicaOf(u16),
+    /// A Sentinel watching the master `name` on `port` (quorum 2, down after
+    /// one second without an answer).
+    Sentinel {
+        name: String,
+        master: u16,
+    },
 }
 
 /// A TLS port's PEM files: the server's certificate and key, and the
@@ -65,6 +86,10 @@ impl RedisServer {
     }
 
     fn launch_with(persistent: bool, tls: Option<TlsFiles>) -> RedisServer {
+        RedisServer::launch_as(persistent, tls, Role::Alone)
+    }
+
+    fn launch_as(persistent: bool, tls: Option<TlsFiles>, role: Role) -> RedisServer {
         let mut dir = tempfile::tempdir().expect("a data directory");
         // The port is picked by binding port 0 and released before the
         // server binds it; another process could take it in between, so
@@ -77,6 +102,7 @@ impl RedisServer {
                 persistent,
                 dir,
                 tls: tls.clone().map(|files| (free_port(), files)),
+                role: role.clone(),
             };
             if server.spawn() {
                 return server;
@@ -96,6 +122,21 @@ impl RedisServer {
     /// Starts the process on `self.port`; false when it did not come up.
     fn spawn(&mut self) -> bool {
         let mut command = Command::new("redis-server");
+        if let Role::Sentinel { name, master } = &self.role {
+            // A Sentinel rewrites its configuration file as it learns, so
+            // it needs one of its own, in its directory.
+            let conf = self.dir.path().join("sentinel.conf");
+            let text = format!(
+                "sentinel monitor {name} 127.0.0.1 {master} 2\n\
+                 sentinel down-after-milliseconds {name} 1000\n\
+                 sentinel failover-timeout {name} 5000\n"
+            );
+            std::fs::write(&conf, text).expect("a Sentinel's configuration file");
+            command.arg(&conf).arg("--sentinel");
+        }
+        if let Role::ReplicaOf(master) = &self.role {
+            command.args(["--replicaof", "127.0.0.1", &master.to_string()]);
+        }
         command
             .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
             .args(["--save", ""])
@@ -186,14 +227,17 @@ impl RedisServer {
         let mut line = String::new();
         reader.read_line(&mut line)?;
         let line = line.trim_end().to_owned();
-        // A bulk reply: read its body as the answer.
-        if let Some(len) = line.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) {
-            let mut body = vec![0; len + 2];
-            reader.read_exact(&mut body)?;
-            body.truncate(len);
-            return Ok(String::from_utf8_lossy(&body).into_owned());
+        // An array of bulk strings: its items, one a line.
+        if let Some(n) = line.strip_prefix('*').and_then(|n| n.parse::<usize>().ok()) {
+            let mut items = Vec::with_capacity(n);
+            for _ in 0..n {
+                let mut head = String::new();
+                reader.read_line(&mut head)?;
+                items.push(read_bulk(&mut reader, head.trim_end())?.unwrap_or(head));
+            }
+            return Ok(items.join("\n"));
         }
-        Ok(line)
+        Ok(read_bulk(&mut reader, &line)?.unwrap_or(line))
     }
 
     /// Kills the process (`SIGKILL`) and waits for it; the port stays
@@ -250,6 +294,110 @@ impl Drop for RedisServer {
     }
 }
 
+/// The body of a bulk reply whose first line is `head`; `None` for any
+/// other reply.
+fn read_bulk(reader: &mut impl BufRead, head: &str) -> std::io::Result<Option<String>> {
+    let Some(len) = head.strip_prefix('$').and_then(|n| n.parse::<usize>().ok()) else {
+        return Ok(None);
+    };
+    let mut body = vec![0; len + 2];
+    reader.read_exact(&mut body)?;
+    body.truncate(len);
+    Ok(Some(String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// The Sentinel shape on loopback: a master, one replica of it, and three
+/// Sentinels watching it under one name, quorum 2, a master down after one
+/// second without answering. [`SentinelSetup::start`] returns once the
+/// replica has synced and every Sentinel knows the replica and the other
+/// two, so a failover can happen from then on.
+pub struct SentinelSetup {
+    pub master: RedisServer,
+    pub replica: RedisServer,
+    pub sentinels: Vec<RedisServer>,
+    name: String,
+}
+
+impl SentinelSetup {
+    /// How long the setup may take to settle, and a failover to finish.
+    const SETTLE_WITHIN: Duration = Duration::from_secs(60);
+
+    pub fn start(name: &str) -> SentinelSetup {
+        let master = RedisServer::start();
+        let replica = RedisServer::launch_as(false, None, Role::ReplicaOf(master.port()));
+        wait_for("the replica to sync", || {
+            replica
+                .command(&["INFO", "replication"])
+                .is_ok_and(|info| info.contains("master_link_status:up"))
+        });
+        let role = Role::Sentinel {
+            name: name.to_owned(),
+            master: master.port(),
+        };
+        let sentinels: Vec<RedisServer> = (0..3)
+            .map(|_| RedisServer::launch_as(false, None, role.clone()))
+            .collect();
+        // `SENTINEL master` answers field, value, field, value, ...
+        let field = |s: &RedisServer, wanted: &str| -> Option<String> {
+            let reply = s.command(&["SENTINEL", "master", name]).ok()?;
+            let lines: Vec<&str> = reply.lines().collect();
+            let at = lines.iter().position(|l| *l == wanted)?;
+            lines.get(at + 1).map(|v| (*v).to_owned())
+        };
+        wait_for("the Sentinels to know each other and the replica", || {
+            sentinels.iter().all(|s| {
+                field(s, "num-other-sentinels").as_deref() == Some("2")
+                    && field(s, "num-slaves").as_deref() == Some("1")
+            })
+        });
+        SentinelSetup {
+            master,
+            replica,
+            sentinels,
+            name: name.to_owned(),
+        }
+    }
+
+    /// The name the Sentinels know the master by.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `redis://127.0.0.1:<port>` of each Sentinel.
+    pub fn sentinel_urls(&self) -> Vec<String> {
+        self.sentinels.iter().map(RedisServer::url).collect()
+    }
+
+    /// The port of the master as the first Sentinel answers it now.
+    pub fn master_port(&self) -> Option<u16> {
+        let reply = self.sentinels[0]
+            .command(&["SENTINEL", "get-master-addr-by-name", &self.name])
+            .ok()?;
+        reply.lines().nth(1)?.parse().ok()
+    }
+
+    /// Waits until every Sentinel names a master other than the one on
+    /// `port`, and answers the new master's port.
+    pub fn wait_for_failover_from(&self, port: u16) -> u16 {
+        wait_for("the Sentinels to fail over", || {
+            self.sentinels.iter().all(|s| {
+                s.command(&["SENTINEL", "get-master-addr-by-name", &self.name])
+                    .is_ok_and(|reply| reply.lines().nth(1) != Some(&port.to_string()))
+            })
+        });
+        self.master_port().expect("a new master")
+    }
+}
+
+/// Polls `done` every 50 ms, up to [`SentinelSetup::SETTLE_WITHIN`].
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + SentinelSetup::SETTLE_WITHIN;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A loopback port free at the time of asking.
 pub fn free_port() -> u16 {
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
@@ -261,6 +409,19 @@ pub fn free_port() -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sentinel_setup_fails_over_to_its_replica_when_the_master_dies() {
+        let mut setup = SentinelSetup::start("kit");
+        let old = setup.master.port();
+        assert_eq!(setup.master_port(), Some(old));
+        assert_eq!(setup.master.command(&["SET", "k", "v"]).unwrap(), "+OK");
+        assert_eq!(setup.master.command(&["WAIT", "1", "5000"]).unwrap(), ":1");
+        setup.master.kill();
+        let new = setup.wait_for_failover_from(old);
+        assert_eq!(new, setup.replica.port());
+        assert_eq!(setup.replica.command(&["GET", "k"]).unwrap(), "v");
+    }
 
     #[test]
     fn a_server_starts_answers_and_loses_its_keys_on_restart_unless_persistent() {

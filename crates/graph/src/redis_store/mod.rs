@@ -86,6 +86,7 @@
 mod bulk;
 mod listen;
 mod scripts;
+pub mod sentinel;
 
 pub use listen::{ChangeStream, Heard};
 
