@@ -15,7 +15,7 @@ use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::engine::RedisSettings;
+use crate::engine::{RedisSettings, SentinelSettings};
 use crate::history::HistoryPolicy;
 use crate::namespace::{history_policy, Namespace, Namespaces};
 use crate::redis_tls::{RedisTls, RedisTlsFiles};
@@ -301,6 +301,23 @@ pub struct Config {
     /// Comma-separated in the environment.
     #[arg(long = "redis-url", env = "MYRIAD_REDIS_URLS", value_delimiter = ',')]
     pub redis_urls: Vec<String>,
+
+    /// A Sentinel of the Redis master the engine uses, instead of
+    /// `redis_url` (the Sentinel shape): `redis[s]://[user:password@]host:port`,
+    /// with the Sentinel's own credentials and TLS. Repeatable; asked in
+    /// order. Comma-separated in the environment.
+    #[arg(
+        long = "redis-sentinel",
+        env = "MYRIAD_REDIS_SENTINELS",
+        value_delimiter = ','
+    )]
+    pub redis_sentinels: Vec<String>,
+
+    /// The name the Sentinels know the master by, or
+    /// `redis[s]://[user:password@]NAME[/db]` for the master's credentials,
+    /// TLS and database.
+    #[arg(long, env = "MYRIAD_REDIS_SENTINEL_MASTER")]
+    pub redis_sentinel_master: Option<String>,
 
     /// PEM file of the certificate authorities a `rediss://` Redis's
     /// certificate is checked against, instead of the system's roots.
@@ -723,9 +740,48 @@ impl Config {
 
     fn validate_redis(&self) -> Result<(), ConfigError> {
         let invalid = |what: String| Err(ConfigError::Invalid(what));
+        let sentinel = !self.redis_sentinels.is_empty();
+        if sentinel && !self.redis_urls.is_empty() {
+            return invalid(
+                "redis_url and redis_sentinel are two shapes of Redis (instances the node \
+                 shards over, or one master found through Sentinels): give one or the other"
+                    .into(),
+            );
+        }
+        if sentinel != self.redis_sentinel_master.is_some() {
+            return invalid(
+                "redis_sentinel and redis_sentinel_master go together: the Sentinels, and \
+                 the name of the master they watch"
+                    .into(),
+            );
+        }
+        if sentinel && self.engine == EngineKind::Memory {
+            return invalid(
+                "redis_sentinel is set but engine is memory: add --engine redis".into(),
+            );
+        }
+        if sentinel && self.graph_store == GraphStoreKind::Redis && self.graph_redis_url.is_none() {
+            return invalid(
+                "graph_store = redis does not find its Redis through Sentinels: give \
+                 graph_redis_url"
+                    .into(),
+            );
+        }
+        if let Some(settings) = &self.redis_settings(None).sentinel {
+            if let Err(e) = myriad_graph::redis_store::sentinel::Sentinels::new(
+                &settings.sentinels,
+                &settings.master,
+                None,
+                self.redis_timeout.into(),
+            ) {
+                return invalid(e.to_string());
+            }
+        }
         match self.engine {
-            EngineKind::Redis if self.redis_urls.is_empty() => {
-                return invalid("engine = redis needs at least one redis_url".into());
+            EngineKind::Redis if self.redis_urls.is_empty() && !sentinel => {
+                return invalid(
+                    "engine = redis needs at least one redis_url, or redis_sentinel".into(),
+                );
             }
             EngineKind::Memory
                 if !self.redis_urls.is_empty() && self.graph_store == GraphStoreKind::Sqlite =>
@@ -754,17 +810,20 @@ impl Config {
         }
         // The URLs the node will connect to: the engine's shards, the
         // graph's Redis.
-        let engine_urls = match self.engine {
-            EngineKind::Redis => &self.redis_urls[..],
-            EngineKind::Memory => &[],
+        let sentinel_master = self.redis_sentinel_master.iter().map(String::as_str);
+        let engine_urls: Vec<&str> = match self.engine {
+            EngineKind::Redis => (self.redis_urls.iter().chain(&self.redis_sentinels))
+                .map(String::as_str)
+                .chain(sentinel_master)
+                .collect(),
+            EngineKind::Memory => Vec::new(),
         };
         let graph_url = match self.graph_store {
             GraphStoreKind::Redis => self.graph_redis_url(),
             GraphStoreKind::Sqlite => None,
         };
         let tls_urls = engine_urls
-            .iter()
-            .map(String::as_str)
+            .into_iter()
             .chain(graph_url)
             .filter(|url| {
                 redis::IntoConnectionInfo::into_connection_info(*url)
@@ -850,6 +909,13 @@ impl Config {
         RedisSettings {
             tls,
             urls: self.redis_urls.clone(),
+            sentinel: self
+                .redis_sentinel_master
+                .as_ref()
+                .map(|master| SentinelSettings {
+                    sentinels: self.redis_sentinels.clone(),
+                    master: master.clone(),
+                }),
             prefix: self.redis_prefix.clone(),
             timeout: self.redis_timeout.into(),
             queue: self.redis_queue,

@@ -213,7 +213,7 @@ fn split_master(master: &str) -> Result<(String, String, String, String), String
 }
 
 /// `url` as it may be shown: a password in it replaced by `***`.
-fn without_password(url: &str) -> String {
+pub fn without_password(url: &str) -> String {
     match url.split_once("://") {
         Some((scheme, rest)) => match rest.rsplit_once('@') {
             Some((userinfo, host)) => {

@@ -237,7 +237,7 @@ mod tests {
                 [$(TransportKind::$variant),*]
             }}
         }
-        let every = every!(WebSocket, Sse, Stream, Poll);
+        let every = every!(WebSocket, Sse, Stream, Poll, Command);
         assert_eq!(every, TransportKind::ALL);
         // Per-kind caches index by `index()`, so ALL is in that order too.
         for (at, kind) in TransportKind::ALL.into_iter().enumerate() {

@@ -67,6 +67,11 @@ pub struct Context {
     pub(super) failures: Failures,
     pub(super) publishes: AtomicU64,
     pub(super) publishes_unrouted: AtomicU64,
+    /// Connects that reached another master than the one before (behind
+    /// Sentinels: a failover followed).
+    pub(super) failovers: AtomicU64,
+    /// Milliseconds instances spent without a connection, summed.
+    pub(super) unavailable_ms: AtomicU64,
     /// Script pipelines sent, over every instance.
     pub(super) round_trips: AtomicU64,
     /// `<prefix>:c:`: what channel names start with.
@@ -124,8 +129,15 @@ impl Context {
     }
 
     /// Adds `call` to a batch's pipeline; `epoch` is the one a stream
-    /// created by it starts.
-    pub(super) fn add_script(&self, pipe: &mut redis::Pipeline, call: &ScriptCall, epoch: &str) {
+    /// created (or renewed) by it starts, `replid` the master's (lib.lua,
+    /// "failover").
+    pub(super) fn add_script(
+        &self,
+        pipe: &mut redis::Pipeline,
+        call: &ScriptCall,
+        epoch: &str,
+        replid: &str,
+    ) {
         match call {
             ScriptCall::Publish(run) => {
                 let publications = run.iter().map(|PublishOp { subject, data, .. }| {
@@ -138,6 +150,7 @@ impl Context {
                     &self.settings.prefix,
                     self.max_bytes,
                     epoch,
+                    replid,
                     publications,
                 ));
             }
@@ -148,7 +161,7 @@ impl Context {
                     limit: usize::MAX,
                     max_bytes: attach.max_replay_bytes,
                 };
-                self.add_read(pipe, &attach.subject, read, epoch);
+                self.add_read(pipe, &attach.subject, read, epoch, replid);
             }
             ScriptCall::Read(ReadOp::History { query, .. }) => {
                 let read = ReadScript {
@@ -157,7 +170,7 @@ impl Context {
                     limit: query.limit,
                     max_bytes: usize::MAX,
                 };
-                self.add_read(pipe, &query.subject, read, epoch);
+                self.add_read(pipe, &query.subject, read, epoch, replid);
             }
         }
     }
@@ -169,6 +182,7 @@ impl Context {
         subject: &str,
         read: ReadScript,
         epoch: &str,
+        replid: &str,
     ) {
         let policy = self.namespaces.policy_for(subject);
         let (since_epoch, since_offset) = read
@@ -187,7 +201,8 @@ impl Context {
             .arg(since_epoch)
             .arg(since_offset)
             .arg(read.limit)
-            .arg(read.max_bytes);
+            .arg(read.max_bytes)
+            .arg(replid);
     }
 
     /// Answers the requests of `call` (see [`script_calls`](super::ops::script_calls)) with its

@@ -30,6 +30,10 @@
 //! it fails the task refuses everything (`redis_unavailable`) until it has
 //! connected again, loaded its scripts and resubscribed every subject this
 //! node still has interest in; the router restarts each subject's switch.
+//! Behind Sentinels ([`Target`]) every connect asks them for the master
+//! again, and a `-READONLY` answer (the master was demoted under the
+//! connection) fails the connection like a drop, so the task follows a
+//! failover by itself.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -44,6 +48,7 @@ use tokio::time::Instant;
 use super::backlog::Backlog;
 use super::context::{Context, ReadMode, ReadScript};
 use super::ops::{script_calls, Op, Read, ReadOp, ScriptCall};
+use super::target::{ConnectError, Master, Target};
 use crate::engine::EngineError;
 use crate::hub::Wakeups;
 
@@ -190,7 +195,13 @@ impl AsyncPushSender for Inbox {
 /// The task owning one Redis.
 pub struct Instance {
     index: usize,
-    client: redis::Client,
+    target: Target,
+    /// What the last connect reached: a new address behind Sentinels is a
+    /// failover seen; the replication id goes to every script.
+    master: Option<Master>,
+    /// Since when the instance has had no connection, for the metric of
+    /// time without one (moved on at every attempt to connect).
+    down_since: Option<Instant>,
     ctx: Arc<Context>,
     rx: mpsc::Receiver<Op>,
     conn: Option<MultiplexedConnection>,
@@ -211,11 +222,7 @@ pub struct Instance {
 impl Instance {
     /// The task of instance `index` and its queue, bounded as
     /// `ctx.settings` says.
-    pub fn new(
-        index: usize,
-        client: redis::Client,
-        ctx: Arc<Context>,
-    ) -> (Instance, InstanceQueue) {
+    pub fn new(index: usize, target: Target, ctx: Arc<Context>) -> (Instance, InstanceQueue) {
         let (tx, rx) = mpsc::channel(ctx.settings.queue.max(1));
         let max_bytes = ctx.settings.queue_bytes;
         let high_water = ctx.settings.queue_high_water;
@@ -224,7 +231,9 @@ impl Instance {
         let backlog = Arc::new(Backlog::new(ctx.settings.feed_backlog));
         let instance = Instance {
             index,
-            client,
+            target,
+            master: None,
+            down_since: None,
             ctx,
             rx,
             conn: None,
@@ -250,7 +259,47 @@ impl Instance {
 
     /// Connects, loads the scripts and subscribes to every subject this
     /// node has interest in on this instance.
-    pub async fn connect(&mut self) -> Result<(), redis::RedisError> {
+    pub async fn connect(&mut self) -> Result<(), ConnectError> {
+        self.count_down_time();
+        let (client, at) = self.target.client().await?;
+        let failed = |source| ConnectError::Redis {
+            at: at.clone(),
+            source,
+        };
+        let mut conn = self.open(&client).await.map_err(failed)?;
+        let master = self.target.check(&mut conn, at.clone()).await?;
+        if self.master.as_ref().is_some_and(|m| m.at != master.at) {
+            self.ctx.failovers.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(instance = self.index, master = %master.at, "followed a failover");
+        }
+        self.master = Some(master);
+        self.catch_up(&mut conn).await.map_err(failed)?;
+        self.conn = Some(conn);
+        self.down_since = None;
+        self.backoff = MIN_BACKOFF;
+        Ok(())
+    }
+
+    /// Adds the time without a connection so far to its metric.
+    fn count_down_time(&mut self) {
+        if let Some(since) = self.down_since.replace(Instant::now()) {
+            let ms = since.elapsed().as_millis() as u64;
+            self.ctx.unavailable_ms.fetch_add(ms, Ordering::Relaxed);
+        }
+    }
+
+    /// The replication id the scripts compare streams with (see
+    /// [`Master::replid`]).
+    fn replid(&self) -> &str {
+        self.master.as_ref().map_or("", |m| &m.replid)
+    }
+
+    /// Opens a connection, loads the scripts and subscribes it to every
+    /// subject this node has interest in on this instance.
+    async fn open(
+        &mut self,
+        client: &redis::Client,
+    ) -> Result<MultiplexedConnection, redis::RedisError> {
         let timeout = self.ctx.settings.timeout;
         self.closed = Arc::new(AtomicBool::new(false));
         let inbox = Inbox {
@@ -262,8 +311,7 @@ impl Instance {
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout))
             .set_push_sender(inbox);
-        let mut conn = self
-            .client
+        let mut conn = client
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
         for script in self.ctx.scripts.all() {
@@ -280,10 +328,7 @@ impl Instance {
             conn.subscribe(&channels).await?;
         }
         self.subscribed = subjects.into_iter().collect();
-        self.catch_up(&mut conn).await?;
-        self.conn = Some(conn);
-        self.backoff = MIN_BACKOFF;
-        Ok(())
+        Ok(conn)
     }
 
     /// Brings the live subscribers of every resubscribed subject from where
@@ -307,7 +352,8 @@ impl Instance {
                     limit: usize::MAX,
                     max_bytes: usize::MAX,
                 };
-                self.ctx.add_read(&mut pipe, subject, read, &epoch);
+                self.ctx
+                    .add_read(&mut pipe, subject, read, &epoch, self.replid());
             }
             let values: Vec<Value> = pipe.query_async(conn).await?;
             let mut wakeups = Wakeups::default();
@@ -329,10 +375,11 @@ impl Instance {
     }
 
     /// The connection is gone: every subject of this instance starts over.
-    fn disconnect(&mut self, why: &redis::RedisError) {
+    fn disconnect(&mut self, why: &dyn std::fmt::Display) {
         if self.conn.take().is_some() {
             tracing::warn!(instance = self.index, error = %why, "lost the connection to Redis");
         }
+        self.down_since.get_or_insert_with(Instant::now);
         self.subscribed.clear();
         let (index, instances) = (self.index, self.ctx.instances);
         let mut wakeups = Wakeups::default();
@@ -485,13 +532,19 @@ impl Instance {
         let epoch = crate::engine::random_epoch().to_string();
         let calls = script_calls(scripted);
         for call in &calls {
-            ctx.add_script(&mut pipe, call, &epoch);
+            ctx.add_script(&mut pipe, call, &epoch, self.replid());
         }
         ctx.round_trips.fetch_add(1, Ordering::Relaxed);
         let failed = match pipe.query_async::<Vec<Value>>(&mut conn).await {
             Ok(values) if values.len() == calls.len() => {
+                let demoted = values.iter().any(is_read_only);
                 for (call, value) in calls.into_iter().zip(values) {
                     ctx.finish(self.index, call, value, wakeups);
+                }
+                if demoted {
+                    // Answered `redis_unavailable` (ScriptReply); the next
+                    // connect asks the Sentinels where the master is now.
+                    self.disconnect(&"the master became a replica (-READONLY)");
                 }
                 return;
             }
@@ -552,7 +605,11 @@ impl Instance {
         for op in ops {
             self.ctx.fail(op, engine_error.clone(), wakeups);
         }
-        if error.is_unrecoverable_error() || error.is_timeout() || error.is_connection_dropped() {
+        if error.is_unrecoverable_error()
+            || error.is_timeout()
+            || error.is_connection_dropped()
+            || error.code() == Some("READONLY")
+        {
             self.disconnect(error);
         }
     }
@@ -584,6 +641,11 @@ fn classify(error: &redis::RedisError) -> EngineError {
     } else {
         EngineError::Redis(error.to_string())
     }
+}
+
+/// A script's answer from a master demoted to a replica.
+fn is_read_only(value: &Value) -> bool {
+    matches!(value, Value::ServerError(e) if e.code() == "READONLY")
 }
 
 fn connection_dropped() -> redis::RedisError {

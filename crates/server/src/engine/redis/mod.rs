@@ -46,7 +46,10 @@ mod ops;
 mod ring;
 mod router;
 mod scripts;
+#[cfg(test)]
+mod sentinel_tests;
 mod settings;
+mod target;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -59,7 +62,8 @@ use self::ops::{Op, PublishOp, ReadOp};
 use self::router::Router;
 use self::scripts::Scripts;
 pub use self::scripts::{publish_call, PUBLISH_SCRIPT};
-pub use self::settings::RedisSettings;
+pub use self::settings::{RedisSettings, SentinelSettings};
+use self::target::{ConnectError, Target};
 use super::{
     Attach, Engine, EngineError, EngineFailures, EngineStats, HistoryPage, HistoryQuery,
     HistoryStats, Published, Reply,
@@ -67,12 +71,19 @@ use super::{
 use crate::hub::{Hub, Wakeups};
 use crate::namespace::Namespaces;
 use crate::redis_tls::RedisTls;
+use myriad_graph::redis_store::sentinel::Sentinels;
 
 /// Why the Redis engine could not start.
 #[derive(Debug, Error)]
 pub enum RedisEngineError {
     #[error("no Redis URL given (--redis-url)")]
     NoUrl,
+    #[error("redis_url and redis_sentinel are two shapes of Redis: give one or the other")]
+    MixedShapes,
+    #[error(transparent)]
+    Sentinel(#[from] myriad_graph::redis_store::sentinel::SentinelError),
+    #[error(transparent)]
+    NotMaster(ConnectError),
     #[error("invalid Redis URL {url:?}: {source}")]
     BadUrl {
         url: String,
@@ -106,15 +117,38 @@ impl RedisEngine {
         max_bytes: usize,
         settings: RedisSettings,
     ) -> Result<RedisEngine, RedisEngineError> {
-        if settings.urls.is_empty() {
-            return Err(RedisEngineError::NoUrl);
-        }
-        let clients = settings
-            .urls
-            .iter()
-            .map(|url| client(url, settings.tls.as_ref()))
-            .collect::<Result<Vec<_>, _>>()?;
-        let instances = clients.len();
+        let certificates = settings.tls.as_ref().map(RedisTls::certificates);
+        let targets = match &settings.sentinel {
+            Some(_) if !settings.urls.is_empty() => return Err(RedisEngineError::MixedShapes),
+            Some(sentinel) => {
+                let sentinels = Sentinels::new(
+                    &sentinel.sentinels,
+                    &sentinel.master,
+                    certificates.clone(),
+                    settings.timeout,
+                )?;
+                vec![Target::Sentinel {
+                    sentinels,
+                    tls: certificates,
+                }]
+            }
+            None if settings.urls.is_empty() => return Err(RedisEngineError::NoUrl),
+            None => settings
+                .urls
+                .iter()
+                .map(|url| {
+                    let client = target::client(url, certificates.clone()).map_err(|source| {
+                        RedisEngineError::BadUrl {
+                            url: url.to_owned(),
+                            source,
+                        }
+                    })?;
+                    let shown = url.to_owned();
+                    Ok(Target::Fixed { client, shown })
+                })
+                .collect::<Result<Vec<_>, RedisEngineError>>()?,
+        };
+        let instances = targets.len();
         let ctx = Arc::new(Context {
             router: Router::new(hub),
             namespaces,
@@ -127,6 +161,8 @@ impl RedisEngine {
             failures: Failures::default(),
             publishes: AtomicU64::new(0),
             publishes_unrouted: AtomicU64::new(0),
+            failovers: AtomicU64::new(0),
+            unavailable_ms: AtomicU64::new(0),
             round_trips: AtomicU64::new(0),
         });
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -135,13 +171,14 @@ impl RedisEngine {
             .map_err(RedisEngineError::Thread)?;
         let mut tasks = Vec::with_capacity(instances);
         let mut queues = Vec::with_capacity(instances);
-        for (index, client) in clients.into_iter().enumerate() {
-            let (mut instance, queue) = Instance::new(index, client, Arc::clone(&ctx));
-            runtime.block_on(instance.connect()).map_err(|source| {
-                RedisEngineError::Unreachable {
-                    url: ctx.settings.urls[index].clone(),
-                    source,
+        for (index, target) in targets.into_iter().enumerate() {
+            let (mut instance, queue) = Instance::new(index, target, Arc::clone(&ctx));
+            runtime.block_on(instance.connect()).map_err(|e| match e {
+                ConnectError::Redis { at, source } => {
+                    RedisEngineError::Unreachable { url: at, source }
                 }
+                ConnectError::Sentinel(e) => RedisEngineError::Sentinel(e),
+                e @ ConnectError::NotMaster { .. } => RedisEngineError::NotMaster(e),
             })?;
             tasks.push(instance);
             queues.push(queue);
@@ -170,23 +207,6 @@ impl RedisEngine {
     fn queue(&self, subject: &str) -> &InstanceQueue {
         &self.queues[ring::instance_of(subject, self.queues.len())]
     }
-}
-
-/// A client for `url`, speaking RESP3 (channel messages and replies on one
-/// connection), over TLS for a `rediss://` URL.
-fn client(url: &str, tls: Option<&RedisTls>) -> Result<redis::Client, RedisEngineError> {
-    use redis::IntoConnectionInfo;
-    let bad = |source| RedisEngineError::BadUrl {
-        url: url.to_owned(),
-        source,
-    };
-    let info = url.into_connection_info().map_err(bad)?;
-    let redis = info
-        .redis_settings()
-        .clone()
-        .set_protocol(redis::ProtocolVersion::RESP3);
-    let tls = tls.map(RedisTls::certificates);
-    myriad_graph::redis_store::client_for(info.set_redis_settings(redis), tls).map_err(bad)
 }
 
 impl Drop for RedisEngine {
@@ -264,6 +284,8 @@ impl Engine for RedisEngine {
             publishes: ctx.publishes.load(Ordering::Relaxed),
             publishes_unrouted: ctx.publishes_unrouted.load(Ordering::Relaxed),
             round_trips: ctx.round_trips.load(Ordering::Relaxed),
+            failovers: ctx.failovers.load(Ordering::Relaxed),
+            unavailable_ms: ctx.unavailable_ms.load(Ordering::Relaxed),
             waiting_attaches: self.queues.iter().map(|q| q.waiting() as u64).sum(),
             history: HistoryStats {
                 subjects: sum(|t| &t.subjects),
@@ -322,12 +344,13 @@ mod tests {
 
     /// The settings of an engine over `url`, under a prefix no other
     /// harness has.
-    fn settings(url: String) -> RedisSettings {
+    pub(super) fn settings(url: String) -> RedisSettings {
         static HARNESSES: AtomicUsize = AtomicUsize::new(0);
         let n = HARNESSES.fetch_add(1, Ordering::Relaxed);
         RedisSettings {
             tls: None,
             urls: vec![url],
+            sentinel: None,
             prefix: format!("conformance{n}"),
             timeout: Duration::from_secs(10),
             queue: 100_000,
@@ -338,7 +361,7 @@ mod tests {
         }
     }
 
-    fn harness(
+    pub(super) fn harness(
         settings: RedisSettings,
         workers: usize,
         namespaces: Namespaces,
@@ -350,7 +373,7 @@ mod tests {
     }
 
     /// Every subject keeps its last ten publications, however old.
-    fn ten_kept() -> Namespaces {
+    pub(super) fn ten_kept() -> Namespaces {
         let policy = crate::history::HistoryPolicy {
             size: 10,
             ttl: Duration::ZERO,

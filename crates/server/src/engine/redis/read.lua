@@ -1,6 +1,7 @@
 -- Attach or history read: ARGV = prefix, subject, mode ('attach' or
 -- 'read'), age limit ms, a fresh epoch, since epoch ('' for none), since
--- offset, limit, byte limit.
+-- offset, limit, byte limit, the master's replication id ('' = none;
+-- lib.lua, "failover": a read renews a stream from before a failover).
 -- An attach creates the subject's stream if Redis has none (its node has
 -- just subscribed to the channel) and keeps it from expiring; a read of an
 -- unknown subject answers with the fresh epoch at offset 0, which no stream
@@ -10,10 +11,11 @@
 local s, mode, ttl = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local since_epoch, since_offset = ARGV[6], tonumber(ARGV[7])
 local limit, max_cost = tonumber(ARGV[8]), tonumber(ARGV[9])
+local replid = ARGV[10]
 local now = now_ms()
 local epoch, offset
 if mode == 'attach' then
-  epoch, offset = stream(s, ARGV[5], ttl)
+  epoch, offset = stream(s, ARGV[5], ttl, replid)
   redis.call('PERSIST', meta_key(s))
 else
   epoch = redis.call('HGET', meta_key(s), 'e')
@@ -22,6 +24,7 @@ else
     if since_epoch ~= '' then flag = 0 end
     return {ARGV[5], 0, flag, settle()}
   end
+  epoch = renew_if_moved(s, epoch, redis.call('HGET', meta_key(s), 'r'), ARGV[5], replid)
 end
 if ttl > 0 then expire(s, now, ttl, false) end
 offset = tonumber(redis.call('HGET', meta_key(s), 'o'))

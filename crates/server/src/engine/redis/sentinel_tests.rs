@@ -1,0 +1,203 @@
+//! The engine in the Sentinel shape against real processes (a master, a
+//! replica and three Sentinels, [`SentinelSetup`]): the conformance suite
+//! unchanged, and failovers, including one that loses acknowledged writes,
+//! after which no position handed out before may be recovered across.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use myriad_protocol::position::Position;
+use myriad_testkit::SentinelSetup;
+
+use super::tests::{harness, settings, ten_kept};
+use super::{RedisSettings, SentinelSettings};
+use crate::engine::conformance::{self, Harness};
+use crate::engine::{EngineError, Published, Reply};
+use crate::hub::Wakeups;
+use crate::namespace::Namespaces;
+
+/// The Sentinels (and master name) of the running suite.
+static SENTINELS: Mutex<Option<(Vec<String>, String)>> = Mutex::new(None);
+
+/// Settings of an engine that finds its master through `setup`'s
+/// Sentinels, under a prefix of its own.
+fn behind(sentinels: Vec<String>, master: &str) -> RedisSettings {
+    RedisSettings {
+        urls: Vec::new(),
+        sentinel: Some(SentinelSettings {
+            sentinels,
+            master: master.to_owned(),
+        }),
+        timeout: Duration::from_secs(5),
+        ..settings(String::new())
+    }
+}
+
+fn through_sentinels(workers: usize, namespaces: Namespaces, max_bytes: usize) -> Harness {
+    let (sentinels, master) = SENTINELS
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("the suite's Sentinels");
+    harness(behind(sentinels, &master), workers, namespaces, max_bytes)
+}
+
+#[test]
+fn redis_engine_keeps_the_contract_behind_sentinels() {
+    let setup = SentinelSetup::start("conformance");
+    *SENTINELS.lock().unwrap() = Some((setup.sentinel_urls(), setup.name().to_owned()));
+    conformance::run(through_sentinels);
+}
+
+/// A publish that may fail.
+fn try_publish(h: &Harness, subject: &str, data: &str) -> Result<Published, EngineError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let mut wakeups = Wakeups::default();
+    h.engine
+        .publish(subject, data, Reply::Task(tx), &mut wakeups);
+    h.hub.wake(wakeups);
+    rx.blocking_recv().expect("answered")
+}
+
+/// The connection Redis's own commands go over, authenticated with
+/// `password` when given.
+fn admin(port: u16, password: Option<&str>) -> redis::Connection {
+    let url = match password {
+        Some(p) => format!("redis://:{p}@127.0.0.1:{port}"),
+        None => format!("redis://127.0.0.1:{port}"),
+    };
+    redis::Client::open(url).unwrap().get_connection().unwrap()
+}
+
+#[test]
+fn a_failover_that_lost_acknowledged_writes_hands_out_no_offset_again() {
+    let mut setup = SentinelSetup::start("lossy");
+    let h = harness(
+        behind(setup.sentinel_urls(), setup.name()),
+        1,
+        ten_kept(),
+        1 << 20,
+    );
+    // Every acknowledged publish: its data and position, in order.
+    let mut acked: Vec<(String, Position)> = Vec::new();
+    let publish = |h: &Harness, acked: &mut Vec<(String, Position)>, data: String| {
+        let position = try_publish(h, "s", &data)?.position.expect("kept");
+        acked.push((data, position));
+        Ok::<(), EngineError>(())
+    };
+    for i in 0..3 {
+        publish(&h, &mut acked, format!("kept{i}")).unwrap();
+    }
+    let mut master = admin(setup.master.port(), None);
+    let copies: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query(&mut master)
+        .unwrap();
+    assert_eq!(copies, 1, "the replica has the first three");
+
+    // Cut the replica off: it cannot come back without the password the
+    // master now asks of new connections (the engine's and the Sentinels'
+    // stay as they are).
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("cut")
+        .query(&mut master)
+        .unwrap();
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut master)
+        .unwrap();
+    let mut replica = admin(setup.replica.port(), None);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut replica)
+            .unwrap();
+        if info.contains("master_link_status:down") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the replica kept its link");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for i in 0..3 {
+        publish(&h, &mut acked, format!("lost{i}")).unwrap();
+    }
+    let before = acked.clone();
+
+    // The master dies; the Sentinels promote the replica, which lacks the
+    // last three. Publishes go on throughout, every 20 ms.
+    let old = setup.master.port();
+    let killed = Instant::now();
+    setup.master.kill();
+    let mut refused: u64 = 0;
+    let mut back_after = None;
+    let mut n = 0;
+    while acked.len() < before.len() + 5 {
+        assert!(
+            killed.elapsed() < Duration::from_secs(60),
+            "publishes never came back"
+        );
+        match publish(&h, &mut acked, format!("after{n}")) {
+            Ok(()) => {
+                back_after.get_or_insert(killed.elapsed());
+            }
+            Err(
+                EngineError::RedisUnavailable | EngineError::RedisLost | EngineError::RedisTimeout,
+            ) => {
+                refused += 1;
+            }
+            Err(e) => panic!("a publish failed with {e:?}, not as Redis unavailable"),
+        }
+        n += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(setup.wait_for_failover_from(old), setup.replica.port());
+    eprintln!(
+        "publishes succeeded again {:?} after the kill, {refused} refused meanwhile",
+        back_after.unwrap()
+    );
+
+    // No position was handed out twice, and within an epoch offsets only
+    // grew.
+    let mut seen = std::collections::HashSet::new();
+    for (data, position) in &acked {
+        assert!(
+            seen.insert(*position),
+            "{position:?} handed out again, for {data}"
+        );
+    }
+    for pair in acked.windows(2) {
+        let (a, b) = (pair[0].1, pair[1].1);
+        if a.epoch == b.epoch {
+            assert!(b.offset > a.offset, "{a:?} then {b:?}");
+        }
+    }
+    let (_, last_before) = *before.last().unwrap();
+    let (_, first_after) = acked[before.len()];
+    assert_ne!(
+        first_after.epoch, last_before.epoch,
+        "the stream went on over lost writes"
+    );
+
+    // A client recovering from any position handed out before the failover
+    // is told it missed publications; one from after it recovers.
+    for (data, position) in &before {
+        let page = h.history("s", Some(*position), 100);
+        assert_eq!(page.recovered, Some(false), "recovering after {data}");
+    }
+    let (_, newest) = *acked.last().unwrap();
+    let page = h.history("s", Some(acked[before.len()].1), 100);
+    assert_eq!(page.recovered, Some(true));
+    assert_eq!(page.position, newest);
+    assert_eq!(page.publications.len(), 4);
+
+    let stats = h.engine.stats();
+    assert_eq!(stats.failovers, 1);
+    assert!(stats.unavailable_ms > 0);
+    assert!(stats.failures.unavailable + stats.failures.timeout >= refused);
+}
