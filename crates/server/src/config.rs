@@ -1177,6 +1177,56 @@ mod tests {
     }
 
     #[test]
+    fn the_sentinel_shape_is_refused_mixed_incomplete_or_malformed_by_name() {
+        let sentinel = [
+            "myriad",
+            "--engine",
+            "redis",
+            "--redis-sentinel",
+            "redis://127.0.0.1:26379",
+        ];
+        let with = |more: &[&str]| refusal(&[&sentinel[..], more].concat());
+        let why = with(&[
+            "--redis-sentinel-master",
+            "m",
+            "--redis-url",
+            "redis://127.0.0.1:1",
+        ]);
+        assert!(
+            why.contains("redis_url and redis_sentinel are two shapes"),
+            "{why}"
+        );
+        let why = with(&[]);
+        assert!(
+            why.contains("redis_sentinel and redis_sentinel_master go together"),
+            "{why}"
+        );
+        let why = with(&["--redis-sentinel-master", "redis://u:secret@a:b"]);
+        assert!(
+            why.starts_with("redis_sentinel_master")
+                || why.contains("redis_sentinel_master \"redis://u:***@a:b\""),
+            "{why}"
+        );
+        assert!(!why.contains("secret"), "{why}");
+        let why = with(&["--redis-sentinel-master", "m", "--graph-store", "redis"]);
+        assert!(why.contains("give graph_redis_url"), "{why}");
+        let why = refusal(&[
+            "myriad",
+            "--redis-sentinel",
+            "redis://h:1",
+            "--redis-sentinel-master",
+            "m",
+        ]);
+        assert!(why.contains("--engine redis"), "{why}");
+        let config =
+            assembled(&[&sentinel[..], &["--redis-sentinel-master", "m"]].concat()).unwrap();
+        let settings = config.redis_settings(None);
+        assert!(settings.urls.is_empty());
+        let shape = settings.sentinel.expect("the Sentinel shape");
+        assert_eq!((shape.sentinels.len(), shape.master.as_str()), (1, "m"));
+    }
+
+    #[test]
     fn the_graph_in_redis_needs_a_redis_and_defaults_to_the_first_redis_url() {
         let why = refusal(&["myriad", "--graph-store", "redis"]);
         assert!(why.contains("graph_redis_url or a redis_url"), "{why}");

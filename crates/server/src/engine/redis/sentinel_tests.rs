@@ -201,3 +201,49 @@ fn a_failover_that_lost_acknowledged_writes_hands_out_no_offset_again() {
     assert!(stats.unavailable_ms > 0);
     assert!(stats.failures.unavailable + stats.failures.timeout >= refused);
 }
+
+/// Why the engine would not start with `settings`.
+fn refused(settings: RedisSettings) -> String {
+    let (hub, _mailboxes, _polls) = crate::hub::test_hub(1, 1_000);
+    match super::RedisEngine::connect(hub, ten_kept(), 1 << 20, settings) {
+        Ok(_) => panic!("started"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn a_start_the_sentinels_cannot_serve_fails_naming_the_setting() {
+    let setup = SentinelSetup::start("named");
+    let nobody = format!("redis://127.0.0.1:{}", myriad_testkit::free_port());
+    let why = refused(behind(vec![nobody.clone()], "named"));
+    assert!(
+        why.starts_with("redis_sentinel: no Sentinel answered"),
+        "{why}"
+    );
+    assert!(why.contains(&nobody), "{why}");
+    let why = refused(behind(setup.sentinel_urls(), "unknown"));
+    assert_eq!(
+        why,
+        "redis_sentinel_master: no Sentinel knows a master named \"unknown\""
+    );
+    let mixed = RedisSettings {
+        urls: vec![setup.master.url()],
+        ..behind(setup.sentinel_urls(), "named")
+    };
+    assert!(refused(mixed).contains("two shapes"));
+    // The master asks for a password the settings do not give.
+    let mut master = admin(setup.master.port(), None);
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg("pw")
+        .query(&mut master)
+        .unwrap();
+    let why = refused(behind(setup.sentinel_urls(), "named"));
+    assert!(why.contains("redis_sentinel_master"), "{why}");
+    assert!(why.contains("NOAUTH") || why.contains("auth"), "{why}");
+    // With it, in URL form, the engine starts.
+    let (hub, _mailboxes, _polls) = crate::hub::test_hub(1, 1_000);
+    let settings = behind(setup.sentinel_urls(), "redis://:pw@named");
+    assert!(super::RedisEngine::connect(hub, ten_kept(), 1 << 20, settings).is_ok());
+}

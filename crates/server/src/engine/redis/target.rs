@@ -62,7 +62,11 @@ impl Target {
             Target::Fixed { client, shown } => Ok((client.clone(), shown.clone())),
             Target::Sentinel { sentinels, tls } => {
                 let url = sentinels.master_url().await?;
-                let shown = without_password(&url);
+                let shown = format!(
+                    "{} (the master redis_sentinel_master names, {:?})",
+                    without_password(&url),
+                    sentinels.name()
+                );
                 let client = client(&url, tls.clone()).map_err(|source| ConnectError::Redis {
                     at: shown.clone(),
                     source,
