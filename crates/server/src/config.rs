@@ -755,16 +755,12 @@ impl Config {
                     .into(),
             );
         }
-        if sentinel && self.engine == EngineKind::Memory {
+        if sentinel
+            && self.engine == EngineKind::Memory
+            && self.graph_store == GraphStoreKind::Sqlite
+        {
             return invalid(
                 "redis_sentinel is set but engine is memory: add --engine redis".into(),
-            );
-        }
-        if sentinel && self.graph_store == GraphStoreKind::Redis && self.graph_redis_url.is_none() {
-            return invalid(
-                "graph_store = redis does not find its Redis through Sentinels: give \
-                 graph_redis_url"
-                    .into(),
             );
         }
         if let Some(settings) = &self.redis_settings(None).sentinel {
@@ -790,9 +786,13 @@ impl Config {
             }
             _ => {}
         }
-        if self.graph_store == GraphStoreKind::Redis && self.graph_redis_url().is_none() {
+        if self.graph_store == GraphStoreKind::Redis
+            && self.graph_redis_url().is_none()
+            && !sentinel
+        {
             return invalid(
-                "graph_store = redis needs graph_redis_url or a redis_url to keep the graph in"
+                "graph_store = redis needs graph_redis_url, a redis_url or redis_sentinel to keep \
+                 the graph in"
                     .into(),
             );
         }
@@ -1208,8 +1208,6 @@ mod tests {
             "{why}"
         );
         assert!(!why.contains("secret"), "{why}");
-        let why = with(&["--redis-sentinel-master", "m", "--graph-store", "redis"]);
-        assert!(why.contains("give graph_redis_url"), "{why}");
         let why = refusal(&[
             "myriad",
             "--redis-sentinel",
@@ -1229,7 +1227,10 @@ mod tests {
     #[test]
     fn the_graph_in_redis_needs_a_redis_and_defaults_to_the_first_redis_url() {
         let why = refusal(&["myriad", "--graph-store", "redis"]);
-        assert!(why.contains("graph_redis_url or a redis_url"), "{why}");
+        assert!(
+            why.contains("graph_redis_url, a redis_url or redis_sentinel"),
+            "{why}"
+        );
         let why = refusal(&["myriad", "--graph-redis-url", "redis://127.0.0.1:1"]);
         assert!(why.contains("--graph-store redis"), "{why}");
         let why = refusal(&[

@@ -358,6 +358,23 @@ impl SentinelSetup {
         }
     }
 
+    /// One setup shared by every caller that holds it at the time, for
+    /// suites of many small tests that need no failover of their own;
+    /// stopped when the last holder lets go (a static would outlive the
+    /// test process), started again by the next caller. Its master is
+    /// named "shared".
+    pub fn shared() -> std::sync::Arc<SentinelSetup> {
+        use std::sync::{Arc, Mutex, Weak};
+        static SHARED: Mutex<Weak<SentinelSetup>> = Mutex::new(Weak::new());
+        let mut shared = SHARED.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(setup) = shared.upgrade() {
+            return setup;
+        }
+        let setup = Arc::new(SentinelSetup::start("shared"));
+        *shared = Arc::downgrade(&setup);
+        setup
+    }
+
     /// The name the Sentinels know the master by.
     pub fn name(&self) -> &str {
         &self.name

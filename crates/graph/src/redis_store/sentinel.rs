@@ -17,7 +17,10 @@
 
 use std::time::Duration;
 
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError, TlsCertificates};
+use redis::{
+    Connection, ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo, RedisError,
+    RedisResult, TlsCertificates,
+};
 use thiserror::Error;
 
 use super::client_for;
@@ -104,6 +107,19 @@ impl Sentinels {
             tls,
             timeout,
         })
+    }
+
+    /// A blocking connection to the master as the Sentinels name it now,
+    /// within `timeout` to connect and for each answer.
+    pub fn master_connection(&self, timeout: Duration) -> RedisResult<Connection> {
+        let url = self
+            .master_url_blocking()
+            .map_err(|e| RedisError::from((ErrorKind::Io, "no Redis master", e.to_string())))?;
+        let client = client_for(url.as_str().into_connection_info()?, self.tls.clone())?;
+        let con = client.get_connection_with_timeout(timeout)?;
+        con.set_read_timeout(Some(timeout))?;
+        con.set_write_timeout(Some(timeout))?;
+        Ok(con)
     }
 
     /// The master's name, as the Sentinels know it.
