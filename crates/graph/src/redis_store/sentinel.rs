@@ -122,6 +122,31 @@ impl Sentinels {
         Ok(con)
     }
 
+    /// Each Sentinel's connection details, in the order asked, and the
+    /// certificates for a `rediss://` one: for listening to their
+    /// announcements.
+    pub fn each(
+        &self,
+    ) -> (
+        impl Iterator<Item = &ConnectionInfo>,
+        Option<TlsCertificates>,
+    ) {
+        (
+            self.sentinels.iter().map(|(_, info)| info),
+            self.tls.clone(),
+        )
+    }
+
+    /// The master's new `host:port` when `message`, a `+switch-master`
+    /// announcement (`<name> <old ip> <old port> <new ip> <new port>`), is
+    /// about this master.
+    pub fn switched_to(&self, message: &str) -> Option<String> {
+        match message.split(' ').collect::<Vec<_>>()[..] {
+            [name, _, _, host, port] if name == self.name => Some(format!("{host}:{port}")),
+            _ => None,
+        }
+    }
+
     /// The master's name, as the Sentinels know it.
     pub fn name(&self) -> &str {
         &self.name
@@ -256,6 +281,10 @@ mod tests {
         let plain = sentinels("mymaster").unwrap();
         assert_eq!(plain.name(), "mymaster");
         assert_eq!(plain.url_at("10.0.0.2", 6380), "redis://10.0.0.2:6380");
+        let switch = "mymaster 10.0.0.1 6379 10.0.0.2 6380";
+        assert_eq!(plain.switched_to(switch).as_deref(), Some("10.0.0.2:6380"));
+        assert_eq!(plain.switched_to("other 10.0.0.1 6379 10.0.0.2 6380"), None);
+        assert_eq!(plain.switched_to("mymaster"), None);
         let full = sentinels("rediss://app:secret@mymaster/3").unwrap();
         assert_eq!(full.name(), "mymaster");
         assert_eq!(full.url_at("::1", 6380), "rediss://app:secret@[::1]:6380/3");

@@ -202,6 +202,8 @@ pub struct Instance {
     /// Since when the instance has had no connection, for the metric of
     /// time without one (moved on at every attempt to connect).
     down_since: Option<Instant>,
+    /// Behind Sentinels, the new masters they announce (`host:port`).
+    switches: Option<mpsc::UnboundedReceiver<String>>,
     ctx: Arc<Context>,
     rx: mpsc::Receiver<Op>,
     conn: Option<MultiplexedConnection>,
@@ -234,6 +236,7 @@ impl Instance {
             target,
             master: None,
             down_since: None,
+            switches: None,
             ctx,
             rx,
             conn: None,
@@ -261,13 +264,13 @@ impl Instance {
     /// node has interest in on this instance.
     pub async fn connect(&mut self) -> Result<(), ConnectError> {
         self.count_down_time();
-        let (client, at) = self.target.client().await?;
+        let (client, at, addr) = self.target.client().await?;
         let failed = |source| ConnectError::Redis {
             at: at.clone(),
             source,
         };
         let mut conn = self.open(&client).await.map_err(failed)?;
-        let master = self.target.check(&mut conn, at.clone()).await?;
+        let master = self.target.check(&mut conn, at.clone(), addr).await?;
         if self.master.as_ref().is_some_and(|m| m.at != master.at) {
             self.ctx.failovers.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(instance = self.index, master = %master.at, "followed a failover");
@@ -395,6 +398,7 @@ impl Instance {
 
     pub async fn run(mut self) {
         let mut sweep = tokio::time::interval(Duration::from_secs(1));
+        self.switches = self.target.watch_switches();
         loop {
             // The backlog's wake-up is one stored permit however many were
             // held meanwhile: while it holds any, the next batch is due now.
@@ -407,6 +411,16 @@ impl Instance {
                 _ = self.leaving.added.notified() => None,
                 _ = self.backlog.added.notified() => None,
                 () = std::future::ready(()), if backlogged => None,
+                switch = next_switch(&mut self.switches) => {
+                    if switched_away(&mut self.switches, self.master.as_ref(), switch) {
+                        if self.conn.is_some() {
+                            self.disconnect(&switched());
+                        }
+                        // Asked again at once, not after the back-off.
+                        self.next_attempt = Instant::now();
+                    }
+                    continue;
+                }
                 _ = self.lost.notified(), if self.conn.is_some() => {
                     if self.closed.load(Ordering::Acquire) {
                         self.disconnect(&connection_dropped());
@@ -518,7 +532,9 @@ impl Instance {
             scripted.push(op);
         }
         if !subscribe.is_empty() {
-            if let Err(e) = conn.subscribe(&subscribe).await {
+            let subscribed = conn.subscribe(&subscribe);
+            let master = self.master.as_ref();
+            if let Err(e) = unless_switched(&mut self.switches, master, subscribed).await {
                 return self.fail_all(scripted, &e, false, wakeups);
             }
         }
@@ -535,7 +551,9 @@ impl Instance {
             ctx.add_script(&mut pipe, call, &epoch, self.replid());
         }
         ctx.round_trips.fetch_add(1, Ordering::Relaxed);
-        let failed = match pipe.query_async::<Vec<Value>>(&mut conn).await {
+        let replies = pipe.query_async::<Vec<Value>>(&mut conn);
+        let master = self.master.as_ref();
+        let failed = match unless_switched(&mut self.switches, master, replies).await {
             Ok(values) if values.len() == calls.len() => {
                 let demoted = values.iter().any(is_read_only);
                 for (call, value) in calls.into_iter().zip(values) {
@@ -620,7 +638,8 @@ impl Instance {
         };
         let mut invocation = self.ctx.scripts.sweep.prepare_invoke();
         invocation.arg(&self.ctx.settings.prefix).arg(SWEEP_BATCH);
-        match invocation.invoke_async::<Vec<Value>>(&mut conn).await {
+        let totals = invocation.invoke_async::<Vec<Value>>(&mut conn);
+        match unless_switched(&mut self.switches, self.master.as_ref(), totals).await {
             Ok(totals) => self.ctx.totals[self.index].store(totals),
             Err(e) => {
                 let mut wakeups = Wakeups::default();
@@ -640,6 +659,59 @@ fn classify(error: &redis::RedisError) -> EngineError {
         EngineError::RedisLost
     } else {
         EngineError::Redis(error.to_string())
+    }
+}
+
+/// `reply`, unless the Sentinels first announce a master other than
+/// `master`: one cut off with its connection open (a partition, a stopped
+/// process) would hold the task until `redis_timeout`. Then the connection
+/// counts as lost, and what was sent on it is of unknown outcome.
+async fn unless_switched<T>(
+    switches: &mut Option<mpsc::UnboundedReceiver<String>>,
+    master: Option<&Master>,
+    reply: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> redis::RedisResult<T> {
+    tokio::pin!(reply);
+    loop {
+        tokio::select! {
+            answer = &mut reply => return answer,
+            switch = next_switch(switches) => {
+                if switched_away(switches, master, switch) {
+                    return Err(switched());
+                }
+            }
+        }
+    }
+}
+
+/// Whether `switch`, the next of `switches`, names a master other than
+/// `master`; a watch that ended is dropped.
+fn switched_away(
+    switches: &mut Option<mpsc::UnboundedReceiver<String>>,
+    master: Option<&Master>,
+    switch: Option<String>,
+) -> bool {
+    match switch {
+        Some(addr) => master.is_some_and(|m| m.addr != addr),
+        None => {
+            *switches = None;
+            false
+        }
+    }
+}
+
+fn switched() -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::ConnectionReset,
+        "the Sentinels announced a new master",
+    ))
+}
+
+/// The next master the Sentinels announce; never, without them.
+async fn next_switch(switches: &mut Option<mpsc::UnboundedReceiver<String>>) -> Option<String> {
+    match switches {
+        Some(switches) => switches.recv().await,
+        None => std::future::pending().await,
     }
 }
 

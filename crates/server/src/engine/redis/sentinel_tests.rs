@@ -247,3 +247,48 @@ fn a_start_the_sentinels_cannot_serve_fails_naming_the_setting() {
     let settings = behind(setup.sentinel_urls(), "redis://:pw@named");
     assert!(super::RedisEngine::connect(hub, ten_kept(), 1 << 20, settings).is_ok());
 }
+
+#[test]
+fn a_master_cut_off_with_its_connection_open_is_left_when_the_sentinels_switch() {
+    let setup = SentinelSetup::start("cutoff");
+    // Far longer than the failover takes: a publish sent to the stopped
+    // master would wait this long, then fail as a timeout.
+    let settings = RedisSettings {
+        timeout: Duration::from_secs(60),
+        ..behind(setup.sentinel_urls(), "cutoff")
+    };
+    let h = harness(settings, 1, ten_kept(), 1 << 20);
+    let first = h.publish("s", "before").position.expect("kept");
+    // The engine listens to the first Sentinel's announcements (Sentinel
+    // has no PUBSUB command: its client list shows the subscription).
+    let listening = || {
+        setup.sentinels[0]
+            .command(&["CLIENT", "LIST"])
+            .is_ok_and(|clients| clients.contains(" sub=1 "))
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !listening() {
+        assert!(
+            Instant::now() < deadline,
+            "the engine never listened to the Sentinels"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Stopped, not killed: its connections stay open and silent.
+    let old = setup.master.port();
+    setup.master.pause();
+    assert_eq!(setup.wait_for_failover_from(old), setup.replica.port());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let published = loop {
+        match try_publish(&h, "s", "after") {
+            Ok(published) => break published,
+            Err(EngineError::RedisUnavailable | EngineError::RedisLost) => {}
+            Err(e) => panic!("{e:?}: the engine held on to the stopped master"),
+        }
+        assert!(Instant::now() < deadline, "publishes never came back");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stats = h.engine.stats();
+    assert_eq!((stats.failures.timeout, stats.failovers), (0, 1));
+    assert_ne!(published.position.expect("kept").epoch, first.epoch);
+}

@@ -6,6 +6,12 @@
 //! scripts compare with the one each stream was written under (lib.lua,
 //! "failover").
 //!
+//! Behind Sentinels it also listens to their `+switch-master`
+//! announcements ([`watch`]): a master cut off without its connection
+//! closing (a partition, a stopped process) would otherwise hold the
+//! instance until `redis_timeout`, or for ever on a connection with
+//! nothing to send.
+//!
 //! A leaf below the instance task: it names no engine type but the
 //! settings it is built from.
 
@@ -50,16 +56,22 @@ pub enum Target {
 pub struct Master {
     /// The URL, without its password.
     pub at: String,
+    /// `host:port`, as a `+switch-master` announcement names it.
+    pub addr: String,
     /// Its `master_replid` behind a Sentinel, `""` for a fixed URL (whose
     /// streams are never compared: see lib.lua).
     pub replid: String,
 }
 
 impl Target {
-    /// A client for where the instance is now, and that place as shown.
-    pub async fn client(&self) -> Result<(redis::Client, String), ConnectError> {
+    /// A client for where the instance is now, that place as shown, and
+    /// its `host:port`.
+    pub async fn client(&self) -> Result<(redis::Client, String, String), ConnectError> {
         match self {
-            Target::Fixed { client, shown } => Ok((client.clone(), shown.clone())),
+            Target::Fixed { client, shown } => {
+                let addr = address(client.get_connection_info().addr());
+                Ok((client.clone(), shown.clone(), addr))
+            }
             Target::Sentinel { sentinels, tls } => {
                 let url = sentinels.master_url().await?;
                 let shown = format!(
@@ -71,9 +83,21 @@ impl Target {
                     at: shown.clone(),
                     source,
                 })?;
-                Ok((client, shown))
+                let addr = address(client.get_connection_info().addr());
+                Ok((client, shown, addr))
             }
         }
+    }
+
+    /// Behind Sentinels: starts [`watch`] on the current `LocalSet`, and
+    /// answers where it sends the new masters' `host:port`.
+    pub fn watch_switches(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<String>> {
+        let Target::Sentinel { sentinels, .. } = self else {
+            return None;
+        };
+        let (switched, switches) = tokio::sync::mpsc::unbounded_channel();
+        tokio::task::spawn_local(watch(sentinels.clone(), switched));
+        Some(switches)
     }
 
     /// Checks what `conn` reached: behind Sentinels it must be the master
@@ -82,10 +106,12 @@ impl Target {
         &self,
         conn: &mut MultiplexedConnection,
         at: String,
+        addr: String,
     ) -> Result<Master, ConnectError> {
         let Target::Sentinel { sentinels, .. } = self else {
             return Ok(Master {
                 at,
+                addr,
                 replid: String::new(),
             });
         };
@@ -105,6 +131,7 @@ impl Target {
         match (field("role"), field("master_replid")) {
             (Some("master"), Some(replid)) => Ok(Master {
                 at,
+                addr,
                 replid: replid.to_owned(),
             }),
             _ => Err(ConnectError::NotMaster {
@@ -125,4 +152,66 @@ pub fn client(url: &str, tls: Option<TlsCertificates>) -> redis::RedisResult<red
         .clone()
         .set_protocol(redis::ProtocolVersion::RESP3);
     myriad_graph::redis_store::client_for(info.set_redis_settings(redis), tls)
+}
+
+/// `host:port` of a TCP address (empty for another kind).
+fn address(addr: &redis::ConnectionAddr) -> String {
+    match addr {
+        redis::ConnectionAddr::Tcp(host, port)
+        | redis::ConnectionAddr::TcpTls { host, port, .. } => format!("{host}:{port}"),
+        _ => String::new(),
+    }
+}
+
+/// How long the watch waits before asking the Sentinels again once none
+/// would take its subscription.
+const WATCH_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Listens, for as long as it runs, to the first Sentinel that takes the
+/// subscription (the next on failure) for `+switch-master` announcements
+/// of `sentinels`' master, and sends each new master's `host:port` to
+/// `switched`. Ends when `switched` is closed.
+pub async fn watch(sentinels: Sentinels, switched: tokio::sync::mpsc::UnboundedSender<String>) {
+    loop {
+        let (each, tls) = sentinels.each();
+        for info in each.cloned().collect::<Vec<_>>() {
+            let (pushes, mut heard) = tokio::sync::mpsc::unbounded_channel();
+            let config = redis::AsyncConnectionConfig::new().set_push_sender(pushes);
+            let resp3 = info
+                .redis_settings()
+                .clone()
+                .set_protocol(redis::ProtocolVersion::RESP3);
+            let info = info.set_redis_settings(resp3);
+            let Ok(client) = myriad_graph::redis_store::client_for(info, tls.clone()) else {
+                continue;
+            };
+            let Ok(mut conn) = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+            else {
+                continue;
+            };
+            if conn.subscribe("+switch-master").await.is_err() {
+                continue;
+            }
+            while let Some(push) = heard.recv().await {
+                match (push.kind, &push.data[..]) {
+                    (redis::PushKind::Message, [_, redis::Value::BulkString(payload)]) => {
+                        let message = String::from_utf8_lossy(payload);
+                        if let Some(addr) = sentinels.switched_to(&message) {
+                            if switched.send(addr).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    (redis::PushKind::Disconnection, _) => break,
+                    _ => {}
+                }
+            }
+        }
+        if switched.is_closed() {
+            return;
+        }
+        tokio::time::sleep(WATCH_RETRY).await;
+    }
 }
