@@ -12,9 +12,12 @@
 //! and database: `redis[s]://[user:password@]NAME[/db]` (the host part is
 //! the name the Sentinels know it by). Each Sentinel is a URL of its own,
 //! `redis[s]://[user:password@]host:port`, with the Sentinel's credentials
-//! and TLS; Sentinels are asked in the order given, and the first that
-//! knows the master answers.
+//! and TLS; Sentinels are asked in the order given, starting from the one
+//! that answered last (so a dead first Sentinel costs one timeout, not one
+//! per connect), and the first that knows the master answers.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{
@@ -58,6 +61,9 @@ pub struct Sentinels {
     db: String,
     tls: Option<TlsCertificates>,
     timeout: Duration,
+    /// The Sentinel that answered last, asked first next time; shared by
+    /// the clones.
+    first: Arc<AtomicUsize>,
 }
 
 impl Sentinels {
@@ -106,7 +112,15 @@ impl Sentinels {
             db,
             tls,
             timeout,
+            first: Arc::default(),
         })
+    }
+
+    /// The Sentinels' indexes in the order to ask them.
+    fn order(&self) -> impl Iterator<Item = usize> {
+        let n = self.sentinels.len();
+        let first = self.first.load(Ordering::Relaxed) % n;
+        (0..n).map(move |i| (first + i) % n)
     }
 
     /// A blocking connection to the master as the Sentinels name it now,
@@ -158,9 +172,10 @@ impl Sentinels {
     pub async fn master_url(&self) -> Result<String, SentinelError> {
         let mut failures = Vec::new();
         let mut unknown = false;
-        for (shown, info) in &self.sentinels {
+        for at in self.order() {
+            let (shown, info) = &self.sentinels[at];
             match self.ask_async(info).await {
-                Ok(Some((host, port))) => return Ok(self.url_at(&host, port)),
+                Ok(Some((host, port))) => return Ok(self.answered(at, &host, port)),
                 Ok(None) => unknown = true,
                 Err(e) => failures.push(format!("{shown}: {e}")),
             }
@@ -172,14 +187,22 @@ impl Sentinels {
     pub fn master_url_blocking(&self) -> Result<String, SentinelError> {
         let mut failures = Vec::new();
         let mut unknown = false;
-        for (shown, info) in &self.sentinels {
+        for at in self.order() {
+            let (shown, info) = &self.sentinels[at];
             match self.ask(info) {
-                Ok(Some((host, port))) => return Ok(self.url_at(&host, port)),
+                Ok(Some((host, port))) => return Ok(self.answered(at, &host, port)),
                 Ok(None) => unknown = true,
                 Err(e) => failures.push(format!("{shown}: {e}")),
             }
         }
         Err(self.none_found(unknown, failures))
+    }
+
+    /// Sentinel `at` named the master at `host:port`: its URL, and `at`
+    /// is asked first next time.
+    fn answered(&self, at: usize, host: &str, port: u16) -> String {
+        self.first.store(at, Ordering::Relaxed);
+        self.url_at(host, port)
     }
 
     fn none_found(&self, unknown: bool, failures: Vec<String>) -> SentinelError {
@@ -321,6 +344,8 @@ mod tests {
         let s = Sentinels::new(&urls, "graph", None, timeout).unwrap();
         let master = format!("redis://127.0.0.1:{}", setup.master.port());
         assert_eq!(s.master_url_blocking().unwrap(), master);
+        // The one that answered is asked first from now on.
+        assert_eq!(s.order().collect::<Vec<_>>(), [1, 2, 3, 0]);
         let runtime = tokio_runtime();
         assert_eq!(runtime.block_on(s.master_url()).unwrap(), master);
         let unknown = Sentinels::new(&urls, "nobody", None, timeout).unwrap();
