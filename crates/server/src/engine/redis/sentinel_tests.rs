@@ -292,3 +292,52 @@ fn a_master_cut_off_with_its_connection_open_is_left_when_the_sentinels_switch()
     assert_eq!((stats.failures.timeout, stats.failovers), (0, 1));
     assert_ne!(published.position.expect("kept").epoch, first.epoch);
 }
+
+#[test]
+fn a_master_demoted_under_the_connection_fails_publishes_as_unavailable_until_it_is_back() {
+    let setup = SentinelSetup::start("demoted");
+    let h = harness(
+        behind(setup.sentinel_urls(), "demoted"),
+        1,
+        ten_kept(),
+        1 << 20,
+    );
+    h.publish("s", "before");
+    // The master becomes a replica by hand, with the node's connection
+    // still open (Sentinel, reconfiguring, would close it): its scripts
+    // now answer -READONLY.
+    let replicaof = |server: &myriad_testkit::RedisServer, of: Option<u16>| {
+        let mut con = admin(server.port(), None);
+        let mut cmd = redis::cmd("REPLICAOF");
+        match of {
+            Some(port) => cmd.arg("127.0.0.1").arg(port),
+            None => cmd.arg("NO").arg("ONE"),
+        };
+        let () = cmd.query(&mut con).unwrap();
+    };
+    replicaof(&setup.replica, None);
+    replicaof(&setup.master, Some(setup.replica.port()));
+    match try_publish(&h, "s", "while demoted") {
+        Err(EngineError::RedisUnavailable) => {}
+        other => panic!("{other:?}"),
+    }
+    // Asked again, the Sentinels still name it, and it is no master: the
+    // node keeps refusing, as unavailable, never as a Redis error.
+    for _ in 0..5 {
+        let refused = try_publish(&h, "s", "while demoted");
+        assert!(
+            matches!(refused, Err(EngineError::RedisUnavailable)),
+            "{refused:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Put back, it is found again.
+    replicaof(&setup.master, None);
+    replicaof(&setup.replica, Some(setup.master.port()));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while try_publish(&h, "s", "after").is_err() {
+        assert!(Instant::now() < deadline, "publishes never came back");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(h.engine.stats().failures.error, 0);
+}
