@@ -135,6 +135,14 @@ fn nodes_follow_a_sentinel_failover_by_themselves_and_clients_stay_connected() {
     // Both nodes counted the failover; the graph takes writes again.
     for node in [&a, &b] {
         node.wait_for_metric("myriad_engine_failovers_total", 1);
+        let (status, stats) = node.http("GET", "/stats", &node.key_headers(), "");
+        assert_eq!(status, 200);
+        let stats: Value = serde_json::from_str(&stats).unwrap();
+        assert_eq!(stats["failovers"], 1, "{stats}");
+        assert!(
+            stats["redis_unavailable_ms"].as_u64().unwrap() > 0,
+            "{stats}"
+        );
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
