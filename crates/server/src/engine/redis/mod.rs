@@ -13,6 +13,10 @@
 //! publications in the one order Redis gave them, and the [`router`] hands
 //! them out by offset.
 //!
+//! Or, in the Sentinel shape, one instance: the master Redis Sentinel
+//! names ([`target`]), followed across failovers, with every stream renewed
+//! in a new epoch when met under a new master (lib.lua, "failover").
+//!
 //! Standalone instances with client-side hashing, not Redis Cluster: a
 //! message goes only to the instance owning its subject, which is the
 //! broadcast sharded pub/sub (`SPUBLISH`) exists to avoid in a cluster, and
@@ -33,7 +37,8 @@
 //! Submodules: [`instance`] (one instance: its queue, batching and
 //! connection), [`backlog`] (feed attaches waiting for room in a full
 //! queue), [`router`] (local interest and the attach switch), [`codec`]
-//! (what the scripts write), [`ring`], [`scripts`]; below the instance
+//! (what the scripts write), [`ring`], [`scripts`], [`target`] (where an
+//! instance is: a URL, or the master the Sentinels name); below the instance
 //! task, so that it never calls back up into this file: [`context`] (what
 //! the engine and its tasks share, and how a script call is sent and
 //! answered) and [`ops`] (the requests and the scripts' replies).
