@@ -260,8 +260,10 @@ impl Instance {
         (instance, queue)
     }
 
-    /// Connects, loads the scripts and subscribes to every subject this
-    /// node has interest in on this instance.
+    /// Finds the instance (behind Sentinels: asks them), opens a
+    /// connection to it ([`Instance::open`]), checks it is the master, and
+    /// catches live subscribers up. The master is recorded before the
+    /// catch-up, whose reads carry its replication id.
     pub async fn connect(&mut self) -> Result<(), ConnectError> {
         self.count_down_time();
         let (client, at, addr) = self.target.client().await?;
