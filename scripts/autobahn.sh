@@ -16,7 +16,7 @@
 # listening line too). --url without --server-cmd still starts the default
 # server and overrides the URL derived from its listening line.
 #
-# Cases: default 1.* .. 10.* (12.* / 13.* need permessage-deflate). Pass rule:
+# Cases: default 1.* .. 10.*, 12.* and 13.* (permessage-deflate). Pass rule:
 # behavior OK / NON-STRICT / INFORMATIONAL and behaviorClose OK / INFORMATIONAL.
 # The report goes to <repo>/autobahn-reports/fuzzingclient/ (index.html).
 # --write-summary also writes docs/autobahn.md. The last line printed is
@@ -35,7 +35,7 @@ TIMEOUT="${MYRIAD_AUTOBAHN_TIMEOUT:-900}"
 STARTUP_WAIT=20
 PY3="${PYTHON3:-$(command -v python3 || echo "${MYRIAD_TOOLS_VENV:-$REPO_ROOT/.venv-tools}/bin/python")}"
 WSTEST="$MYRIAD_VENV/bin/wstest"
-DEFAULT_CASES="1.*,2.*,3.*,4.*,5.*,6.*,7.*,9.*,10.*" # there is no section 8
+DEFAULT_CASES="1.*,2.*,3.*,4.*,5.*,6.*,7.*,9.*,10.*,12.*,13.*" # there is no section 8 (nor 11)
 
 SERVER_CMD=""
 URL=""

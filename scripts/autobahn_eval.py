@@ -35,6 +35,34 @@ SECTIONS = {
 }
 
 
+# What the verdicts of sections 12 and 13 (permessage-deflate, RFC 7692)
+# rest on; docs/protocol.md, *Compression*, has the rules themselves.
+COMPRESSION_NOTES = [
+    "## Compression (sections 12 and 13)",
+    "",
+    "Autobahn's client offers permessage-deflate with the parameters each case",
+    "names and echoes messages through `/echo`; a case is UNIMPLEMENTED (a fail",
+    "under the rule above) when the server declines its offer, so every offer",
+    "it makes is accepted:",
+    "",
+    "- The answer always carries `server_no_context_takeover` and",
+    "  `client_no_context_takeover` (RFC 7692 §7.1.1; the server may add the",
+    "  latter to any offer), so the client compresses each message on its own",
+    "  and the node inflates each with its worker's one inflater, reset per",
+    "  message.",
+    "- 13.3, 13.5 and 13.7's first offer carry `server_max_window_bits=9`: the",
+    "  node answers with the same value and then sends everything uncompressed",
+    "  on that connection (the `websocket_inflate_only` transport), which §6",
+    "  allows of any message; its shared frames are compressed with the full",
+    "  window, so it never sends one to a client that asked for less.",
+    "- The echo is sent uncompressed on every connection (only publications",
+    "  are compressed, see docs/protocol.md), so what these sections check of",
+    "  the node is negotiation and inflating, fragmented or not (the",
+    "  auto-fragmented cases), up to 131,072-byte messages; Autobahn's",
+    "  compression ratio columns show the client's own compression.",
+]
+
+
 def case_key(case_id):
     return tuple(int(p) if p.isdigit() else p for p in case_id.split("."))
 
@@ -123,6 +151,10 @@ def write_summary(path, args, agent, cases, failing, outdir):
     for b in sorted(set(behavior_counts) | set(close_counts), key=lambda x: (x not in BEHAVIORS, BEHAVIORS.index(x) if x in BEHAVIORS else 0, str(x))):
         out.append("| %s | %d | %d |" % (b, behavior_counts.get(b, 0), close_counts.get(b, 0)))
     out.append("")
+
+    if "12" in sections or "13" in sections:
+        out.extend(COMPRESSION_NOTES)
+        out.append("")
 
     notable = [
         cid

@@ -72,7 +72,7 @@ ensure_package openssl openssl "the token tests (they make their keys with opens
 # The Sentinel tests run Sentinels as `redis-server --sentinel`: the program
 # Debian's redis-sentinel package starts (it adds only a service and a
 # config file), so redis-server is all they need.
-ensure_package redis-server redis-server "the Redis engine, graph store, Sentinel and cluster tests (real redis-server processes)"
+ensure_package redis-server redis-server "the Redis engine, graph store, Sentinel and cluster tests and the SDKs' shared scenarios (real redis-server processes)"
 # Debian's python3 has no ensurepip, so no `python3 -m venv`, without
 # python3-venv: scripts/sdk-python.sh makes the Python SDK's venv with it.
 if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then

@@ -8,7 +8,7 @@ Starts a fresh `redis-server` on a free loopback port (no persistence; with
 alternates the configurations:
 
   A   one node, `--engine memory` (the default);
-  B   two nodes, `--engine redis` over that Redis (over all N as shards,
+  B   two nodes, `--engine redis` over that Redis (subjects spread over all N,
       one --redis-url each); the bench spreads its connections over both
       (two --url), its publishers too;
   B+  B with `--redis-queue 1048576`, for the saturating one-to-one only:
@@ -204,7 +204,7 @@ def tls_certificate(out):
 def run_bench(args, children, config, workload, redises, index):
     """Starts `config`'s nodes, runs `workload`'s bench command against them
     while sampling CPU, stops the nodes; returns the figures. `redises` is
-    every (process, port) of Redis; B's nodes use them all as shards."""
+    every (process, port) of Redis; B's nodes spread subjects over them all."""
     spec = WORKLOADS[workload]
     if config == "A":
         flags, count = [], 1
@@ -444,7 +444,7 @@ def main():
                         help="seconds one bench command may take before it is killed")
     parser.add_argument("--no-deep", action="store_true", help="skip B+ (the deep Redis queue)")
     parser.add_argument("--redis", type=int, default=1,
-                        help="Redis instances; B's nodes shard subjects over all of them (default 1)")
+                        help="Redis instances; B's nodes spread subjects over all of them (default 1)")
     parser.add_argument("--tls", action="store_true",
                         help="B's nodes reach Redis over TLS (rediss://, with a certificate authority and a "
                              "certificate made for the run); Redis's plain port stays for this script's own "

@@ -42,15 +42,16 @@ ceil(connections / (open-file limit - 500)): the rest of each node's files
 are its own, its Redis links and its admin listener's.
 
 Before starting anything it checks the box against what the run needs and
-prints a verdict: one node's limits (open files, fs.nr_open, the accept
-queues, send buffers, paging) as `myriad doctor --json` judges them for
-the connections each node will hold, and the whole run's (memory, tcp_mem,
-ports, fs.file-max, conntrack) here, since nodes, bench and Redis share the
-box; a run that cannot fit is refused with the setting to
-change. It changes no setting of the host's, except that --netns (root)
-sets net.ipv4.tcp_child_ehash_entries while it makes a network namespace
-for the run, with a TCP connection table sized for millions of sockets,
-and puts it back at once (enter_netns in cluster.py). Nodes and bench
+prints a verdict, every row of it `myriad doctor --json`'s: one node's
+limits (open files, fs.nr_open, the accept queues, send buffers, paging)
+for the connections each node will hold, and the box's shared ones
+(memory, tcp_mem, ports, fs.file-max, conntrack) for the whole run, since
+nodes, bench and Redis share the box (--host-connections, --loopback and
+the rest, from the plan); a run that cannot fit is refused with the
+setting to change. It changes no setting of the host's, except that
+--netns (root) sets net.ipv4.tcp_child_ehash_entries while it makes a
+network namespace for the run, with a TCP connection table sized for
+millions of sockets, and puts it back at once (enter_netns in cluster.py). Nodes and bench
 share this script's session, so the scheduler shares the CPU between them
 by thread; Redis gets a favoured session of its own (cluster.py).
 
@@ -86,20 +87,26 @@ from cluster import (  # noqa: E402
     sockstat, start_node, start_redis)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-KIB, MIB, GIB = 1024, 1 << 20, 1 << 30
+MIB, GIB = 1 << 20, 1 << 30
 
 # Files a node keeps besides client connections: its own (fds.rs: 32, 5 per
 # worker, 64 refusals, 128 admin connections), its Redis links, slack.
 NODE_RESERVED_FDS = 500
 # The bench's worker keeps 100 (crates/bench/src/util/plan.rs).
 BENCH_RESERVED_FDS = 100
+# Redis's files and the script's own, besides connections.
+OTHER_FDS = 1000
+# Source addresses the bench spreads its connections over at most
+# (127.0.0.1-254: crates/bench/src/coordinator/groups.rs).
+BENCH_SOURCES = 254
 
-# Memory per connection, for the box check. Kernel: both ends of an idle
-# loopback connection (docs/limits.md, bare C). Userland: measured
-# with this script at medium size (docs/benchmarks.md, "The scale proof"),
-# rounded up.
-KERNEL_PER_CONN = 8600
+# Userland memory per connection, for the plan: measured with this script
+# at medium size (docs/benchmarks.md, "The scale proof"), rounded up. The
+# kernel's share and the nodes' first 512 B a connection are the doctor's
+# to count (`myriad doctor`'s memory row); the rest is passed to it as
+# --extra-memory.
 NODE_PER_CONN = 1200
+DOCTOR_NODE_PER_CONN = 512
 BENCH_PER_CONN = 400
 NODE_BASE = 16 * MIB
 BENCH_WORKER_BASE = 8 * MIB
@@ -109,11 +116,14 @@ REDIS_BASE = 16 * MIB
 # messages each. Past the history byte budget (256 MiB per instance by
 # default) Redis evicts, so this overstates a long run: an upper bound.
 REDIS_PER_SUBJECT = 2200
-# tcp_mem counts queued data, per subscriber at the peak. A broadcast puts
-# one message in every subscriber's socket at once (a small loopback skb's
-# truesize is ~2.3 KB; the medium runs peaked at 1.4 KB); the c10m shape
-# peaked at 0.26 KB a socket, churn at 5.4 KB a subscriber.
+# TCP bytes queued per subscriber at the peak, which tcp_mem counts (the
+# doctor's --queued-bytes). A broadcast puts one message in every
+# subscriber's socket at once (a small loopback skb's truesize is ~2.3 KB;
+# the medium runs peaked at 1.4 KB); the c10m shape peaked at 0.26 KB a
+# socket, churn at 5.4 KB a subscriber.
 TCP_QUEUED = {"broadcast": 2304, "c10m": 512, "smoke": 512, "churn": 8192}
+# The userland estimate's margin: the figures above come from medium-size
+# runs, not from a million.
 SLACK = 1 * GIB
 
 SCENARIOS = {
@@ -133,19 +143,12 @@ def secs(text):
     return float(text)
 
 
-def read(path, default=None):
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return default
-
-
 # ---- the plan and the box check ---------------------------------------------
 
 
 def plan(args):
-    """What the run will hold: connections, processes, memory."""
+    """What the run will hold: connections, processes, and what the doctor
+    is told of it (the run's share of this host's files and memory)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     per_node = max(soft - NODE_RESERVED_FDS, 1)
     conns = args.connections
@@ -156,10 +159,11 @@ def plan(args):
     total = conns + publishers + (1 if args.scenario == "broadcast" else 0)
     bench_procs = math.ceil(conns / max(soft - BENCH_RESERVED_FDS, 1)) + 1
     subjects = {"c10m": conns, "smoke": conns, "broadcast": 1, "churn": max(conns // 10, 1)}[args.scenario]
-    kernel = total * KERNEL_PER_CONN
-    user = (conns * (NODE_PER_CONN + BENCH_PER_CONN) + nodes * NODE_BASE
-            + bench_procs * BENCH_WORKER_BASE + args.redis * REDIS_BASE + subjects * REDIS_PER_SUBJECT)
-    in_flight = conns * TCP_QUEUED[args.scenario]
+    # The doctor counts the first node's own files and its per-connection
+    # 512 B; everything else the run puts on the box is passed to it.
+    extra_memory = (conns * (NODE_PER_CONN - DOCTOR_NODE_PER_CONN + BENCH_PER_CONN) + nodes * NODE_BASE
+                    + bench_procs * BENCH_WORKER_BASE + args.redis * REDIS_BASE
+                    + subjects * REDIS_PER_SUBJECT + SLACK)
     return {
         "open_files_per_process": soft,
         "connections": conns,
@@ -170,114 +174,43 @@ def plan(args):
         "bench_processes": bench_procs,
         "redis_instances": args.redis,
         "subjects": subjects,
-        "kernel_bytes": kernel,
-        "userland_bytes": user,
-        "memory_bytes": kernel + user + SLACK,
-        "tcp_buffers_bytes": in_flight,
-        # Every connection is a file at both ends, plus each process's own.
-        "files": 2 * total + nodes * NODE_RESERVED_FDS + bench_procs * BENCH_RESERVED_FDS + 1000,
+        "extra_memory_bytes": extra_memory,
+        "extra_files": (nodes - 1) * NODE_RESERVED_FDS + bench_procs * BENCH_RESERVED_FDS + OTHER_FDS,
+        "queued_bytes_per_connection": TCP_QUEUED[args.scenario],
     }
 
 
-# Rows of `myriad doctor` this script judges for the whole run instead (every
-# node, the bench and Redis on one box), not for one node.
-RUN_WIDE = {"fs.file-max", "net.ipv4.tcp_mem", "memory", "net.ipv4.ip_local_port_range", "nf_conntrack"}
-
-
-def doctor(myriad, per_node, node_args):
-    """`myriad doctor`'s rows for one node of the run, but the run-wide ones:
-    the node's own checks are the node's to know."""
-    out = subprocess.run([myriad, "doctor", "--json", "--connections", str(per_node), *node_args],
-                         stdout=subprocess.PIPE, text=True)
+def doctor(myriad, p, node_args):
+    """`myriad doctor --json`'s rows for the run: one node's own limits for
+    the connections each node holds, and the box's shared ones (files,
+    tcp_mem, memory, ports, conntrack) for the whole run on this host,
+    clients and all."""
+    cmd = [myriad, "doctor", "--json", "--connections", str(p["connections_per_node"]),
+           "--host-connections", str(p["client_connections"]), "--loopback",
+           "--sources", str(BENCH_SOURCES), "--extra-files", str(p["extra_files"]),
+           "--extra-memory", str(p["extra_memory_bytes"]),
+           "--queued-bytes", str(p["queued_bytes_per_connection"]), "--memory-available", *node_args]
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     if out.returncode not in (0, 1):
         sys.exit(f"scale.py: myriad doctor exited {out.returncode}")
-    return [row for row in json.loads(out.stdout)["checks"] if row["name"] not in RUN_WIDE]
+    return json.loads(out.stdout)["checks"]
 
 
 def check_box(p, myriad, node_args):
-    """[(level, what, detail)] with level ok, warn or refuse; a refusal
-    names the setting and a value that would fit. One node's limits come
-    from `myriad doctor`; the whole run's (memory, tcp_mem, ports, files,
-    conntrack) are judged here."""
+    """[(level, what, detail)] with level ok, warn or refuse: the doctor's
+    verdicts (fail is refuse), each with its value and need, and its fix
+    when not ok. Only the plan's arithmetic is this script's."""
     out = []
-
-    def add(level, what, detail):
-        out.append({"level": level, "what": what, "detail": detail})
-
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    per_node = p["connections_per_node"]
-    for row in doctor(myriad, per_node, node_args):
+    for row in doctor(myriad, p, node_args):
         level = {"ok": "ok", "warn": "warn", "fail": "refuse"}[row["verdict"]]
-        detail = f"{row['value']}; needs {row['needs']} for {per_node:,} connections a node"
+        detail = f"{row['value']}; needs {row['needs']}"
         if level != "ok":
             detail += f": {row['fix']}"
         if level == "refuse" and row["name"] == "open files":
             need = math.ceil(p["client_connections"] / max(soft - NODE_RESERVED_FDS, 1))
             detail += f"; or use --nodes {need} or more"
-        add(level, row["name"], detail)
-    mem = dict(line.split(":", 1) for line in open("/proc/meminfo"))
-    available = int(mem["MemAvailable"].split()[0]) * KIB
-    need = p["memory_bytes"]
-    detail = (f"MemAvailable {available / GIB:.1f} GiB; the run needs ~{need / GIB:.1f} GiB "
-              f"({p['kernel_bytes'] / GIB:.1f} kernel at ~{KERNEL_PER_CONN / 1000:.1f} KB per loopback pair, "
-              f"{p['userland_bytes'] / GIB:.1f} userland, {SLACK / GIB:.0f} slack)")
-    if need > available:
-        fit = int(p["connections"] * available / need)
-        add("refuse", "memory", f"{detail}: free memory or run --connections {fit:,} or fewer")
-    else:
-        add("ok", "memory", detail)
-    low, pressure, high = (int(v) * 4096 for v in read("/proc/sys/net/ipv4/tcp_mem").split())
-    used = sockstat()["mem_bytes"]
-    est = p["tcp_buffers_bytes"]
-    detail = (f"net.ipv4.tcp_mem pressure {pressure / GIB:.2f} GiB, max {high / GIB:.2f} GiB; "
-              f"in use {used / MIB:.0f} MiB; the run may queue ~{est / GIB:.2f} GiB at once")
-    if used + est > high:
-        pages = math.ceil((used + est) * 1.25 / 4096)
-        add("refuse", "tcp_mem",
-            f"{detail}: sysctl -w net.ipv4.tcp_mem='{low // 4096} {pages * 2 // 3} {pages}'")
-    elif used + est > pressure:
-        add("warn", "tcp_mem", f"{detail}: above the pressure mark, the kernel will shrink buffers "
-                               f"(raise net.ipv4.tcp_mem's middle value to avoid it)")
-    else:
-        add("ok", "tcp_mem", detail)
-    lo, hi = map(int, read("/proc/sys/net/ipv4/ip_local_port_range").split())
-    ports = hi - lo + 1
-    sources = math.ceil(per_node / max(ports // 4, 1))
-    if sources > 254:
-        add("refuse", "ephemeral ports",
-            f"{ports:,} ports per (source, destination) pair; {per_node:,} per node would need "
-            f"{sources} source addresses: sysctl -w net.ipv4.ip_local_port_range='1024 65535'")
-    else:
-        add("ok", "ephemeral ports",
-            f"net.ipv4.ip_local_port_range {lo}-{hi}: {ports:,} per (source IP, node address, port); "
-            f"<= {per_node:,} per node, the bench spreads them over {max(sources, 1)} source address(es) "
-            f"127.0.0.1-{max(sources, 1)} (it keeps a pair at most 1/4 full)")
-    file_max = int(read("/proc/sys/fs/file-max"))
-    allocated = int(read("/proc/sys/fs/file-nr").split()[0])
-    if allocated + p["files"] > file_max:
-        add("refuse", "fs.file-max",
-            f"{allocated:,} files open on the box + {p['files']:,} for the run > fs.file-max {file_max:,}: "
-            f"sysctl -w fs.file-max={(allocated + p['files']) * 2}")
-    else:
-        add("ok", "fs.file-max", f"{file_max:,}; {allocated:,} open now, the run adds ~{p['files']:,}")
-    ct_max = read("/proc/sys/net/netfilter/nf_conntrack_max")
-    if ct_max is None:
-        add("ok", "conntrack", "nf_conntrack not loaded")
-    else:
-        count = int(read("/proc/sys/net/netfilter/nf_conntrack_count", "0"))
-        tcp = sockstat()["inuse"]
-        # Loaded but nothing tracked while TCP sockets are open: no rule
-        # asks for tracking, loopback connections are not entered.
-        tracking = count > 0 or tcp == 0
-        need = p["client_connections"] + 10_000
-        if tracking and int(ct_max) < need:
-            add("refuse", "conntrack",
-                f"net.netfilter.nf_conntrack_max {int(ct_max):,} < {need:,} connections to track: "
-                f"sysctl -w net.netfilter.nf_conntrack_max={need * 2}")
-        else:
-            add("ok", "conntrack",
-                f"nf_conntrack_max {int(ct_max):,}, {count:,} entries with {tcp:,} TCP sockets open"
-                + ("" if tracking else ": loopback connections are not tracked"))
+        out.append({"level": level, "what": row["name"], "detail": detail})
     return out
 
 

@@ -7,9 +7,11 @@ smoke` twice against the release binary, counts only.
    the nodes, the bench and its workers, as listed in pids.json) must be
    gone.
 2. Whole: 2,000 subscribers over 2 nodes and Redis for 10 s; scale.json
-   must show every subscriber set up, deliveries owed > 0, 0 lost, nothing
-   beyond what was owed, the bench's report exact, and no process left
-   behind, which is checked here again from /proc after the script exited.
+   must show a box check whose rows are `myriad doctor --json`'s, in
+   order, the port row asked for the bench's sources, every subscriber
+   set up, deliveries owed > 0, 0 lost, nothing beyond what was owed,
+   the bench's report exact, and no process left behind, which is
+   checked here again from /proc after the script exited.
 
     python3 scripts/scale_smoke.py PATH/TO/release/myriad [OUT_DIR]
 """
@@ -91,7 +93,17 @@ def whole(binary, out):
     except OSError:
         fail(f"no scale.json (exit {done.returncode}):\n{done.stderr}")
     f = result["figures"]
+    # The box check judges nothing itself: its rows are the doctor's, in
+    # order, and the shared ones were asked for the whole run (clients here).
+    doctor = subprocess.run([binary, "doctor", "--json", "--connections", "1"],
+                            capture_output=True, text=True, timeout=60)
+    rows = [c["name"] for c in json.loads(doctor.stdout)["checks"]]
+    box = {b["what"]: b["detail"] for b in result["box_check"]}
     checks = [
+        ([b["what"] for b in result["box_check"]] == rows,
+         f"the box check's rows are not the doctor's: {list(box)} vs {rows}"),
+        ("the clients have 254" in box.get("net.ipv4.ip_local_port_range", ""),
+         f"the port row was not asked for the bench's sources: {box.get('net.ipv4.ip_local_port_range')}"),
         (done.returncode == 0, f"scale.py exited {done.returncode}: {result['verdict']['problems']}"),
         (f.get("subscribed") == 2000, f"subscribed {f.get('subscribed')} of 2000"),
         ((f.get("expected") or 0) > 0, f"no deliveries owed: {f.get('expected')}"),

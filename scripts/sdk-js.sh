@@ -4,9 +4,12 @@
 # tests, the build with its size budget (8 KB minified and gzipped; the
 # build fails over it), the unit tests, the integration tests against the
 # real binary, and the built bundle in headless Chromium against it (alone,
-# and in two pages of examples/chat exchanging messages)
+# in two pages of examples/chat exchanging messages, and recovering from
+# cut connections over WebSocket, HTTP streaming and SSE)
 # (skipped, and said so, when there is no Chromium: CHROMIUM, default
-# `chromium` on PATH). Needs only Node 20+ and npm.
+# `chromium` on PATH). The integration tests include the shared scenarios
+# of clients/conformance, which start redis-server from PATH (as
+# scripts/install-test-deps.sh installs it). Needs only Node 20+ and npm.
 #
 #   bash scripts/sdk-js.sh [MYRIAD_BIN]
 #

@@ -2,10 +2,13 @@
 # The Python client's gates (clients/python, docs/sdk.md): a virtualenv in
 # clients/python/.venv built from the pinned requirements-dev.txt (made
 # again whenever that file changes), `pip check`, `mypy --strict` on the
-# package and its tests, then pytest: unit tests, the client against a
-# scriptable fake node, and the client and the API client against the real
-# binary. Needs only python3 (3.9 or later) with its venv module (Debian:
-# the python3-venv package) and access to PyPI for the first run.
+# package, its tests and its benches (bench/, docs/benchmarks.md), then
+# pytest: unit tests, the client against a scriptable fake node, and the
+# client and the API client against the real binary, the shared scenarios
+# of clients/conformance among them (they start redis-server from PATH, as
+# scripts/install-test-deps.sh installs it). Needs only python3 (3.9 or
+# later) with its venv module (Debian: the python3-venv package) and
+# access to PyPI for the first run.
 #
 #   bash scripts/sdk-python.sh [MYRIAD_BIN]
 #
@@ -42,8 +45,8 @@ else
 fi
 "$venv/bin/python" -m pip check --disable-pip-version-check
 
-step "mypy --strict (the package, then its tests)"
-"$venv/bin/python" -m mypy --strict src tests
+step "mypy --strict (the package, its tests and its benches)"
+"$venv/bin/python" -m mypy --strict src tests bench
 
 step "pytest: unit, fake node, real node (MYRIAD_BIN=$bin)"
 MYRIAD_BIN="$bin" "$venv/bin/python" -m pytest -q

@@ -18,7 +18,11 @@
 //   node bench/client-cost.mjs [--bin ../../target/release/myriad] [--runs 3]
 //        [--subjects 10000] [--messages 200000] [--mode backlog|live]
 //        [--kinds ws,sdk]   (ws-event: a bare client reading through
-//                            ws's onmessage, as the SDK does)
+//                            ws's onmessage, as the SDK does; ws-route: a
+//                            bare client that also looks each subject up
+//                            in a map and keeps its offset; sdk@DIR:
+//                            the SDK built into DIR instead of ../dist,
+//                            to set an older build against this one)
 //
 // The node's max_outbound_bytes is raised to 512 MiB so a client that
 // falls behind is not closed as a slow consumer: the stream stays whole
@@ -28,6 +32,7 @@ import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { createInterface } from "node:readline";
 import { parseArgs } from "node:util";
 
@@ -39,7 +44,7 @@ const { values: opt } = parseArgs({
     subjects: { type: "string", default: "10000" },
     messages: { type: "string", default: "200000" },
     mode: { type: "string", default: "backlog" },
-    client: { type: "string" }, // internal: run as one client ("ws" or "sdk")
+    client: { type: "string" }, // internal: run as one client (one of the kinds)
     url: { type: "string" },
   },
 });
@@ -69,7 +74,7 @@ async function client(kind, url) {
   const onMessage = () => {
     if (++received === MESSAGES) done(process.cpuUsage(start));
   };
-  if (kind === "ws" || kind === "ws-event") {
+  if (kind === "ws" || kind === "ws-event" || kind === "ws-route") {
     const ws = new Socket(url);
     let subscribed = 0;
     await new Promise((resolve, reject) => {
@@ -81,15 +86,26 @@ async function client(kind, url) {
           ws.send(JSON.stringify({ op: "subscribe", subjects, id: from + 1 }));
         }
       });
+      // "ws-route": also finds each message's subject in a map and keeps
+      // its offset there, the least per-subject work any client that
+      // tells subjects apart does.
+      const offsets = new Map();
+      const route = (m) => {
+        const held = offsets.get(m.subject);
+        if (held !== undefined && m.offset > held.offset) {
+          held.offset = m.offset;
+          onMessage();
+        }
+      };
       const take = (text) => {
         const m = JSON.parse(text);
-        if (m.op === "msg") onMessage();
-        else if (m.op === "subscribed" && ++subscribed === SUBJECTS) resolve();
+        if (m.op === "msg") kind === "ws-route" ? route(m) : onMessage();
+        else if (m.op === "subscribed" && offsets.set(m.subject, { offset: m.offset }) && ++subscribed === SUBJECTS) resolve();
         else if (m.op === "error") reject(new Error(JSON.stringify(m)));
       };
       // "ws": ws's own events; "ws-event": the WebSocket API's onmessage,
       // the path the SDK reads through (ws builds a MessageEvent per message).
-      if (kind === "ws") ws.on("message", (raw) => take(raw.toString()));
+      if (kind !== "ws-event") ws.on("message", (raw) => take(raw.toString()));
       else ws.onmessage = (event) => take(event.data);
       ws.on("close", (code) => {
         console.error(`ws client: closed ${code}`);
@@ -97,7 +113,9 @@ async function client(kind, url) {
       });
     });
   } else {
-    const { Client } = await import("../dist/esm/index.js");
+    const at = kind.indexOf("@");
+    const dist = at < 0 ? new URL("../dist/", import.meta.url) : pathToFileURL(`${kind.slice(at + 1)}/`);
+    const { Client } = await import(new URL("esm/index.js", dist).href);
     const c = new Client(url, { WebSocket: Socket });
     c.on("error", (e) => console.error(`sdk client: ${e.code} ${e.message}`));
     c.on("state", ({ state, cause }) => state === "disconnected" && console.error(`sdk client: disconnected ${JSON.stringify(cause)}`));
@@ -192,10 +210,12 @@ async function drive() {
       const r = await once(kind);
       const usPerMsg = r.cpuUs / r.received;
       per[kind].push(usPerMsg);
-      console.log(`run ${run + 1} ${kind.padEnd(3)}: ${r.received} messages, ${(r.cpuUs / 1000).toFixed(0)} ms CPU (user ${(r.userUs / 1000).toFixed(0)}, system ${(r.systemUs / 1000).toFixed(0)}), ${usPerMsg.toFixed(2)} µs/message; received over ${(r.wallMs / 1000).toFixed(2)} s (${Math.round(r.received / (r.wallMs / 1000))}/s), published in ${(r.publishMs / 1000).toFixed(2)} s`);
+      console.log(`run ${run + 1} ${kind}: ${r.received} messages, ${(r.cpuUs / 1000).toFixed(0)} ms CPU (user ${(r.userUs / 1000).toFixed(0)}, system ${(r.systemUs / 1000).toFixed(0)}), ${usPerMsg.toFixed(2)} µs/message; received over ${(r.wallMs / 1000).toFixed(2)} s (${Math.round(r.received / (r.wallMs / 1000))}/s), published in ${(r.publishMs / 1000).toFixed(2)} s`);
     }
   }
   const shown = kinds.map((k) => `${k} ${median(per[k]).toFixed(2)} µs [${per[k].map((x) => x.toFixed(2)).join(", ")}]`);
   console.log(`${opt.mode}: median CPU per message: ${shown.join(", ")}`);
-  if (per.ws && per.sdk) console.log(`sdk/ws ${(median(per.sdk) / median(per.ws)).toFixed(2)}× (target ≤ 1.3×)`);
+  if (per.ws) {
+    for (const k of kinds.filter((k) => k.startsWith("sdk"))) console.log(`${k}/ws ${(median(per[k]) / median(per.ws)).toFixed(2)}× (target ≤ 1.3×)`);
+  }
 }

@@ -135,7 +135,14 @@ export class Client extends Emitter<ClientEvents> {
   private nextId = 1;
   /** Reconnect pause, or the connect timeout of an attempt in progress. */
   private timer?: ReturnType<typeof setTimeout>;
+  /** The watchdog's one timer (docs/sdk.md, "Heartbeat"). */
   private heartbeat?: ReturnType<typeof setTimeout>;
+  /**
+   * `Date.now()` when the node was last heard from. Stamped per message
+   * and read only when the watchdog's timer fires: re-arming a timer per
+   * message cost more than the rest of the SDK's work on it.
+   */
+  private heard = 0;
   private refreshTimer?: ReturnType<typeof setTimeout>;
   /** Commands sent on the current socket, by id. */
   private pending = new Map<number, Pending>();
@@ -474,16 +481,28 @@ export class Client extends Emitter<ClientEvents> {
     }
   }
 
-  /** The heartbeat watchdog: ping after silence, give up after more silence. */
+  /**
+   * The heartbeat watchdog: one timer, due when `heartbeatInterval` has
+   * passed since `heard`; when it fires early (the node spoke meanwhile)
+   * it waits out the rest, else it pings and gives up after
+   * `heartbeatTimeout` more of silence.
+   */
   private watch(): void {
-    clearTimeout(this.heartbeat);
     const generation = this.generation;
-    this.heartbeat = setTimeout(() => {
+    this.heard = Date.now();
+    const check = (): void => {
+      const silent = Date.now() - this.heard;
+      if (silent < this.o.heartbeatInterval) {
+        this.heartbeat = setTimeout(check, this.o.heartbeatInterval - silent);
+        return;
+      }
       const id = this.nextId++;
       this.pending.set(id, { frame: { op: "ping", id }, settle: () => {} });
       this.transmit({ op: "ping", id });
-      this.heartbeat = setTimeout(() => this.lost(generation, { type: "heartbeat" }), this.o.heartbeatTimeout);
-    }, this.o.heartbeatInterval);
+      const pinged = Date.now();
+      this.heartbeat = setTimeout(() => (this.heard >= pinged ? check() : this.lost(generation, { type: "heartbeat" })), this.o.heartbeatTimeout);
+    };
+    this.heartbeat = setTimeout(check, this.o.heartbeatInterval);
   }
 
   private scheduleRefresh(): void {
@@ -584,13 +603,13 @@ export class Client extends Emitter<ClientEvents> {
   }
 
   private receive(text: unknown): void {
+    this.heard = Date.now();
     this.gotThrough();
-    this.watch();
-    const { message, op } = parseServerMessage(text);
-    if (!message) {
-      if (op !== undefined && !KNOWN_OPS.includes(op)) {
+    const message = parseServerMessage(text);
+    if (typeof message !== "object") {
+      if (message !== undefined && !KNOWN_OPS.includes(message)) {
         this.counters.unknownOps++;
-        return this.report("unknown_op", `unknown op ${JSON.stringify(op)}`);
+        return this.report("unknown_op", `unknown op ${JSON.stringify(message)}`);
       }
       this.counters.badMessages++;
       return this.report("bad_message", `malformed message from the node: ${String(text).slice(0, 100)}`);

@@ -14,7 +14,10 @@ export class Emitter<Events extends object> {
 
   /** Adds `listener` for `name`; returns a function that removes it. */
   on<K extends keyof Events>(name: K, listener: Listener<Events[K]>): () => void {
-    (this.listeners[name] ??= []).push(listener);
+    // A new list, never one changed in place: an emit in progress keeps
+    // the list it started with, so a listener added or removed by a
+    // listener waits for the next event, and emit needs no copy.
+    this.listeners[name] = [...(this.listeners[name] ?? []), listener];
     return () => this.off(name, listener);
   }
 
@@ -25,10 +28,11 @@ export class Emitter<Events extends object> {
 
   /** @internal */
   emit<K extends keyof Events>(name: K, payload: Events[K]): void {
-    // A copy: a listener added or removed by a listener waits for the next event.
-    for (const listener of [...(this.listeners[name] ?? [])]) {
+    const list = this.listeners[name];
+    if (!list) return;
+    for (let i = 0; i < list.length; i++) {
       try {
-        listener(payload);
+        list[i]!(payload);
       } catch (error) {
         this.caught(error);
       }

@@ -45,6 +45,7 @@ export class HttpLink implements WebSocketLike {
   constructor(
     private readonly url: string,
     private readonly kind: Transport,
+    /** Called as a plain function, never as `this.fetch(…)`: a browser's fetch throws "Illegal invocation" when its `this` is not the window. */
     private readonly fetch: FetchLike,
     private readonly EventSource?: EventSourceConstructor,
   ) {
@@ -102,7 +103,8 @@ export class HttpLink implements WebSocketLike {
   private post(frame: Frame): void {
     const headers: Record<string, string> = { "Content-Type": "application/json" };
     if (this.token) headers.Authorization = `Bearer ${this.token}`;
-    this.fetch(this.endpoint("cmd"), { method: "POST", headers, body: JSON.stringify(frame) })
+    const fetch = this.fetch;
+    fetch(this.endpoint("cmd"), { method: "POST", headers, body: JSON.stringify(frame) })
       .then((r: any) => r.json())
       .then(
         (m: Frame) => this.hear(m.error ? { op: "error", id: frame.id, ...m.error } : m),
@@ -144,7 +146,8 @@ export class HttpLink implements WebSocketLike {
     const headers: Record<string, string> = this.token ? { Authorization: `Bearer ${this.token}` } : {};
     // A stream aborted here was replaced: only a stream lost otherwise ends the link.
     const lost = (reason: string) => abort.signal.aborted || this.close(1006, reason);
-    this.fetch(url, { headers, signal: abort.signal })
+    const fetch = this.fetch;
+    fetch(url, { headers, signal: abort.signal })
       .then(async (r: any) => {
         if (!r.ok) {
           const body = await r.json().catch(() => ({}));

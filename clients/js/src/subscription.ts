@@ -47,8 +47,15 @@ export interface SubscriptionHost {
 
 export class Subscription extends Emitter<SubscriptionEvents> {
   state: SubscriptionState = "unsubscribed";
-  /** The last publication handed over, or the last `subscribed` answer's position. */
-  position: Position | null;
+  /**
+   * Where the subscription is (`epoch` null: nowhere yet): the last
+   * publication handed over, or the last `subscribed` answer's position.
+   * Two fields of this object rather than an object of their own: a
+   * publication only bumps `offset`, with no allocation and one pointer
+   * hop less on the client's hot path.
+   */
+  private epoch: string | null = null;
+  private offset = 0;
   private waiters: Array<(error?: MyriadError) => void> = [];
   /** Why it last went to `unsubscribed`, for `ready()`. */
   private ended?: MyriadError;
@@ -65,7 +72,17 @@ export class Subscription extends Emitter<SubscriptionEvents> {
     readonly server = false,
   ) {
     super();
-    this.position = since ? { epoch: since.epoch, offset: since.offset } : null;
+    if (since) this.moveTo(since);
+  }
+
+  /** The last publication handed over, or the last `subscribed` answer's position; a copy. */
+  get position(): Position | null {
+    return this.epoch === null ? null : { epoch: this.epoch, offset: this.offset };
+  }
+
+  private moveTo(position: Position): void {
+    this.epoch = position.epoch;
+    this.offset = position.offset;
   }
 
   /** Subscribes again after `unsubscribe()` (or a refusal), resuming from `position`. */
@@ -125,7 +142,7 @@ export class Subscription extends Emitter<SubscriptionEvents> {
       // recovery: a position other than the one held means a hole.
       const moved = this.server && was && (was.epoch !== at.epoch || was.offset !== at.offset);
       if (recovered === false || moved) this.hole("not_recovered", at);
-      else if (recovered !== true) this.position = at;
+      else if (recovered !== true) this.moveTo(at);
       this.setState("subscribed", { type: "subscribed", recovered });
     } else if (this.state === "subscribed" && !asked && recovered === false) {
       this.hole("stream_broke", at);
@@ -135,13 +152,17 @@ export class Subscription extends Emitter<SubscriptionEvents> {
   /** @internal A publication of this subject; false when the subscription does not take it. */
   deliver(p: Publication): boolean {
     if (this.state !== "subscribed") return false;
-    const verdict = judge(this.position, p.epoch, p.offset);
-    if (verdict === "duplicate") {
-      this.host.duplicate();
-      return true;
+    if (p.epoch === this.epoch && p.offset === this.offset + 1) {
+      this.offset = p.offset; // the common case, without judge()'s verdict
+    } else {
+      const verdict = judge(this.position, p.epoch, p.offset);
+      if (verdict === "duplicate") {
+        this.host.duplicate();
+        return true;
+      }
+      if (verdict !== "deliver") this.hole(verdict, { epoch: p.epoch, offset: p.offset - 1 });
+      this.moveTo(p);
     }
-    if (verdict !== "deliver") this.hole(verdict, { epoch: p.epoch, offset: p.offset - 1 });
-    this.position = { epoch: p.epoch, offset: p.offset };
     this.emit("publication", { subject: p.subject, epoch: p.epoch, offset: p.offset, data: p.data });
     return true;
   }
@@ -149,7 +170,7 @@ export class Subscription extends Emitter<SubscriptionEvents> {
   private hole(cause: Discontinuity["cause"], position: Position): void {
     const previous = this.position;
     const missed = previous && previous.epoch === position.epoch ? position.offset - previous.offset : null;
-    this.position = position;
+    this.moveTo(position);
     this.emit("discontinuity", { subject: this.subject, cause, previous, position, missed });
   }
 }

@@ -1,7 +1,8 @@
 """What the tests stand on: the real node (``myriad serve`` from MYRIAD_BIN,
 default the repository's release build, on ephemeral loopback ports learnt
 from its first stdout line, as clients/js/test/integration/harness.ts
-does), a TCP proxy on loopback that can cut every connection through it or
+does), a ``redis-server`` on a free loopback port (clients/conformance's
+harness contract), a TCP proxy on loopback that can cut every connection through it or
 point at another node, a scriptable fake node (a ``websockets`` server) for
 the timing and error paths, HS256 tokens, and bounded waits."""
 
@@ -15,6 +16,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set
@@ -26,22 +28,30 @@ HERE = Path(__file__).resolve().parent
 BIN = os.environ.get("MYRIAD_BIN") or str(HERE.parent.parent.parent / "target" / "release" / "myriad")
 
 
-class Node:
-    """A running ``myriad serve``; ``url`` is its WebSocket URL, ``admin`` its admin address."""
+class Child:
+    """A process the tests started, with the temporary directory it keeps its data in."""
 
-    def __init__(self, process: asyncio.subprocess.Process, ws: str, admin: str, data_dir: str) -> None:
+    def __init__(self, process: asyncio.subprocess.Process, data_dir: str) -> None:
         self.process = process
-        self.ws = ws
-        self.admin = admin
-        self.url = f"ws://{ws}/ws"
-        self.api = f"http://{admin}"
         self._data_dir = data_dir
 
     async def kill(self) -> None:
+        """SIGKILL (no close frame, no drain), then the data directory removed; again is harmless."""
         if self.process.returncode is None:
             self.process.send_signal(signal.SIGKILL)
             await self.process.wait()
         shutil.rmtree(self._data_dir, ignore_errors=True)
+
+
+class Node(Child):
+    """A running ``myriad serve``; ``url`` is its WebSocket URL, ``admin`` its admin address."""
+
+    def __init__(self, process: asyncio.subprocess.Process, ws: str, admin: str, data_dir: str) -> None:
+        super().__init__(process, data_dir)
+        self.ws = ws
+        self.admin = admin
+        self.url = f"ws://{ws}/ws"
+        self.api = f"http://{admin}"
 
 
 async def start_node(extra: Sequence[str] = ()) -> Node:
@@ -70,6 +80,60 @@ async def start_node(extra: Sequence[str] = ()) -> Node:
     ready = json.loads(line)
     assert ready["event"] == "listening", line
     return Node(process, ready["ws"], ready["admin"], data_dir)
+
+
+class Redis(Child):
+    """A ``redis-server`` on 127.0.0.1 with no persistence; ``url`` is ``redis://127.0.0.1:<port>``."""
+
+    def __init__(self, process: asyncio.subprocess.Process, port: int, data_dir: str) -> None:
+        super().__init__(process, data_dir)
+        self.url = f"redis://127.0.0.1:{port}"
+
+
+async def _redis_answers(port: int, within: float) -> bool:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while loop.time() < deadline:
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"PING\r\n")
+            answer = await asyncio.wait_for(reader.readline(), 1)
+            writer.close()
+            if answer == b"+PONG\r\n":
+                return True
+        except (OSError, asyncio.TimeoutError):
+            pass
+        await asyncio.sleep(0.05)
+    return False
+
+
+async def start_redis() -> Redis:
+    """Redis cannot listen on port 0: a port found free (bind to 0, read it, close), tried up to 5 times."""
+    for _ in range(5):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        data_dir = tempfile.mkdtemp(prefix="myriad-pysdk-redis-")
+        process = await asyncio.create_subprocess_exec(
+            "redis-server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            data_dir,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        redis = Redis(process, port, data_dir)
+        if await _redis_answers(port, 5.0):
+            return redis
+        await redis.kill()
+    raise RuntimeError("redis-server did not start on any of 5 ports")
 
 
 class Proxy:

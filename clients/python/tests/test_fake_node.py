@@ -325,6 +325,30 @@ async def test_the_watchdog_pings_then_gives_up(fake: FakeNode) -> None:
     c.close()
 
 
+async def test_the_watchdog_stays_quiet_while_the_node_talks(fake: FakeNode) -> None:
+    # The watchdog reads when the node was last heard from when its timer
+    # fires: messages every 0.1 s for 1 s (over three intervals) bring no
+    # ping (pongs without id: bad input, counted, but life all the same); a pong after the ping keeps the connection, and the next ping
+    # comes an interval after that pong.
+    c = make(fake.url, heartbeat_interval=0.3, heartbeat_timeout=0.3)
+    states = record(c)
+    c.connect()
+    conn = await fake.accept()
+    await until("connected", lambda: c.state == "connected")
+    for _ in range(10):
+        await conn.send({"op": "pong"})
+        await asyncio.sleep(0.1)
+        assert conn.received.empty(), "no ping while the node talks"
+    ping = await conn.recv(1)
+    assert ping["op"] == "ping"
+    await asyncio.sleep(0.15)
+    await conn.send({"op": "pong", "id": ping["id"]})
+    second = await conn.recv(1)
+    assert second["op"] == "ping" and second["id"] != ping["id"]
+    assert [s.state for s in states] == ["connecting", "connected"], "never lost"
+    c.close()
+
+
 async def test_bad_input_is_counted_and_reported(fake: FakeNode) -> None:
     c = make(fake.url)
     errors: List[MyriadError] = []

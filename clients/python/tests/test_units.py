@@ -49,6 +49,17 @@ def test_parser_tells_malformed_from_unknown() -> None:
     assert parse_server_message('{"op":"nope"}') == (None, "nope")
     assert parse_server_message('{"op":"ok","id":-1}') == (None, "ok")
     assert parse_server_message('{"op":"subscribed","subject":"a","epoch":"e","offset":true}') == (None, "subscribed")
+    # A msg's own checks (spelt out in the parser for speed): each field's type, the offset's range.
+    for bad in (
+        '"subject":1,"epoch":"e","offset":1,"data":0',
+        '"subject":"a","epoch":2,"offset":1,"data":0',
+        '"subject":"a","epoch":"e","offset":true,"data":0',
+        '"subject":"a","epoch":"e","offset":1.5,"data":0',
+        '"subject":"a","epoch":"e","offset":-1,"data":0',
+        '"subject":"a","epoch":"e","offset":9007199254740992,"data":0',
+        '"subject":"a","epoch":"e","offset":1',
+    ):
+        assert parse_server_message('{"op":"msg",' + bad + "}") == (None, "msg"), bad
     m, op = parse_server_message('{"op":"msg","subject":"a","epoch":"e","offset":1,"data":null,"new":1}')
     assert op == "msg" and m is not None and m["data"] is None
 

@@ -20,22 +20,22 @@
 //!    usage ([`util::sys`]).
 //! 2. The data between layers: [`schema`], the JSON lines the coordinator
 //!    and its workers exchange (spec, tasks, control, snapshots, final
-//!    reports), and [`outcome`], a finished run as plain data for the
+//!    reports), and [`measurements`], a finished run as plain data for the
 //!    report.
 //! 3. [`worker`], the worker process (`bench __worker`): its loop, the mio
-//!    engine and connection state machine, the subscribing connections,
+//!    reactor and connection state machine, the subscribing connections,
 //!    and one driver per workload in `worker/workloads/`.
 //! 4. [`coordinator`], the `myriad bench` process: the command line
 //!    ([`BenchCommand`]), worker processes, the per-second monitor, live
 //!    progress, the server's /stats, and one coordinator per workload in
 //!    `coordinator/workloads/`.
 //! 5. [`report`]: the terminal summary, `--json` and `--html`, built from
-//!    an [`outcome::Outcome`].
+//!    a [`measurements::Measurements`].
 //!
 //! This file, above them all, only dispatches the command line.
 
 pub mod coordinator;
-pub mod outcome;
+pub mod measurements;
 pub mod report;
 pub mod schema;
 pub mod util;
@@ -52,7 +52,7 @@ use report::Report;
 /// reports, then failing if the run failed its checks), or, when
 /// re-executed as a worker, the worker loop.
 pub fn run(cmd: BenchCommand) -> ExitCode {
-    let outcome = match &cmd.workload {
+    let measured = match &cmd.workload {
         Workload::Worker => return worker::process::worker_main(),
         Workload::ConnectRate(a) => w::connect_rate::run(&cmd, a),
         Workload::Subscribers(a) => w::subscribers::run(&cmd, a),
@@ -63,7 +63,7 @@ pub fn run(cmd: BenchCommand) -> ExitCode {
         Workload::Social(a) => w::social::run(&cmd, a),
     };
     let g = &cmd.global;
-    let result = outcome.and_then(Report::build).and_then(|report| {
+    let result = measured.and_then(Report::build).and_then(|report| {
         report.emit(g.json.as_deref(), g.html.as_deref())?;
         report.verdict()
     });

@@ -19,7 +19,7 @@ use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
 
 use crate::util::addr::{PortMode, Sources, Target};
-use crate::util::clock::Span;
+use crate::util::clock::Extent;
 use crate::util::continuity::Reached;
 use crate::util::counters::Counters;
 use crate::util::graph::Senders;
@@ -350,9 +350,9 @@ pub struct Done {
     /// Publisher events.
     pub published: Option<Published>,
     /// When the first and last delivery arrived (subscribers).
-    pub received: Option<Span>,
+    pub received: Option<Extent>,
     /// When the first and last publish left (publishers).
-    pub sent: Option<Span>,
+    pub sent: Option<Extent>,
     /// Where each subscription joined and stopped (churn).
     pub reached: Option<Vec<Reached>>,
     /// Sends and receipts (social).

@@ -1,4 +1,4 @@
-//! The bench is layered: util → schema and outcome → worker → coordinator
+//! The bench is layered: util → schema and measurements → worker → coordinator
 //! → report → lib.rs. This reads every source file, maps its module path
 //! to its layer, and fails on any `crate::…` path that reaches a higher
 //! layer, or on a workload file naming another workload's file.
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 fn layer(path: &[String]) -> u8 {
     match path.first().map(String::as_str) {
         Some("util") => 1,
-        Some("schema" | "outcome") => 2,
+        Some("schema" | "measurements") => 2,
         Some("worker") => 3,
         Some("coordinator") => 4,
         Some("report") => 5,

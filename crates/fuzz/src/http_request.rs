@@ -69,7 +69,7 @@ fn check_head(buf: &[u8], limit: usize, head: &RequestHead<'_>) {
                 (upgrade.path, upgrade.query, upgrade.header_len),
                 (head.path, head.query, head.header_len)
             );
-            let accept = switching_protocols(upgrade.key, None);
+            let accept = switching_protocols(upgrade.key, None, None);
             assert_eq!(
                 parse_switching_protocols(&accept, upgrade.key),
                 Ok(Some(accept.len())),

@@ -47,6 +47,7 @@ targets! {
     admin_body,
     stream_query,
     token,
+    inflate,
 }
 
 /// The target called `name`.

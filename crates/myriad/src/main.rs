@@ -72,6 +72,43 @@ struct DoctorArgs {
     /// TOML file with settings, read as `serve` reads it.
     #[arg(long, env = "MYRIAD_CONFIG")]
     config: Option<PathBuf>,
+    /// The systemd service that runs the node (e.g. myriad.service), whose
+    /// LimitNOFILE is checked; the one the doctor runs in by default.
+    #[arg(long)]
+    unit: Option<String>,
+    /// Client connections every node on this host holds in all, for the
+    /// rows of limits the box shares (fs.file-max, tcp_mem, memory,
+    /// conntrack); --connections by default.
+    #[arg(long)]
+    host_connections: Option<u64>,
+    /// The clients run on this host too: each connection is two files
+    /// here, and the port row counts their ephemeral ports.
+    #[arg(long)]
+    loopback: bool,
+    /// Source addresses the clients here connect from (with --loopback).
+    #[arg(
+        long,
+        default_value_t = 1,
+        requires = "loopback",
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
+    sources: u64,
+    /// Files the deployment's other processes on this host keep besides
+    /// their connections (other nodes' own share, load generators, Redis).
+    #[arg(long, default_value_t = 0)]
+    extra_files: u64,
+    /// Bytes of userland memory the deployment's other processes on this
+    /// host take (load generators, Redis).
+    #[arg(long, default_value_t = 0)]
+    extra_memory: u64,
+    /// TCP bytes one connection queues at the peak, against tcp_mem; the
+    /// kernel cost of an idle loopback pair by default.
+    #[arg(long)]
+    queued_bytes: Option<u64>,
+    /// Judge memory against MemAvailable (what running processes leave
+    /// now) instead of MemTotal: for a run about to start beside them.
+    #[arg(long)]
+    memory_available: bool,
     /// The same settings as `serve`, so the doctor sees the node's sizes.
     #[command(flatten)]
     _settings: Config,
@@ -162,7 +199,7 @@ fn serve(file: Option<PathBuf>, matches: &clap::ArgMatches) -> ExitCode {
 }
 
 fn doctor(args: &DoctorArgs, matches: &clap::ArgMatches) -> ExitCode {
-    use myriad_server::doctor::{examine, Host, Target};
+    use myriad_server::doctor::{examine, real_host, Target};
     let config = match Config::assemble(matches, args.config.as_deref()) {
         Ok(config) => config,
         Err(e) => {
@@ -170,10 +207,20 @@ fn doctor(args: &DoctorArgs, matches: &clap::ArgMatches) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let report = examine(
-        &Host::real(),
-        &Target::from_config(&config, args.connections),
-    );
+    let mut target = Target::from_config(&config, args.connections);
+    let host = &mut target.host;
+    host.connections = args.host_connections.unwrap_or(target.connections);
+    if host.connections < target.connections {
+        eprintln!("myriad: --host-connections is less than this node's --connections");
+        return ExitCode::from(2);
+    }
+    host.loopback = args.loopback;
+    host.sources = args.sources;
+    host.extra_files = args.extra_files;
+    host.extra_memory = args.extra_memory;
+    host.queued_bytes = args.queued_bytes.unwrap_or(host.queued_bytes);
+    host.memory_available = args.memory_available;
+    let report = examine(&real_host(args.unit.as_deref()), &target);
     if args.json {
         println!(
             "{}",

@@ -553,8 +553,14 @@ fn the_queue_towards_redis_is_bounded_in_bytes_as_well_as_in_requests() {
 
 #[test]
 fn subjects_spread_over_several_redis_instances_and_every_node_agrees_where() {
-    let shards = [RedisServer::start(), RedisServer::start()];
-    let start = || Node::in_cluster_of(&[&shards[0], &shards[1]], "myriad", &["--workers", "2"]);
+    let instances = [RedisServer::start(), RedisServer::start()];
+    let start = || {
+        Node::in_cluster_of(
+            &[&instances[0], &instances[1]],
+            "myriad",
+            &["--workers", "2"],
+        )
+    };
     let (a, b) = (start(), start());
     let subjects: Vec<String> = (0..40).map(|i| format!("s{i}")).collect();
     let names: Vec<&str> = subjects.iter().map(String::as_str).collect();
@@ -578,7 +584,7 @@ fn subjects_spread_over_several_redis_instances_and_every_node_agrees_where() {
     let want: Vec<(String, u64)> = subjects.iter().cloned().zip(0..).collect();
     assert_eq!(got, want);
     // Each instance holds some of the subjects, and only its own.
-    let held: Vec<u64> = shards
+    let held: Vec<u64> = instances
         .iter()
         .map(|r| {
             let keys = r
@@ -588,7 +594,7 @@ fn subjects_spread_over_several_redis_instances_and_every_node_agrees_where() {
         })
         .collect();
     assert_eq!(held.iter().sum::<u64>(), 40, "{held:?}");
-    assert!(held.iter().all(|&n| n > 0), "both shards used: {held:?}");
+    assert!(held.iter().all(|&n| n > 0), "both instances used: {held:?}");
 }
 
 /// Runs `myriad serve` with `args`, expecting it to exit non-zero on its

@@ -18,9 +18,11 @@ use common::{subscribe, Node};
 use serde_json::{json, Value};
 
 /// The ids of the figures the test reads off the page.
-const FIGURES: [&str; 15] = [
+const FIGURES: [&str; 17] = [
     "connections",
     "connections-websocket",
+    "connections-websocket_deflate",
+    "connections-websocket_inflate_only",
     "connections-sse",
     "connections-stream",
     "connections-poll",

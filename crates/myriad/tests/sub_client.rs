@@ -98,16 +98,32 @@ fn myriad_sub_resumes_after_cuts_and_loses_nothing() {
     let mut line = String::new();
     stderr.read_line(&mut line).unwrap();
     assert!(line.starts_with("subscribed to blip"), "{line}");
-    let notes = std::thread::spawn(move || {
-        let mut rest = String::new();
-        stderr.read_to_string(&mut rest).unwrap();
-        rest
+    // Its notes, line by line: each cut waits for the resume it causes, so
+    // that a slow reconnect is not cut again before it has resumed.
+    let (notes_tx, notes) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in stderr.lines() {
+            if notes_tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
     });
+    let mut seen = Vec::new();
     for n in 1..=MESSAGES {
         node.publish("blip", &json!(n));
         if n % 60 == 0 && n < MESSAGES {
             proxy.cut();
             proxy.wait_for_a_connection();
+            loop {
+                let note = notes
+                    .recv_timeout(Duration::from_secs(10))
+                    .unwrap_or_else(|_| panic!("no resume after cut {}: {seen:?}", n / 60));
+                let resumed = note.contains("resumed blip");
+                seen.push(note);
+                if resumed {
+                    break;
+                }
+            }
         }
     }
     let stdout = BufReader::new(sub.stdout.take().unwrap());
@@ -121,10 +137,16 @@ fn myriad_sub_resumes_after_cuts_and_loses_nothing() {
         .collect();
     assert!(sub.wait().unwrap().success());
     assert_eq!(offsets, (1..=MESSAGES).collect::<Vec<u64>>());
-    let notes = notes.join().unwrap();
-    let resumed = notes.matches("resumed blip: nothing lost").count();
-    assert!(resumed >= 4, "four cuts, each resumed: {notes}");
-    assert!(!notes.contains("could NOT recover"), "{notes}");
+    seen.extend(notes.iter());
+    let resumed = seen
+        .iter()
+        .filter(|n| n.contains("resumed blip: nothing lost"))
+        .count();
+    assert_eq!(resumed, 4, "four cuts, each resumed: {seen:?}");
+    assert!(
+        !seen.iter().any(|n| n.contains("could NOT recover")),
+        "{seen:?}"
+    );
 }
 
 #[test]

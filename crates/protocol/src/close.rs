@@ -233,21 +233,12 @@ mod tests {
 
     /// `ALL` is kept by hand; metrics, `/stats` and the close-code
     /// table read it. A variant added to the enum
-    /// breaks the exhaustive match below until it is named here, and
+    /// breaks the build of `every_variant!` below until it is named here, and
     /// then this fails until `ALL` names it too.
     #[test]
     fn all_names_every_close_reason() {
-        macro_rules! every {
-            ($($variant:ident),* $(,)?) => {{
-                fn _exhaustive(v: CloseReason) {
-                    match v {
-                        $(CloseReason::$variant => {})*
-                    }
-                }
-                [$(CloseReason::$variant),*]
-            }}
-        }
-        let every = every!(
+        let every = crate::every_variant!(
+            CloseReason:
             Normal,
             GoingAway,
             ProtocolError,

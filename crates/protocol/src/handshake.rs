@@ -28,6 +28,10 @@ const WEBSOCKET_VERSION: &str = "13";
 /// The array lives on the stack for one parse: 100 × 32 bytes.
 pub const MAX_HEADERS: usize = 100;
 
+/// `Sec-WebSocket-Extensions` headers read from one request; browsers
+/// send one.
+pub const MAX_EXTENSION_HEADERS: usize = 4;
+
 /// A valid upgrade request. Every field borrows from the request bytes.
 #[derive(Debug)]
 pub struct UpgradeRequest<'a> {
@@ -222,6 +226,10 @@ pub struct RequestHead<'a> {
     pub protocols: Option<&'a str>,
     /// `Origin`, if any; checking it is the server's policy.
     pub origin: Option<&'a str>,
+    /// `Sec-WebSocket-Extensions` values, in order: the first
+    /// [`MAX_EXTENSION_HEADERS`] such headers (offers in further ones are
+    /// not considered, which declining them allows: RFC 6455 §9.1).
+    pub extensions: [Option<&'a str>; MAX_EXTENSION_HEADERS],
     /// The credentials of `Authorization: Bearer <credentials>`, if sent
     /// (the first such header; other schemes are not read).
     pub bearer: Option<&'a str>,
@@ -295,6 +303,11 @@ pub fn parse_request(
             head.protocols = head.protocols.or(Some(header_str(header.value)?));
         } else if name.eq_ignore_ascii_case("origin") {
             head.origin = Some(header_str(header.value)?);
+        } else if name.eq_ignore_ascii_case("sec-websocket-extensions") {
+            let value = header_str(header.value)?;
+            if let Some(free) = head.extensions.iter_mut().find(|e| e.is_none()) {
+                *free = Some(value);
+            }
         } else if name.eq_ignore_ascii_case("authorization") {
             let value = header_str(header.value)?;
             let bearer = value
@@ -326,6 +339,11 @@ pub fn parse_request(
 }
 
 impl<'a> RequestHead<'a> {
+    /// The `Sec-WebSocket-Extensions` values sent, in order.
+    pub fn extension_offers(&self) -> impl Iterator<Item = &'a str> + '_ {
+        self.extensions.iter().flatten().copied()
+    }
+
     /// Validates this request as a WebSocket upgrade (§4.2.1). Checks run
     /// from the most general to the most specific, so a plain HTTP request
     /// to the endpoint is told 426 before anything about keys.
@@ -383,8 +401,9 @@ pub fn accept_key(key: &str) -> String {
 }
 
 /// The 101 response accepting an upgrade (§4.2.2 step 5), naming `protocol`
-/// if the server selected one. No extension is ever accepted.
-pub fn switching_protocols(key: &str, protocol: Option<&str>) -> Vec<u8> {
+/// if the server selected one and the accepted `extensions` if any (the
+/// `Sec-WebSocket-Extensions` value, e.g. `ws::deflate::Agreement::response`).
+pub fn switching_protocols(key: &str, protocol: Option<&str>, extensions: Option<&str>) -> Vec<u8> {
     let mut out = String::with_capacity(160);
     out.push_str("HTTP/1.1 101 Switching Protocols\r\n");
     push_header(&mut out, "Upgrade", "websocket");
@@ -392,6 +411,9 @@ pub fn switching_protocols(key: &str, protocol: Option<&str>) -> Vec<u8> {
     push_header(&mut out, "Sec-WebSocket-Accept", &accept_key(key));
     if let Some(protocol) = protocol {
         push_header(&mut out, "Sec-WebSocket-Protocol", protocol);
+    }
+    if let Some(extensions) = extensions {
+        push_header(&mut out, "Sec-WebSocket-Extensions", extensions);
     }
     out.push_str("\r\n");
     out.into_bytes()

@@ -19,6 +19,25 @@
 //! - [`message`]: protocol v1, the JSON commands clients send and the frames
 //!   the server sends back.
 
+/// `[E::A, E::B, …]`: the variants named, in that order, and a build error
+/// unless they are all of `E`'s. How a hand-kept `ALL` list is checked
+/// complete, here and in the crates that keep one:
+/// `assert_eq!(every_variant!(E: A, B), E::ALL)`. A variant added to `E`
+/// breaks the build of that check until it is named there, and the check
+/// then fails until `ALL` names it too. Only the array is built at run
+/// time; the match is never called.
+#[macro_export]
+macro_rules! every_variant {
+    ($enum:ident: $($variant:ident),* $(,)?) => {{
+        fn _exhaustive(v: $enum) {
+            match v {
+                $($enum::$variant => {})*
+            }
+        }
+        [$($enum::$variant),*]
+    }};
+}
+
 pub mod close;
 pub mod cursor;
 pub mod handshake;

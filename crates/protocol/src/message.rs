@@ -782,21 +782,12 @@ mod tests {
     use proptest::prelude::*;
 
     /// `ALL` is kept by hand; metrics and the docs read it. A variant added to the enum
-    /// breaks the exhaustive match below until it is named here, and
+    /// breaks the build of `every_variant!` below until it is named here, and
     /// then this fails until `ALL` names it too.
     #[test]
     fn all_names_every_error_code() {
-        macro_rules! every {
-            ($($variant:ident),* $(,)?) => {{
-                fn _exhaustive(v: ErrorCode) {
-                    match v {
-                        $(ErrorCode::$variant => {})*
-                    }
-                }
-                [$(ErrorCode::$variant),*]
-            }}
-        }
-        let every = every!(
+        let every = crate::every_variant!(
+            ErrorCode:
             InvalidJson,
             UnknownOp,
             MissingField,

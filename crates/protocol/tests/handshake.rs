@@ -325,14 +325,14 @@ fn error_responses_are_complete_http() {
 #[test]
 fn switching_protocols_response() {
     assert_eq!(
-        switching_protocols(KEY, None),
+        switching_protocols(KEY, None, None),
         b"HTTP/1.1 101 Switching Protocols\r\n\
 Upgrade: websocket\r\n\
 Connection: Upgrade\r\n\
 Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\
 \r\n"
     );
-    let with_protocol = String::from_utf8(switching_protocols(KEY, Some("chat"))).unwrap();
+    let with_protocol = String::from_utf8(switching_protocols(KEY, Some("chat"), None)).unwrap();
     assert!(with_protocol.contains("\r\nSec-WebSocket-Protocol: chat\r\n"));
     assert!(with_protocol.ends_with("\r\n\r\n"));
 }
@@ -373,7 +373,7 @@ fn client_request_is_accepted_by_the_server_side() {
 
 #[test]
 fn client_accepts_a_valid_101() {
-    let res = switching_protocols(KEY, None);
+    let res = switching_protocols(KEY, None, None);
     for end in 0..res.len() {
         assert_eq!(
             parse_switching_protocols(&res[..end], KEY),
@@ -401,7 +401,7 @@ fn client_accepts_a_valid_101() {
 fn client_rejects_bad_responses() {
     let other_key = "AQIDBAUGBwgJCgsMDQ4PEA==";
     assert_eq!(
-        parse_switching_protocols(&switching_protocols(other_key, None), KEY),
+        parse_switching_protocols(&switching_protocols(other_key, None, None), KEY),
         Err(HandshakeError::AcceptMismatch)
     );
     let refused = HandshakeError::NotUpgrade.response();
@@ -425,7 +425,7 @@ fn client_rejects_bad_responses() {
         parse_switching_protocols(no_upgrade.as_bytes(), KEY),
         Err(HandshakeError::NotUpgrade)
     );
-    let valid = String::from_utf8(switching_protocols(KEY, None)).unwrap();
+    let valid = String::from_utf8(switching_protocols(KEY, None, None)).unwrap();
     let with_ext = valid.replace(
         "\r\n\r\n",
         "\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n",
@@ -434,7 +434,7 @@ fn client_rejects_bad_responses() {
         parse_switching_protocols(with_ext.as_bytes(), KEY),
         Err(HandshakeError::UnrequestedExtension)
     );
-    let with_proto = String::from_utf8(switching_protocols(KEY, Some("chat"))).unwrap();
+    let with_proto = String::from_utf8(switching_protocols(KEY, Some("chat"), None)).unwrap();
     assert_eq!(
         parse_switching_protocols(with_proto.as_bytes(), KEY),
         Err(HandshakeError::UnrequestedProtocol)
@@ -468,4 +468,34 @@ fn the_host_and_a_bearer_token_are_read() {
         Some("first".into()),
         "the first one counts"
     );
+}
+
+#[test]
+fn extension_offers_are_kept_in_order_and_answered() {
+    let req = request_without(
+        "",
+        "Sec-WebSocket-Extensions: x-webkit-deflate-frame\r\n\
+sec-websocket-extensions: permessage-deflate; client_max_window_bits\r\n",
+    );
+    let head = parse_request(req.as_bytes(), MAX).unwrap().unwrap();
+    let offers: Vec<&str> = head.extension_offers().collect();
+    assert_eq!(
+        offers,
+        [
+            "x-webkit-deflate-frame",
+            "permessage-deflate; client_max_window_bits"
+        ]
+    );
+    let answer = myriad_protocol::ws::deflate::negotiate(head.extension_offers())
+        .agreed
+        .unwrap()
+        .response();
+    let res = String::from_utf8(switching_protocols(KEY, None, Some(&answer))).unwrap();
+    assert!(res.contains(
+        "\r\nSec-WebSocket-Extensions: permessage-deflate; server_no_context_takeover; \
+client_no_context_takeover\r\n"
+    ));
+    let plain = request_without("", "");
+    let plain = parse_request(plain.as_bytes(), MAX).unwrap().unwrap();
+    assert_eq!(plain.extension_offers().count(), 0);
 }

@@ -1,7 +1,9 @@
 //! The encode-once fan-out path without sockets: a publish through the
 //! memory engine (position, history, one encoding, mailbox hand-off) and a
 //! worker queueing the shared frame for every local subscriber, as
-//! `Worker::take_events` does. What remains per recipient is a
+//! `Sessions::deliver` does through the worker's `Wire` (`worker/wire.rs`),
+//! modelled here by the same calls on plain vectors (the core itself needs a
+//! node's shared state). What remains per recipient is a
 //! reference-count increment and a push. Measured with history off and on,
 //! and per transport (what a recipient on each costs).
 
@@ -117,8 +119,8 @@ fn publish_to_10k(c: &mut Criterion) {
 }
 
 /// What each transport costs per recipient once the publication is made:
-/// its form built once, then for every subscriber what the worker does in
-/// `take_events` (`transport::addressed`, then a push). Sessions are laid
+/// its form built once, then for every subscriber what `Sessions::deliver`
+/// does (`transport::addressed`, then the wire's push). Sessions are laid
 /// out as a worker's would be: each with its own subject and, for the
 /// transports that keep one, its own cursor allocation.
 fn queue_per_transport(c: &mut Criterion) {
@@ -142,12 +144,13 @@ fn queue_per_transport(c: &mut Criterion) {
                 session
             })
             .collect();
+        let config = myriad_server::Config::default();
         let mut queues: Vec<Outbound> = (0..SUBSCRIBERS).map(|_| Outbound::new()).collect();
         group.bench_function(
             format!("queue_512B_to_10k_subscribers/{}", kind.name()),
             |b| {
                 b.iter(|| {
-                    let form = kind.get().publication(black_box(&publication));
+                    let form = kind.get().publication(black_box(&publication), &config);
                     for (session, queue) in sessions.iter_mut().zip(&mut queues) {
                         // One subject: nothing owed (its events carry it).
                         let (bytes, more, _owed) =

@@ -166,6 +166,19 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_MAX_MESSAGE_SIZE", default_value_t = 65_536)]
     pub max_message_size: usize,
 
+    /// Negotiate permessage-deflate (RFC 7692) on WebSocket upgrades that
+    /// offer it: publications are then compressed once per node and shared.
+    #[arg(long, env = "MYRIAD_COMPRESSION", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub compression: bool,
+
+    /// zlib level for compressed frames, 1 (fastest) to 9.
+    #[arg(long, env = "MYRIAD_COMPRESSION_LEVEL", default_value_t = 2)]
+    pub compression_level: u8,
+
+    /// Messages shorter than this many bytes are sent uncompressed.
+    #[arg(long, env = "MYRIAD_COMPRESSION_THRESHOLD", default_value_t = 256)]
+    pub compression_threshold: usize,
+
     /// Maximum subscriptions one connection may hold.
     #[arg(long, env = "MYRIAD_MAX_SUBSCRIPTIONS", default_value_t = 1_024)]
     pub max_subscriptions: usize,
@@ -636,6 +649,10 @@ impl Config {
             "max_message_size must be at least 125",
         )?;
         check(
+            (1..=9).contains(&self.compression_level),
+            "compression_level must be between 1 and 9",
+        )?;
+        check(
             self.mailbox_high_water >= 1,
             "mailbox_high_water must be at least 1",
         )?;
@@ -744,7 +761,7 @@ impl Config {
         if sentinel && !self.redis_urls.is_empty() {
             return invalid(
                 "redis_url and redis_sentinel are two shapes of Redis (instances the node \
-                 shards over, or one master found through Sentinels): give one or the other"
+                 spreads subjects over, or one master found through Sentinels): give one or the other"
                     .into(),
             );
         }

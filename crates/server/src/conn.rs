@@ -2,10 +2,12 @@
 //!
 //! This struct is what a million idle connections cost, so every field earns
 //! its bytes: timestamps are `u32` seconds on the worker's clock, buffers
-//! exist only while they hold data (`Option<Box<_>>`), and the session
-//! keeps one subject inline. There is no timer and no task per
-//! connection: the worker sweeps the slab once a second instead.
-//! `tests::connection_state_is_compact` guards the size.
+//! exist only while they hold data (`Option<Box<_>>`). What the connection
+//! is subscribed to and who it is (its `Session`, 40 bytes) is not here but
+//! in the subscription core's table (`crate::sessions`), one per slab slot.
+//! There is no timer and no task per connection: the worker sweeps the
+//! slab once a second instead. `tests::connection_state_is_compact` guards
+//! the size.
 
 use bytes::Bytes;
 use mio::net::TcpStream;
@@ -14,7 +16,6 @@ use myriad_protocol::ws::MessageReader;
 
 use crate::link::{Link, Tls};
 use crate::outbound::Outbound;
-use crate::session::Session;
 use crate::transport::TransportKind;
 
 /// Where a connection is in its life.
@@ -109,8 +110,6 @@ pub struct Conn {
     pub inbound: Option<Box<Inbound>>,
     /// Frames waiting for the socket.
     pub outbound: Option<Box<Outbound>>,
-    /// Subscriptions and identity: the part that is not about the wire.
-    pub session: Session,
 }
 
 impl Conn {
@@ -129,7 +128,6 @@ impl Conn {
             reader: MessageReader::new(),
             inbound: None,
             outbound: None,
-            session: Session::default(),
         }
     }
 
@@ -195,8 +193,10 @@ mod tests {
         // per idle connection directly: see docs/benchmarks.md before changing.
         // mio's socket carries a selector id in debug builds only (16 bytes
         // instead of the 4-byte descriptor, plus padding). The TLS pointer
-        // is 8 of the 96 (null on a plain listener).
-        let limit = if cfg!(debug_assertions) { 112 } else { 96 };
+        // is 8 of the 56 (null on a plain listener). With the session's 40
+        // in the core's table, a connection costs the 96 it did when the
+        // session was a field here.
+        let limit = if cfg!(debug_assertions) { 72 } else { 56 };
         let size = std::mem::size_of::<Conn>();
         assert!(size <= limit, "Conn is {size} bytes");
     }

@@ -5,20 +5,35 @@
 //! Each check reads one thing from the host (a sysctl, a process limit, a
 //! line of `/proc/meminfo`), says what the target number of connections
 //! needs of it, gives a verdict, one line on why it matters, and the exact
-//! command that fixes it. Every read goes through [`Host`], whose root and
-//! open-file limits tests replace with a temporary tree. This module must
-//! not change the host: it only reads and advises.
+//! command that fixes it. The rows of what the whole box shares (files,
+//! `tcp_mem`, memory, ports, conntrack) judge [`HostLoad`], everything the
+//! deployment puts on this host, so a run of several nodes and their load
+//! generators on one box (`scripts/scale.py`) asks the doctor rather than
+//! keeping a copy of its checks. Every read goes through [`Host`] (the
+//! `myriad-host` crate, which the bench plans with too), whose root, limits
+//! and spread probe tests replace with a temporary tree and fakes. This
+//! module must not change the host: it only reads and advises.
 
-use std::path::PathBuf;
+use std::io;
 
+pub use myriad_host::{Host, Unit};
 use serde::Serialize;
 
 use crate::config::Config;
 use crate::fds;
 
+mod files;
+mod memory;
+mod network;
+
+use files::open_files;
+use memory::{memory, paging};
+pub use network::probe_spread;
+use network::{accept_path, conntrack, ports, spread};
+
 /// Kernel memory of one idle loopback connection, both ends (~4.1 KB the
 /// server's socket, ~4.3 KB the client's), measured with a bare C program
-/// on this kind of box (../shared/LIMITS.md, docs/benchmarks.md). Counted
+/// on this kind of box (docs/limits.md, docs/benchmarks.md). Counted
 /// whole because load tests put both ends on the node's host.
 pub const KERNEL_BYTES_PER_CONNECTION: u64 = 8_400;
 
@@ -30,79 +45,31 @@ pub const USERLAND_BYTES_PER_CONNECTION: u64 = 512;
 /// before the network stack takes them, SYNs of a loopback burst included.
 const NETDEV_BACKLOG_DEFAULT: u64 = 1_000;
 
-/// Where the checks read the host: `/proc` and `/sys` under `root`, and
-/// the process's open-file limits. The real host is [`Host::real`]; tests
-/// build one over a temporary directory.
-#[derive(Debug, Clone)]
-pub struct Host {
-    /// `/` on the real host; `proc/...` and `sys/...` are read under it.
-    pub root: PathBuf,
-    /// (soft, hard) `RLIMIT_NOFILE`, `None` if it cannot be read.
-    pub open_files: Option<(u64, u64)>,
-    /// The unit `tcp_mem` counts in.
-    pub page_size: u64,
-}
+/// Ports of the widest range the fixes advise, 1024-65535: the ports
+/// below 1024 are for services.
+const WIDEST_PORT_RANGE: u64 = 65_535 - 1_024 + 1;
 
-impl Host {
-    /// This process on this machine.
-    pub fn real() -> Host {
-        let mut limit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit writes only into the struct it is given.
-        let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0;
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        Host {
-            root: PathBuf::from("/"),
-            open_files: ok.then_some((limit.rlim_cur, limit.rlim_max)),
-            page_size: u64::try_from(page).unwrap_or(4096),
-        }
-    }
+/// Connections the `SO_REUSEPORT` probe makes per listener: with an even
+/// hash a listener falls under a quarter of its share by chance about
+/// eight standard deviations out at two workers.
+const SPREAD_PROBE_PER_LISTENER: usize = 64;
 
-    /// The text of `path` (relative, e.g. `proc/sys/fs/nr_open`), trimmed.
-    pub fn read(&self, path: &str) -> Option<String> {
-        std::fs::read_to_string(self.root.join(path))
-            .ok()
-            .map(|s| s.trim().to_owned())
-    }
+/// Listeners the probe binds at most, however many workers are set: 4,096
+/// short-lived loopback connections bound its cost.
+const SPREAD_PROBE_MOST_LISTENERS: usize = 64;
 
-    /// The whitespace-separated numbers of `path`.
-    fn numbers(&self, path: &str) -> Option<Vec<u64>> {
-        self.read(path)?
-            .split_whitespace()
-            .map(|n| n.parse().ok())
-            .collect()
-    }
-
-    fn number(&self, path: &str) -> Option<u64> {
-        self.numbers(path)?.first().copied()
-    }
-
-    /// A `/proc/meminfo` field, in bytes.
-    fn meminfo(&self, field: &str) -> Option<u64> {
-        let text = self.read("proc/meminfo")?;
-        let line = text.lines().find(|l| l.starts_with(&format!("{field}:")))?;
-        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kib * 1024)
-    }
-
-    /// The systemd service this process runs in, from its cgroup path.
-    fn systemd_unit(&self) -> Option<String> {
-        let cgroup = self.read("proc/self/cgroup")?;
-        cgroup
-            .lines()
-            .flat_map(|l| l.rsplit(':').next().unwrap_or("").split('/'))
-            .rfind(|part| part.ends_with(".service"))
-            .map(str::to_owned)
-    }
+/// This host with the node's own spread probe, under the systemd unit
+/// `unit` (the one this process runs in when `None`).
+pub fn real_host(unit: Option<&str>) -> Host {
+    Host::real(unit, probe_spread)
 }
 
 /// What the node is set up to hold: the target and the settings that size
 /// what it needs of the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Target {
+    /// Client connections this node holds: its own rows (open files,
+    /// `fs.nr_open`) and the ports towards its address judge it.
     pub connections: u64,
     pub workers: usize,
     pub admin_max_connections: usize,
@@ -110,6 +77,62 @@ pub struct Target {
     pub socket_send_buffer: u64,
     pub max_outbound_bytes: u64,
     pub history_max_bytes: u64,
+    /// What the whole host holds with it.
+    pub host: HostLoad,
+}
+
+/// What the whole host holds for the deployment, which the rows of limits
+/// the box shares judge (`fs.file-max`, `tcp_mem`, memory, the port range,
+/// conntrack). [`HostLoad::alone`] is a node alone on its host, with its
+/// clients elsewhere: what `serve` checks at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct HostLoad {
+    /// Client connections every node on this host holds in all.
+    pub connections: u64,
+    /// Whether those connections' clients run on this host too: each
+    /// connection is then two files here, and its client end takes an
+    /// ephemeral port of this host's.
+    pub loopback: bool,
+    /// Source addresses the clients here connect from (with `loopback`);
+    /// each (source, node address) pair has its own ports.
+    pub sources: u64,
+    /// Files the deployment's other processes here keep besides their
+    /// connections (other nodes' own share, load generators, Redis).
+    pub extra_files: u64,
+    /// Userland memory of the deployment's other processes here.
+    pub extra_memory: u64,
+    /// TCP bytes one connection queues at the peak, which `tcp_mem`
+    /// counts. By default the kernel cost of an idle loopback pair
+    /// ([`KERNEL_BYTES_PER_CONNECTION`]): an upper bound for idle
+    /// connections, which queue next to nothing; a load test that knows
+    /// its shape gives its own figure.
+    pub queued_bytes: u64,
+    /// Judge memory against what running processes leave now
+    /// (`MemAvailable`) instead of `MemTotal`: for a run about to start
+    /// beside them, not a host sized for the node.
+    pub memory_available: bool,
+}
+
+impl HostLoad {
+    /// A node holding `connections` alone on its host.
+    pub const fn alone(connections: u64) -> HostLoad {
+        HostLoad {
+            connections,
+            loopback: false,
+            sources: 1,
+            extra_files: 0,
+            extra_memory: 0,
+            queued_bytes: KERNEL_BYTES_PER_CONNECTION,
+            memory_available: false,
+        }
+    }
+
+    /// Files of the deployment's connections on this host: one per
+    /// connection, two when the clients are here too.
+    fn connection_files(&self) -> u64 {
+        let ends = if self.loopback { 2 } else { 1 };
+        self.connections.saturating_mul(ends)
+    }
 }
 
 impl Target {
@@ -117,14 +140,16 @@ impl Target {
     /// `None`).
     pub fn from_config(config: &Config, connections: Option<u64>) -> Target {
         let wide = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        let connections = connections.unwrap_or(wide(config.max_connections));
         Target {
-            connections: connections.unwrap_or(wide(config.max_connections)),
+            connections,
             workers: config.worker_count(),
             admin_max_connections: config.admin_max_connections,
             backlog: config.backlog,
             socket_send_buffer: wide(config.socket_send_buffer),
             max_outbound_bytes: wide(config.max_outbound_bytes),
             history_max_bytes: wide(config.history_max_bytes),
+            host: HostLoad::alone(connections),
         }
     }
 
@@ -180,6 +205,21 @@ impl Report {
             count(Verdict::Warn),
             count(Verdict::Fail),
         );
+        let host = &self.target.host;
+        if *host != HostLoad::alone(self.target.connections) {
+            out.insert_str(
+                out.len() - 1,
+                &format!(
+                    "the host holds {} connections in all{}\n",
+                    thousands(host.connections),
+                    if host.loopback {
+                        ", their clients here too"
+                    } else {
+                        ""
+                    }
+                ),
+            );
+        }
         let width = |f: fn(&Check) -> usize, title: &str| {
             self.checks
                 .iter()
@@ -220,6 +260,7 @@ pub fn examine(host: &Host, target: &Target) -> Report {
     let mut checks = Vec::new();
     open_files(host, target, &mut checks);
     accept_path(host, target, &mut checks);
+    spread(host, target, &mut checks);
     memory(host, target, &mut checks);
     ports(host, target, &mut checks);
     conntrack(host, target, &mut checks);
@@ -239,491 +280,6 @@ fn unknown(name: &'static str, what: &str, why: &'static str) -> Check {
         verdict: Verdict::Warn,
         why,
         fix: format!("run where {what} is readable (not in a sandbox that hides /proc)"),
-    }
-}
-
-fn open_files(host: &Host, target: &Target, out: &mut Vec<Check>) {
-    let need = target.files();
-    let reserved = fds::reserved(target.workers, target.admin_max_connections);
-    let unit = host.systemd_unit();
-    let how = match &unit {
-        Some(unit) => {
-            format!("systemctl edit {unit}: [Service] LimitNOFILE={need}, then restart it")
-        }
-        None => format!(
-            "ulimit -Hn {need} && ulimit -n {need} in the shell that starts the node \
-             (under systemd: LimitNOFILE={need} in the unit's [Service])"
-        ),
-    };
-    const WHY: &str = "every connection is a descriptor: past the limit accept fails (EMFILE) \
-                       and the node answers 503 at its share of it";
-    match host.open_files {
-        None => out.push(unknown("open files", "getrlimit(RLIMIT_NOFILE)", WHY)),
-        Some((soft, hard)) => {
-            let nodes = target
-                .connections
-                .div_ceil(hard.saturating_sub(reserved).max(1));
-            let fix = if nodes > 1 {
-                format!("{how}; or run {nodes} nodes (ports or 127.0.0.x addresses of their own)")
-            } else {
-                how
-            };
-            out.push(Check {
-                name: "open files",
-                value: format!("soft {}, hard {}", thousands(soft), thousands(hard)),
-                // The node raises its soft limit to the hard one itself.
-                needs: format!(
-                    "hard >= {} ({} connections + {} the node keeps)",
-                    thousands(need),
-                    thousands(target.connections),
-                    reserved
-                ),
-                verdict: if hard >= need {
-                    Verdict::Ok
-                } else {
-                    Verdict::Fail
-                },
-                why: WHY,
-                fix,
-            });
-        }
-    }
-    const WHY_NR: &str = "no process's open-file limit may pass it, whatever ulimit or systemd ask";
-    match host.number("proc/sys/fs/nr_open") {
-        None => out.push(unknown("fs.nr_open", "/proc/sys/fs/nr_open", WHY_NR)),
-        Some(nr_open) => out.push(Check {
-            name: "fs.nr_open",
-            value: thousands(nr_open),
-            needs: format!(">= {}", thousands(need)),
-            verdict: if nr_open >= need {
-                Verdict::Ok
-            } else {
-                Verdict::Fail
-            },
-            why: WHY_NR,
-            fix: format!("sysctl -w fs.nr_open={need}"),
-        }),
-    }
-    const WHY_MAX: &str =
-        "every process's files share it: past it any open() on the box fails (ENFILE)";
-    match host.number("proc/sys/fs/file-max") {
-        None => out.push(unknown("fs.file-max", "/proc/sys/fs/file-max", WHY_MAX)),
-        Some(file_max) => {
-            let open = host.number("proc/sys/fs/file-nr").unwrap_or(0);
-            let total = open.saturating_add(need);
-            out.push(Check {
-                name: "fs.file-max",
-                value: format!("{} ({} open now)", thousands(file_max), thousands(open)),
-                needs: format!(">= {}", thousands(total)),
-                verdict: if file_max >= total {
-                    Verdict::Ok
-                } else {
-                    Verdict::Fail
-                },
-                why: WHY_MAX,
-                fix: format!("sysctl -w fs.file-max={}", total.saturating_mul(2)),
-            });
-        }
-    }
-}
-
-fn accept_path(host: &Host, target: &Target, out: &mut Vec<Check>) {
-    let backlog = u64::from(target.backlog);
-    // Both queues cut the node's backlog silently: a burst past them waits
-    // for SYN retransmits (1 s, then 3 s) instead of being accepted.
-    for (name, path, why) in [
-        (
-            "net.core.somaxconn",
-            "proc/sys/net/core/somaxconn",
-            "the kernel silently cuts each listener's backlog to it; a burst past it waits \
-             for SYN retransmits (1 s, 3 s)",
-        ),
-        (
-            "net.ipv4.tcp_max_syn_backlog",
-            "proc/sys/net/ipv4/tcp_max_syn_backlog",
-            "half-open connections per listener past it are dropped (or answered with syncookies)",
-        ),
-    ] {
-        match host.number(path) {
-            None => out.push(unknown(name, path, why)),
-            Some(value) => out.push(Check {
-                name,
-                value: thousands(value),
-                needs: format!(">= {} (backlog)", thousands(backlog)),
-                verdict: if value >= backlog {
-                    Verdict::Ok
-                } else {
-                    Verdict::Warn
-                },
-                why,
-                fix: format!("sysctl -w {name}={backlog} (or lower the node's backlog to {value})"),
-            }),
-        }
-    }
-    const WHY_NETDEV: &str =
-        "packets a core queues before the stack takes them; a loopback SYN burst lands here first";
-    match host.number("proc/sys/net/core/netdev_max_backlog") {
-        None => out.push(unknown(
-            "net.core.netdev_max_backlog",
-            "/proc/sys/net/core/netdev_max_backlog",
-            WHY_NETDEV,
-        )),
-        Some(value) => out.push(Check {
-            name: "net.core.netdev_max_backlog",
-            value: thousands(value),
-            needs: format!(">= {}", thousands(NETDEV_BACKLOG_DEFAULT)),
-            verdict: if value >= NETDEV_BACKLOG_DEFAULT {
-                Verdict::Ok
-            } else {
-                Verdict::Warn
-            },
-            why: WHY_NETDEV,
-            fix: format!("sysctl -w net.core.netdev_max_backlog={NETDEV_BACKLOG_DEFAULT}"),
-        }),
-    }
-    const WHY_COOKIES: &str =
-        "with them a SYN flood past tcp_max_syn_backlog still lets real clients in";
-    match host.number("proc/sys/net/ipv4/tcp_syncookies") {
-        None => out.push(unknown(
-            "net.ipv4.tcp_syncookies",
-            "/proc/sys/net/ipv4/tcp_syncookies",
-            WHY_COOKIES,
-        )),
-        Some(value) => out.push(Check {
-            name: "net.ipv4.tcp_syncookies",
-            value: value.to_string(),
-            needs: "1".into(),
-            verdict: if value >= 1 {
-                Verdict::Ok
-            } else {
-                Verdict::Warn
-            },
-            why: WHY_COOKIES,
-            fix: "sysctl -w net.ipv4.tcp_syncookies=1".into(),
-        }),
-    }
-}
-
-fn memory(host: &Host, target: &Target, out: &mut Vec<Check>) {
-    let kernel = target
-        .connections
-        .saturating_mul(KERNEL_BYTES_PER_CONNECTION);
-    const WHY_TCP_MEM: &str = "all TCP sockets on the box share it; past the pressure mark the \
-                               kernel shrinks buffers, past the max it drops data on every connection";
-    match host.numbers("proc/sys/net/ipv4/tcp_mem").as_deref() {
-        Some(&[low, pressure, max]) => {
-            let bytes = |pages: u64| pages.saturating_mul(host.page_size);
-            let pages = kernel.div_ceil(host.page_size.max(1));
-            out.push(Check {
-                name: "net.ipv4.tcp_mem",
-                value: format!(
-                    "pressure {}, max {}",
-                    size(bytes(pressure)),
-                    size(bytes(max))
-                ),
-                needs: format!(
-                    "max > {} ({} x ~8.4 KB per idle loopback pair)",
-                    size(kernel),
-                    thousands(target.connections)
-                ),
-                verdict: if kernel > bytes(max) {
-                    Verdict::Fail
-                } else if kernel > bytes(pressure) {
-                    Verdict::Warn
-                } else {
-                    Verdict::Ok
-                },
-                why: WHY_TCP_MEM,
-                // Pressure at 3/4 of the max, as the kernel's own defaults
-                // keep them, with the max a quarter above the need.
-                fix: format!(
-                    "sysctl -w net.ipv4.tcp_mem='{} {} {}'",
-                    low,
-                    (pages * 5 / 4) * 3 / 4,
-                    pages * 5 / 4
-                ),
-            });
-        }
-        _ => out.push(unknown(
-            "net.ipv4.tcp_mem",
-            "/proc/sys/net/ipv4/tcp_mem",
-            WHY_TCP_MEM,
-        )),
-    }
-    // A reader that stops reading pins its socket's send buffer: the
-    // kernel doubles SO_SNDBUF for its bookkeeping; without one it
-    // autotunes up to tcp_wmem's max.
-    const WHY_WMEM: &str = "what one stalled reader pins in kernel memory; enough of them starve \
-                            tcp_mem for every connection";
-    let wmem = host.numbers("proc/sys/net/ipv4/tcp_wmem");
-    let rmem = host.numbers("proc/sys/net/ipv4/tcp_rmem");
-    let tcp_max = host
-        .numbers("proc/sys/net/ipv4/tcp_mem")
-        .and_then(|v| v.get(2).copied())
-        .map(|p| p.saturating_mul(host.page_size));
-    match (wmem.as_deref(), rmem.as_deref()) {
-        (Some(&[_, _, wmax]), Some(&[_, _, rmax])) => {
-            let pinned = if target.socket_send_buffer > 0 {
-                target.socket_send_buffer.saturating_mul(2)
-            } else {
-                wmax
-            };
-            let starving = tcp_max.map(|m| m / pinned.max(1));
-            out.push(Check {
-                name: "tcp_wmem/tcp_rmem max",
-                value: format!("wmem {}, rmem {}", size(wmax), size(rmax)),
-                needs: format!(
-                    "socket_send_buffer > 0: a stalled reader pins {}{}",
-                    size(pinned),
-                    starving
-                        .map(|n| format!(", {} of them fill tcp_mem", thousands(n)))
-                        .unwrap_or_default()
-                ),
-                verdict: if target.socket_send_buffer > 0 {
-                    Verdict::Ok
-                } else {
-                    Verdict::Warn
-                },
-                why: WHY_WMEM,
-                fix: "set socket_send_buffer = 65536 (the default), or \
-                      sysctl -w net.ipv4.tcp_wmem='4096 16384 262144'"
-                    .into(),
-            });
-        }
-        _ => out.push(unknown(
-            "tcp_wmem/tcp_rmem max",
-            "/proc/sys/net/ipv4/tcp_wmem and tcp_rmem",
-            WHY_WMEM,
-        )),
-    }
-    const WHY_MEM: &str = "kernel sockets, connections and history must fit in RAM; past it the \
-                           OOM killer ends the node";
-    match host.meminfo("MemTotal") {
-        None => out.push(unknown("memory", "/proc/meminfo", WHY_MEM)),
-        Some(total) => {
-            let userland = target
-                .connections
-                .saturating_mul(USERLAND_BYTES_PER_CONNECTION);
-            let need = kernel
-                .saturating_add(userland)
-                .saturating_add(target.history_max_bytes);
-            // Outbound queues hold handles to frames shared with history
-            // and other queues, so their bound is shown, not added: every
-            // queue full of distinct bytes is the worst case, not the rule.
-            let outbound = target.connections.saturating_mul(target.max_outbound_bytes);
-            out.push(Check {
-                name: "memory",
-                value: format!("MemTotal {}", size(total)),
-                needs: format!(
-                    "> {} (kernel {} + node {} + history_max_bytes {}; queues up to {} if \
-                     every one is full)",
-                    size(need),
-                    size(kernel),
-                    size(userland),
-                    size(target.history_max_bytes),
-                    size(outbound)
-                ),
-                verdict: if need > total {
-                    Verdict::Fail
-                } else if need > total / 4 * 3 {
-                    Verdict::Warn
-                } else {
-                    Verdict::Ok
-                },
-                why: WHY_MEM,
-                fix: format!(
-                    "a host with more than {} of RAM, fewer connections per host, or a lower \
-                     history_max_bytes",
-                    size(need / 3 * 4)
-                ),
-            });
-        }
-    }
-}
-
-fn ports(host: &Host, target: &Target, out: &mut Vec<Check>) {
-    const WHY_RANGE: &str = "clients on one host get this many ports per (source IP, node \
-                             address, port); load tests need more source addresses past it";
-    match host
-        .numbers("proc/sys/net/ipv4/ip_local_port_range")
-        .as_deref()
-    {
-        Some(&[low, high]) if high >= low => {
-            let ports = high - low + 1;
-            let sources = target.connections.div_ceil(ports);
-            out.push(Check {
-                name: "net.ipv4.ip_local_port_range",
-                value: format!("{low}-{high} ({} ports)", thousands(ports)),
-                needs: if sources <= 1 {
-                    format!(
-                        ">= {} ports from one client address",
-                        thousands(target.connections)
-                    )
-                } else {
-                    format!(
-                        ">= {} ports, or clients from {sources} addresses (127.0.0.1-{sources})",
-                        thousands(target.connections)
-                    )
-                },
-                verdict: if sources <= 1 {
-                    Verdict::Ok
-                } else {
-                    Verdict::Warn
-                },
-                why: WHY_RANGE,
-                fix: format!(
-                    "sysctl -w net.ipv4.ip_local_port_range='1024 65535', and spread load-test \
-                     clients over {} source addresses",
-                    target.connections.div_ceil(64_512)
-                ),
-            });
-        }
-        _ => out.push(unknown(
-            "net.ipv4.ip_local_port_range",
-            "/proc/sys/net/ipv4/ip_local_port_range",
-            WHY_RANGE,
-        )),
-    }
-    const WHY_TW: &str =
-        "a client host that reconnects fast keeps its ports in TIME_WAIT for 60 s \
-                          unless it may reuse them";
-    match host.number("proc/sys/net/ipv4/tcp_tw_reuse") {
-        None => out.push(unknown(
-            "net.ipv4.tcp_tw_reuse",
-            "/proc/sys/net/ipv4/tcp_tw_reuse",
-            WHY_TW,
-        )),
-        Some(value) => out.push(Check {
-            name: "net.ipv4.tcp_tw_reuse",
-            value: match value {
-                2 => "2 (loopback only)".into(),
-                v => v.to_string(),
-            },
-            needs: "1 or 2".into(),
-            verdict: if value >= 1 {
-                Verdict::Ok
-            } else {
-                Verdict::Warn
-            },
-            why: WHY_TW,
-            fix: "sysctl -w net.ipv4.tcp_tw_reuse=1".into(),
-        }),
-    }
-}
-
-fn conntrack(host: &Host, target: &Target, out: &mut Vec<Check>) {
-    const WHY: &str = "when connection tracking is loaded every connection takes an entry; past \
-                       the max new ones are dropped silently";
-    let Some(max) = host.number("proc/sys/net/netfilter/nf_conntrack_max") else {
-        out.push(Check {
-            name: "nf_conntrack",
-            value: "not loaded".into(),
-            needs: format!(
-                "nothing (or max >= {} if loaded)",
-                thousands(target.connections)
-            ),
-            verdict: Verdict::Ok,
-            why: WHY,
-            fix: "nothing to do".into(),
-        });
-        return;
-    };
-    let count = host
-        .number("proc/sys/net/netfilter/nf_conntrack_count")
-        .unwrap_or(0);
-    // Loaded yet empty while TCP sockets are open: no rule asks for
-    // tracking (loopback connections are not entered by default), so the
-    // node's connections will not be tracked either.
-    let tcp_open = host
-        .read("proc/net/sockstat")
-        .and_then(|text| {
-            let line = text.lines().find(|l| l.starts_with("TCP:"))?.to_owned();
-            let mut words = line.split_whitespace();
-            words.find(|w| *w == "inuse")?;
-            words.next()?.parse::<u64>().ok()
-        })
-        .unwrap_or(0);
-    let need = count.saturating_add(target.connections);
-    let fix = format!(
-        "sysctl -w net.netfilter.nf_conntrack_max={}",
-        need.saturating_mul(5) / 4
-    );
-    if count == 0 && tcp_open > 0 {
-        out.push(Check {
-            name: "nf_conntrack",
-            value: format!(
-                "max {}, nothing tracked with {} TCP sockets open",
-                thousands(max),
-                thousands(tcp_open)
-            ),
-            needs: format!("max >= {} once a rule tracks TCP", thousands(need)),
-            verdict: Verdict::Ok,
-            why: WHY,
-            fix,
-        });
-        return;
-    }
-    out.push(Check {
-        name: "nf_conntrack",
-        value: format!("max {}, {} in use", thousands(max), thousands(count)),
-        needs: format!("max >= {}", thousands(need)),
-        verdict: if max >= need {
-            Verdict::Ok
-        } else {
-            Verdict::Fail
-        },
-        why: WHY,
-        fix,
-    });
-}
-
-fn paging(host: &Host, out: &mut Vec<Check>) {
-    const WHY_THP: &str =
-        "with `always` the allocator's sparse pages become huge ones (RSS grows) \
-                           and compaction stalls workers";
-    let thp = host.read("sys/kernel/mm/transparent_hugepage/enabled");
-    match thp.as_deref().and_then(selected) {
-        None => out.push(unknown(
-            "transparent huge pages",
-            "/sys/kernel/mm/transparent_hugepage/enabled",
-            WHY_THP,
-        )),
-        Some(mode) => out.push(Check {
-            name: "transparent huge pages",
-            value: mode.to_owned(),
-            needs: "madvise or never".into(),
-            verdict: if mode == "always" {
-                Verdict::Warn
-            } else {
-                Verdict::Ok
-            },
-            why: WHY_THP,
-            fix: "echo madvise > /sys/kernel/mm/transparent_hugepage/enabled".into(),
-        }),
-    }
-    const WHY_SWAP: &str = "a worker that touches a swapped-out page stalls every connection it \
-                            holds";
-    match host.meminfo("SwapTotal") {
-        None => out.push(unknown("swap", "/proc/meminfo", WHY_SWAP)),
-        Some(swap) => {
-            let swappiness = host.number("proc/sys/vm/swappiness").unwrap_or(60);
-            out.push(Check {
-                name: "swap",
-                value: if swap == 0 {
-                    "none".into()
-                } else {
-                    format!("{}, vm.swappiness {swappiness}", size(swap))
-                },
-                needs: "none, or vm.swappiness <= 10".into(),
-                verdict: if swap == 0 || swappiness <= 10 {
-                    Verdict::Ok
-                } else {
-                    Verdict::Warn
-                },
-                why: WHY_SWAP,
-                fix: "sysctl -w vm.swappiness=1 (or swapoff -a)".into(),
-            });
-        }
     }
 }
 
@@ -766,7 +322,7 @@ fn size(bytes: u64) -> String {
 /// The checks at `serve`'s start: one warning per check that is not ok,
 /// and the names of those that failed.
 pub fn at_start(config: &Config) -> Vec<&'static str> {
-    let report = examine(&Host::real(), &Target::from_config(config, None));
+    let report = examine(&real_host(None), &Target::from_config(config, None));
     for c in report.checks.iter().filter(|c| c.verdict != Verdict::Ok) {
         tracing::warn!(
             value = %c.value,

@@ -367,14 +367,19 @@ mod tests {
         assert!(Arc::ptr_eq(&p0, &p2), "one publication shared");
     }
 
+    /// One batch, woken once at its end as an engine's is: an answer
+    /// queued anywhere but in the worker's own queue at the join (say,
+    /// held for the wake-up) would come after the publications behind it.
     #[test]
     fn a_join_queues_its_answer_in_line_with_the_publications() {
         let (hub, rx, _polls) = hub(1);
         let mut route = Route::default();
-        join(&hub, &mut route, 0);
-        deliver(&hub, &route, 1);
-        join(&hub, &mut route, 0);
-        deliver(&hub, &route, 2);
+        let mut wakeups = Wakeups::default();
+        route.join(&hub, 0, marker(), &mut wakeups);
+        route.deliver(&hub, &publication(1), &mut wakeups);
+        route.join(&hub, 0, marker(), &mut wakeups);
+        route.deliver(&hub, &publication(2), &mut wakeups);
+        hub.wake(wakeups);
         let order: Vec<String> = rx[0]
             .try_iter()
             .map(|e| match e {
@@ -384,6 +389,105 @@ mod tests {
             })
             .collect();
         assert_eq!(order, ["answer", "1", "answer", "2"]);
+    }
+
+    /// An attach answer standing for one taken at `offset`.
+    fn answer_at(offset: u64) -> Event {
+        Event::Attached(Box::new(Attached {
+            subject: Arc::from("a"),
+            to: crate::messages::engine::ConnRequest {
+                worker: 0,
+                conn: 7,
+                life: 0,
+                request: None,
+            },
+            token: offset,
+            outcome: Ok(crate::messages::engine::Attachment {
+                position: Position::new(Epoch(1), offset),
+                recovered: None,
+                replay: Vec::new(),
+            }),
+        }))
+    }
+
+    /// As an engine drives a route: a publisher and attaches share the
+    /// subject's lock, each answer carrying the offset handed out last
+    /// when it joined, and wake-ups come after the lock is let go. In the
+    /// worker's queue every answer must sit right behind the publication
+    /// it counts and right before the next: one out of line is a gap or a
+    /// duplicate for the subscriber it starts.
+    #[test]
+    fn answers_stay_in_line_with_a_concurrent_publisher() {
+        const PUBLISHES: u64 = 20_000;
+        let (hub, rx, _polls) = hub(1);
+        let subject = Arc::new(std::sync::Mutex::new((Route::default(), 0u64)));
+        join(&hub, &mut subject.lock().unwrap().0, 0);
+        drain(&rx);
+        // The publisher starts with the first join and, halfway, waits for
+        // an answer joined after its first publication, so the two overlap
+        // whatever the scheduler does. Joins go on as fast as the lock
+        // allows (up to a bound once that overlap is made): an answer out
+        // of line shows between the joiner's unlock and its wake-up.
+        const JOINS: u32 = 50_000;
+        let joined_while_publishing = Arc::new(AtomicBool::new(false));
+        let (start, started) = std::sync::mpsc::channel::<()>();
+        let publisher = {
+            let (hub, subject) = (Arc::clone(&hub), Arc::clone(&subject));
+            let joined = Arc::clone(&joined_while_publishing);
+            std::thread::spawn(move || {
+                started.recv().unwrap();
+                for offset in 1..=PUBLISHES {
+                    let mut wakeups = Wakeups::default();
+                    let mut guard = subject.lock().unwrap();
+                    guard.0.deliver(&hub, &publication(offset), &mut wakeups);
+                    guard.1 = offset;
+                    drop(guard);
+                    hub.wake(wakeups);
+                    while offset == PUBLISHES / 2 && !joined.load(Ordering::Acquire) {
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        };
+        let mut joins = 0;
+        while !publisher.is_finished() {
+            if joins >= JOINS && joined_while_publishing.load(Ordering::Acquire) {
+                std::thread::yield_now();
+                continue;
+            }
+            let mut wakeups = Wakeups::default();
+            let mut guard = subject.lock().unwrap();
+            let at = guard.1;
+            guard.0.join(&hub, 0, answer_at(at), &mut wakeups);
+            drop(guard);
+            hub.wake(wakeups);
+            joins += 1;
+            if joins == 1 {
+                start.send(()).unwrap();
+            }
+            if at > 0 {
+                joined_while_publishing.store(true, Ordering::Release);
+            }
+        }
+        publisher.join().unwrap();
+        let mut last = 0;
+        let mut between = 0;
+        for event in rx[0].try_iter() {
+            match event {
+                Event::Publication(p) => {
+                    assert_eq!(p.position.offset, last + 1, "no gap, no duplicate");
+                    last = p.position.offset;
+                }
+                Event::Attached(a) => {
+                    let at = a.outcome.expect("answered").position.offset;
+                    assert_eq!(at, last, "the answer sits right behind what it counts");
+                    between += usize::from(at > 0 && at < PUBLISHES);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(last, PUBLISHES);
+        assert!(between > 0, "some answer joined while the publisher ran");
     }
 
     #[test]

@@ -22,7 +22,8 @@
 //!   and subjects leave the node (memory, or Redis for a cluster; its TLS
 //!   in [`redis_tls`]), under one written contract and one conformance
 //!   suite.
-//! - [`publication`]: the unit that flows, encoded once; [`history`]: one
+//! - [`publication`]: the unit that flows, encoded once (and compressed
+//!   once, for permessage-deflate: [`deflate`]); [`history`]: one
 //!   subject's kept publications and the recovery rules.
 //! - [`hub`]: the workers' mailboxes, and the `Route` an engine keeps per
 //!   subject to hand each publication to every interested worker;
@@ -46,6 +47,7 @@ pub mod admin;
 pub mod auth;
 pub mod config;
 pub mod conn;
+pub mod deflate;
 pub mod doctor;
 pub mod engine;
 pub mod fds;
@@ -66,6 +68,7 @@ pub mod redis_tls;
 pub mod registry;
 pub mod reloadable;
 pub mod session;
+pub mod sessions;
 pub mod sharded;
 pub mod shared;
 pub mod span;

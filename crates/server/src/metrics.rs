@@ -3,7 +3,10 @@
 //!
 //! Hot-path counters are labelled by worker and each worker holds its own
 //! handles, so a delivery increments a cache line only its own core touches.
-//! Rare events (closes by reason, errors by kind) share one family each.
+//! Rare events (closes by reason, errors by kind) share one family each;
+//! the kinds of error and their labels are [`errors`]'s.
+
+mod errors;
 
 use std::sync::atomic::AtomicU64;
 
@@ -15,8 +18,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::{Metric, Registry};
 
 use crate::feeds::Direction;
-use crate::tls::TlsFailure;
 use crate::transport::TransportKind;
+
+pub use self::errors::ErrorKind;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WorkerLabel {
@@ -37,109 +41,6 @@ struct ReasonLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct KindLabel {
     kind: &'static str,
-}
-
-/// Every kind of refused input or failure counted in `myriad_errors_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ErrorKind {
-    /// A protocol v1 command was refused (labelled with its error code).
-    Command(myriad_protocol::message::ErrorCode),
-    /// A request (upgrade or not) was refused with this HTTP status before
-    /// any endpoint read it: malformed, too large, no such path, timed out.
-    Handshake(u16),
-    /// A request to an HTTP transport was refused (labelled
-    /// `request_<code>`, see `transport::http::RequestError::label`).
-    Request(&'static str),
-    /// A connection arrived while the node was at `max_connections`.
-    OverCapacity,
-    /// A connection arrived from an address at `max_connections_per_ip`.
-    OverIpLimit,
-    /// A connection arrived while the node was at `max_connections` and
-    /// its room for 503 refusals was full too: closed without an answer,
-    /// so refusals cannot take the descriptors the admin listener keeps.
-    OverCapacityDropped,
-    /// `accept` failed (EMFILE, ENFILE, ENOMEM…); accepting pauses briefly.
-    Accept,
-    /// A socket read or write failed other than by the peer closing.
-    Io,
-    /// An admin API request had no key, or a wrong one (HTTP 401).
-    ApiUnauthorized,
-    /// An admin endpoint was called with the publish key (HTTP 403).
-    ApiForbidden,
-    /// An admin API request body was malformed.
-    ApiBadRequest,
-    /// An admin API request body passed `max_http_body` (HTTP 413).
-    ApiBodyTooLarge,
-    /// An API publish waited `CONGESTION_WAIT` for the node to catch up
-    /// and was answered 503 `congested`.
-    ApiCongested,
-    /// A `/status/events` stream was refused: `max_status_streams` are open.
-    TooManyStatusStreams,
-    /// An admin connection arrived while `admin_max_connections` were open:
-    /// answered 503 and closed.
-    AdminOverCapacity,
-    /// An admin request's head did not arrive within `admin_header_timeout`
-    /// of its first byte: the connection was closed.
-    AdminHeaderTimeout,
-    /// An admin request's body did not arrive within `admin_body_timeout`
-    /// (HTTP 408).
-    AdminBodyTimeout,
-    /// A follow-graph request of the admin API was refused or failed
-    /// (labelled `graph_<code>`, one of [`ErrorKind::GRAPH_LABELS`]).
-    Graph(&'static str),
-    /// TLS refused or ended a connection, or a certificate reload failed.
-    Tls(TlsFailure),
-    /// A connection token was refused, at the request or in a `connect` or
-    /// `refresh` command (labelled `token_<reason>`, see
-    /// `auth::TokenError::label`).
-    Token(&'static str),
-    /// A SIGHUP reload of the token key files failed; the keys in force stay.
-    TokenKeysReloadFailed,
-}
-
-impl ErrorKind {
-    /// Every label a follow-graph refusal or failure is counted under.
-    pub const GRAPH_LABELS: [&'static str; 6] = [
-        "graph_invalid_user",
-        "graph_unknown_user",
-        "graph_self_follow",
-        "graph_following_limit",
-        "graph_store_failed",
-        "graph_not_settled",
-    ];
-}
-
-impl ErrorKind {
-    fn label(self) -> &'static str {
-        match self {
-            ErrorKind::Command(code) => code.as_str(),
-            ErrorKind::Request(label) => label,
-            ErrorKind::Handshake(400) => "handshake_400_bad_request",
-            ErrorKind::Handshake(404) => "handshake_404_not_found",
-            ErrorKind::Handshake(405) => "handshake_405_method_not_allowed",
-            ErrorKind::Handshake(408) => "handshake_408_timeout",
-            ErrorKind::Handshake(426) => "handshake_426_upgrade_required",
-            ErrorKind::Handshake(431) => "handshake_431_too_large",
-            ErrorKind::Handshake(_) => "handshake_other",
-            ErrorKind::OverCapacity => "over_capacity",
-            ErrorKind::OverIpLimit => "over_ip_limit",
-            ErrorKind::OverCapacityDropped => "over_capacity_dropped",
-            ErrorKind::Accept => "accept",
-            ErrorKind::Io => "io",
-            ErrorKind::ApiUnauthorized => "api_unauthorized",
-            ErrorKind::ApiForbidden => "api_forbidden",
-            ErrorKind::ApiBadRequest => "api_bad_request",
-            ErrorKind::ApiBodyTooLarge => "api_body_too_large",
-            ErrorKind::ApiCongested => "api_congested",
-            ErrorKind::TooManyStatusStreams => "too_many_status_streams",
-            ErrorKind::Tls(failure) => failure.label(),
-            ErrorKind::AdminOverCapacity => "admin_over_capacity",
-            ErrorKind::AdminHeaderTimeout => "admin_header_timeout",
-            ErrorKind::AdminBodyTimeout => "admin_body_timeout",
-            ErrorKind::Graph(label) | ErrorKind::Token(label) => label,
-            ErrorKind::TokenKeysReloadFailed => "token_keys_reload_failed",
-        }
-    }
 }
 
 /// One worker's handles to the series of one transport.
@@ -204,6 +105,19 @@ pub struct Metrics {
     sockets_aborted: Counter<u64, AtomicU64>,
     feeds: FeedMetrics,
     admin: AdminMetrics,
+    compression: CompressionMetrics,
+}
+
+/// permessage-deflate's series, copied in from `deflate::COUNTS`.
+struct CompressionMetrics {
+    frames: Counter<u64, AtomicU64>,
+    bytes_before: Counter<u64, AtomicU64>,
+    bytes_after: Counter<u64, AtomicU64>,
+    seconds: Counter<f64, AtomicU64>,
+    incompressible: Counter<u64, AtomicU64>,
+    negotiated: Counter<u64, AtomicU64>,
+    declined: Family<ReasonLabel, Counter>,
+    refused: Family<ReasonLabel, Counter>,
 }
 
 /// The admin listener's series (its refusals are in `errors`).
@@ -476,7 +390,60 @@ impl Metrics {
                 "Admin connections closed after admin_idle_timeout without a request",
             ),
         };
+        let compression = CompressionMetrics {
+            frames: registered(
+                r,
+                "compression_frames",
+                "Publication frames compressed for permessage-deflate (once per node each)",
+            ),
+            bytes_before: registered(
+                r,
+                "compression_bytes_before",
+                "Payload bytes of compressed frames before compression",
+            ),
+            bytes_after: registered(
+                r,
+                "compression_bytes_after",
+                "Payload bytes of compressed frames after compression",
+            ),
+            seconds: registered(
+                r,
+                "compression_seconds",
+                "Time spent compressing frames",
+            ),
+            incompressible: registered(
+                r,
+                "compression_incompressible",
+                "Frames above compression_threshold that compression did not shrink, sent uncompressed",
+            ),
+            negotiated: registered(
+                r,
+                "compression_negotiated",
+                "WebSocket upgrades that negotiated permessage-deflate",
+            ),
+            declined: registered(
+                r,
+                "compression_offers_declined",
+                "permessage-deflate offers declined (RFC 7692 §5), by reason",
+            ),
+            refused: registered(
+                r,
+                "compression_refusals",
+                "Compressed client input refused (connection closed), by reason",
+            ),
+        };
+        for decline in myriad_protocol::ws::deflate::Decline::ALL {
+            drop(compression.declined.get_or_create(&ReasonLabel {
+                reason: decline.name(),
+            }));
+        }
+        for refusal in crate::deflate::Refusal::ALL {
+            drop(compression.refused.get_or_create(&ReasonLabel {
+                reason: refusal.name(),
+            }));
+        }
         Metrics {
+            compression,
             registry,
             history,
             workers,
@@ -596,6 +563,37 @@ impl Metrics {
         }
     }
 
+    /// Copies the node's compression counts in, before metrics are read.
+    pub fn mirror_deflate(&self, counts: &crate::deflate::DeflateCounts) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let c = &self.compression;
+        catch_up(&c.frames, counts.frames.load(Relaxed));
+        catch_up(&c.bytes_before, counts.bytes_before.load(Relaxed));
+        catch_up(&c.bytes_after, counts.bytes_after.load(Relaxed));
+        catch_up(&c.incompressible, counts.incompressible.load(Relaxed));
+        catch_up(&c.negotiated, counts.negotiated.load(Relaxed));
+        let seconds = counts.nanos.load(Relaxed) as f64 / 1e9;
+        let behind = seconds - c.seconds.get();
+        if behind > 0.0 {
+            c.seconds.inc_by(behind);
+        }
+        for (decline, total) in myriad_protocol::ws::deflate::Decline::ALL
+            .iter()
+            .zip(&counts.declined)
+        {
+            let label = ReasonLabel {
+                reason: decline.name(),
+            };
+            catch_up(&c.declined.get_or_create(&label), total.load(Relaxed));
+        }
+        for (refusal, total) in crate::deflate::Refusal::ALL.iter().zip(&counts.refused) {
+            let label = ReasonLabel {
+                reason: refusal.name(),
+            };
+            catch_up(&c.refused.get_or_create(&label), total.load(Relaxed));
+        }
+    }
+
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -652,47 +650,6 @@ impl Metrics {
     }
 }
 
-impl ErrorKind {
-    /// Every label value, for snapshots and docs.
-    fn labels() -> Vec<&'static str> {
-        let mut labels: Vec<&'static str> = myriad_protocol::message::ErrorCode::ALL
-            .iter()
-            .map(|c| ErrorKind::Command(*c).label())
-            .collect();
-        labels.extend(
-            [400, 404, 405, 408, 426, 431, 0].map(|status| ErrorKind::Handshake(status).label()),
-        );
-        labels.extend(
-            crate::transport::http::RequestError::LABELS
-                .map(|label| ErrorKind::Request(label).label()),
-        );
-        labels.extend(ErrorKind::GRAPH_LABELS);
-        labels.extend(TlsFailure::ALL.map(TlsFailure::label));
-        labels.extend(crate::auth::TokenError::LABELS);
-        labels.extend(
-            [
-                ErrorKind::OverCapacity,
-                ErrorKind::OverIpLimit,
-                ErrorKind::OverCapacityDropped,
-                ErrorKind::Accept,
-                ErrorKind::Io,
-                ErrorKind::ApiUnauthorized,
-                ErrorKind::ApiForbidden,
-                ErrorKind::ApiBadRequest,
-                ErrorKind::ApiBodyTooLarge,
-                ErrorKind::ApiCongested,
-                ErrorKind::TooManyStatusStreams,
-                ErrorKind::AdminOverCapacity,
-                ErrorKind::AdminHeaderTimeout,
-                ErrorKind::AdminBodyTimeout,
-                ErrorKind::TokenKeysReloadFailed,
-            ]
-            .map(ErrorKind::label),
-        );
-        labels
-    }
-}
-
 /// Node-wide totals.
 #[derive(Debug, Default, Clone)]
 pub struct Snapshot {
@@ -740,68 +697,6 @@ pub struct TransportTotals {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Every kind of error has its labels among `ErrorKind::labels()`
-    /// (which `/stats` reads); the list there is kept by hand. A variant
-    /// added to `ErrorKind` breaks the exhaustive match below until it is
-    /// named here, and then this fails until `labels()` counts it.
-    #[test]
-    fn labels_name_every_error_kind() {
-        macro_rules! units {
-            ($($variant:ident),* $(,)?) => {{
-                fn _exhaustive(kind: ErrorKind) {
-                    match kind {
-                        // Each of these is labelled from its own
-                        // complete list, checked where that list lives.
-                        ErrorKind::Command(_)
-                        | ErrorKind::Handshake(_)
-                        | ErrorKind::Request(_)
-                        | ErrorKind::Graph(_)
-                        | ErrorKind::Tls(_)
-                        | ErrorKind::Token(_) => {}
-                        $(ErrorKind::$variant => {})*
-                    }
-                }
-                [$(ErrorKind::$variant),*]
-            }};
-        }
-        let units = units!(
-            OverCapacity,
-            OverIpLimit,
-            OverCapacityDropped,
-            Accept,
-            Io,
-            ApiUnauthorized,
-            ApiForbidden,
-            ApiBadRequest,
-            ApiBodyTooLarge,
-            ApiCongested,
-            TooManyStatusStreams,
-            AdminOverCapacity,
-            AdminHeaderTimeout,
-            AdminBodyTimeout,
-            TokenKeysReloadFailed,
-        );
-        let labels = ErrorKind::labels();
-        for kind in units {
-            assert!(
-                labels.contains(&kind.label()),
-                "{kind:?} is not in labels()"
-            );
-        }
-        let lists = [
-            myriad_protocol::message::ErrorCode::ALL
-                .map(|c| ErrorKind::Command(c).label())
-                .to_vec(),
-            crate::transport::http::RequestError::LABELS.to_vec(),
-            ErrorKind::GRAPH_LABELS.to_vec(),
-            TlsFailure::ALL.map(TlsFailure::label).to_vec(),
-            crate::auth::TokenError::LABELS.to_vec(),
-        ];
-        for label in lists.concat() {
-            assert!(labels.contains(&label), "{label} is not in labels()");
-        }
-    }
 
     #[test]
     fn exposition_names_every_family_and_sums_workers() {

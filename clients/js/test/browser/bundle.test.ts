@@ -3,23 +3,16 @@
  * real headless Chromium against the real node: the page loads it with a
  * <script> tag, uses the browser's own WebSocket and window, subscribes,
  * publishes, and posts what it saw back to this test's HTTP server.
- * Skipped, saying so, when there is no Chromium (CHROMIUM, default
- * `chromium` on PATH).
+ * Skipped, saying so, when there is no Chromium (chromium.ts).
  */
 
 import assert from "node:assert/strict";
-import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { test } from "node:test";
 import { publish, startNode } from "../integration/harness.js";
-
-const CHROMIUM = process.env.CHROMIUM ?? "chromium";
-const found = spawnSync(CHROMIUM, ["--version"], { stdio: "ignore" }).status === 0;
-const BUNDLE = "dist/myriad.min.js";
+import { BUNDLE, openChromium, skip } from "./chromium.js";
 
 const page = (wsUrl: string) => `<!doctype html><meta charset="utf-8"><script src="/myriad.min.js"></script>
 <script>
@@ -47,11 +40,10 @@ const page = (wsUrl: string) => `<!doctype html><meta charset="utf-8"><script sr
 })();
 </script>`;
 
-test("the minified bundle subscribes and publishes from a real browser page", { skip: found ? false : `no Chromium (${CHROMIUM}) on this machine` }, async () => {
+test("the minified bundle subscribes and publishes from a real browser page", { skip }, async () => {
   assert.ok(existsSync(BUNDLE), `${BUNDLE} is missing: build first (node scripts/build.mjs)`);
   const node = await startNode();
-  const profile = mkdtempSync(join(tmpdir(), "myriad-sdk-chromium-"));
-  let browser: ReturnType<typeof spawn> | undefined;
+  let browser: { close(): void } | undefined;
   let resolveResult: (r: Record<string, unknown>) => void = () => {};
   const result = new Promise<Record<string, unknown>>((resolve) => (resolveResult = resolve));
   const server = createServer((req, res) => {
@@ -79,11 +71,7 @@ test("the minified bundle subscribes and publishes from a real browser page", { 
   try {
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
     const { port } = server.address() as AddressInfo;
-    browser = spawn(
-      CHROMIUM,
-      ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions", "--disable-background-networking", `--user-data-dir=${profile}`, `http://127.0.0.1:${port}/`],
-      { stdio: "ignore", detached: true },
-    );
+    browser = openChromium(`http://127.0.0.1:${port}/`);
     const timeout = new Promise<never>((_, reject) => setTimeout(() => reject(new Error("no result from the page within 30 s")), 30_000).unref());
     const r = await Promise.race([result, timeout]);
     assert.equal(r.failed, undefined, String(r.failed));
@@ -93,16 +81,9 @@ test("the minified bundle subscribes and publishes from a real browser page", { 
     assert.deepEqual(r.states, ["connecting", "connected"]);
     assert.deepEqual(r.errors, []);
   } finally {
-    if (browser?.pid) {
-      try {
-        process.kill(-browser.pid, "SIGKILL");
-      } catch {
-        // already gone
-      }
-    }
+    browser?.close();
     server.closeAllConnections();
     server.close();
     await node.kill();
-    rmSync(profile, { recursive: true, force: true });
   }
 });

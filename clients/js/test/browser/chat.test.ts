@@ -9,18 +9,12 @@
  */
 
 import assert from "node:assert/strict";
-import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { test } from "node:test";
 import { startNode } from "../integration/harness.js";
-
-const CHROMIUM = process.env.CHROMIUM ?? "chromium";
-const found = spawnSync(CHROMIUM, ["--version"], { stdio: "ignore" }).status === 0;
-const BUNDLE = "dist/myriad.min.js";
+import { BUNDLE, openChromium, skip } from "./chromium.js";
 const PAGE = "../../examples/chat/index.html";
 
 // Plays one user: joins through the form, waits for the room, says
@@ -50,11 +44,10 @@ const driver = `<script>
 })();
 </script>`;
 
-test("two chat pages (examples/chat) exchange messages, the second seeing the first's in history", { skip: found ? false : `no Chromium (${CHROMIUM}) on this machine` }, async () => {
+test("two chat pages (examples/chat) exchange messages, the second seeing the first's in history", { skip }, async () => {
   assert.ok(existsSync(BUNDLE), `${BUNDLE} is missing: build first (node scripts/build.mjs)`);
   const node = await startNode();
-  const profiles: string[] = [];
-  const browsers: Array<ReturnType<typeof spawn>> = [];
+  const browsers: Array<{ close(): void }> = [];
   const reports = new Map<string, (r: Record<string, unknown>) => void>();
   const reported = (who: string) => new Promise<Record<string, unknown>>((resolve) => reports.set(who, resolve));
   const server = createServer((req, res) => {
@@ -76,16 +69,7 @@ test("two chat pages (examples/chat) exchange messages, the second seeing the fi
     res.end(readFileSync(PAGE, "utf8").replace("</html>", `${driver}</html>`));
   });
   const open = (port: number, query: Record<string, string>) => {
-    const profile = mkdtempSync(join(tmpdir(), "myriad-chat-chromium-"));
-    profiles.push(profile);
-    const page = `http://127.0.0.1:${port}/?${new URLSearchParams({ ws: node.url, ...query })}`;
-    browsers.push(
-      spawn(
-        CHROMIUM,
-        ["--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-extensions", "--disable-background-networking", `--user-data-dir=${profile}`, page],
-        { stdio: "ignore", detached: true },
-      ),
-    );
+    browsers.push(openChromium(`http://127.0.0.1:${port}/?${new URLSearchParams({ ws: node.url, ...query })}`));
   };
   const within = <T>(p: Promise<T>, what: string) =>
     Promise.race([p, new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`no report from ${what} within 30 s`)), 30_000).unref())]);
@@ -112,16 +96,9 @@ test("two chat pages (examples/chat) exchange messages, the second seeing the fi
     assert.equal(a.state, "connected");
     assert.equal(b.state, "connected");
   } finally {
-    for (const b of browsers) {
-      try {
-        process.kill(-b.pid!, "SIGKILL");
-      } catch {
-        // already gone
-      }
-    }
+    for (const b of browsers) b.close();
     server.closeAllConnections();
     server.close();
     await node.kill();
-    for (const p of profiles) rmSync(p, { recursive: true, force: true });
   }
 });

@@ -425,6 +425,44 @@ test("the watchdog pings after silence and drops a silent node", () => {
   assert.equal(server.sockets[0]?.closedWith, 1000);
 });
 
+test("a node that answers the ping stays; the next ping comes an interval after the last message", () => {
+  const { server, client } = setup();
+  client.connect();
+  server.last.open();
+  mock.timers.tick(20_000);
+  assert.equal(server.last.ops("ping").length, 1);
+  mock.timers.tick(9_000);
+  server.last.push({ op: "pong", id: server.last.ops("ping")[0]!.id });
+  mock.timers.tick(1_000); // the ping's 10 s are up: the pong was life
+  assert.equal(client.state, "connected");
+  server.last.push(msg("nobody", 1)); // more life (and bad input), 10 s after the ping
+  mock.timers.tick(19_999);
+  assert.equal(server.last.ops("ping").length, 1, "no ping within 20 s of the last message");
+  mock.timers.tick(1);
+  assert.equal(server.last.ops("ping").length, 2);
+  mock.timers.tick(10_000);
+  assert.equal(client.state, "connecting", "the second ping unanswered");
+});
+
+test("a listener added or removed by a listener takes effect from the next event", () => {
+  const { server, client } = setup();
+  const seen: string[] = [];
+  const late = () => seen.push("late");
+  let removeSecond = () => {};
+  client.on("error", () => {
+    seen.push("first");
+    removeSecond();
+    client.on("error", late);
+  });
+  removeSecond = client.on("error", () => seen.push("second"));
+  client.connect();
+  server.last.open();
+  server.last.push({ op: "teleport" });
+  assert.deepEqual(seen, ["first", "second"], "the list of the event in progress");
+  server.last.push({ op: "teleport" });
+  assert.deepEqual(seen, ["first", "second", "first", "late"]);
+});
+
 test("an attempt that does not open within the timeout is abandoned", () => {
   const { server, client, causes } = setup({ timeout: 3_000 });
   const retries: unknown[] = [];

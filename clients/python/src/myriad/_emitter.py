@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from typing import Any, Callable, Dict, List, Set
+from typing import Any, Callable, Dict, Set, Tuple
 
 
 Listener = Callable[[Any], Any]
@@ -17,7 +17,10 @@ Listener = Callable[[Any], Any]
 
 class Emitter:
     def __init__(self) -> None:
-        self._listeners: Dict[str, List[Listener]] = {}
+        # Tuples, replaced on each change rather than changed in place: an
+        # emit walks the tuple it found, so a listener added or removed by a
+        # listener waits for the next event, without a copy on every emit.
+        self._listeners: Dict[str, Tuple[Listener, ...]] = {}
         # Tasks of coroutine listeners still running: held so they are not
         # collected before they finish.
         self._tasks: Set["asyncio.Task[Any]"] = set()
@@ -27,20 +30,20 @@ class Emitter:
     def _add(self, name: str, listener: Listener) -> Callable[[], None]:
         """Adds ``listener`` for ``name``; returns a function that removes it.
         The subclasses' typed ``on`` calls it."""
-        self._listeners.setdefault(name, []).append(listener)
+        self._listeners[name] = self._listeners.get(name, ()) + (listener,)
         return lambda: self.off(name, listener)
 
     def off(self, name: str, listener: Listener) -> None:
-        listeners = self._listeners.get(name)
-        if listeners and listener in listeners:
-            listeners.remove(listener)
+        listeners = self._listeners.get(name, ())
+        if listener in listeners:
+            i = listeners.index(listener)
+            self._listeners[name] = listeners[:i] + listeners[i + 1 :]
 
     def _emit(self, name: str, payload: Any) -> None:
-        # A copy: a listener added or removed by a listener waits for the next event.
-        for listener in list(self._listeners.get(name, ())):
+        for listener in self._listeners.get(name, ()):
             try:
                 result = listener(payload)
-                if inspect.isawaitable(result):
+                if result is not None and inspect.isawaitable(result):
                     task = asyncio.ensure_future(result)
                     self._tasks.add(task)
                     task.add_done_callback(self._task_done)

@@ -4,14 +4,14 @@
 //! spawning subscriber (or churning subscriber) and publisher groups,
 //! waiting for deliveries to drain, and replaying what the publishers
 //! published to compute what a run must see, and filling the run's
-//! [`Outcome`] for the report.
+//! [`Measurements`] for the report.
 
 use std::collections::HashSet;
 use std::net::Ipv4Addr;
 
 use crate::coordinator::cli::{BenchCommand, PublishOpts, ReceiveOpts};
 use crate::coordinator::monitor::Monitor;
-use crate::outcome::{Deliveries, Outcome, Role, ServerStats};
+use crate::measurements::{Deliveries, Group, Measurements, ServerStats};
 use crate::schema::{
     ChurnTask, CloseMode, Control, Done, PublishTask, PublishTransport, Spec, SubscribeTask, Task,
     SETUP_ATTEMPTS,
@@ -194,7 +194,7 @@ pub fn spawn_subscribers(
             }
         }
         spec.setup_timeout += g.receive.first_answer_secs();
-        m.spawn(&spec, Role::Subscribers)?;
+        m.spawn(&spec, Group::Subscribers)?;
     }
     Ok(reconnects)
 }
@@ -256,7 +256,7 @@ pub fn spawn_publisher(
     if let Some(t) = spec_targets {
         spec.targets = t;
     }
-    m.spawn(&spec, Role::Publishers)?;
+    m.spawn(&spec, Group::Publishers)?;
     Ok(())
 }
 
@@ -306,27 +306,27 @@ pub fn publish_to_subscribers(
         },
     )?;
     m.wait_for(Some(cmd.global.connect_timeout.0 + 5.0), |m| {
-        m.all_ready(Role::Publishers)
+        m.all_ready(Group::Publishers)
     })?;
-    m.send(Role::Subscribers, Control::Start);
-    m.send(Role::Publishers, Control::Start);
+    m.send(Group::Subscribers, Control::Start);
+    m.send(Group::Publishers, Control::Start);
     let t0 = m.elapsed();
     let bound = publishers_bound(publish_secs, opts);
-    if !m.wait_for(Some(bound), |m| m.all_done(Role::Publishers))? {
-        stop(m, Role::Publishers)?;
+    if !m.wait_for(Some(bound), |m| m.all_done(Group::Publishers))? {
+        stop(m, Group::Publishers)?;
     }
     let expected = expected_deliveries(m, assignment, group.conns, opts, cmd.global.seed).expected;
     drain(m, expected, reconnects, opts.drain.0)?;
     let measured = m.elapsed() - t0;
-    stop(m, Role::Subscribers)?;
+    stop(m, Group::Subscribers)?;
     m.finish_progress();
     Ok(measured)
 }
 
-/// Sends Stop to `role` and waits (bounded) for every final report.
-pub fn stop(m: &mut Monitor, role: Role) -> Result<(), BenchError> {
-    m.send(role, Control::Stop);
-    if !m.wait_out(STOP_SECS, |m| m.all_done(role))? {
+/// Sends Stop to `group` and waits (bounded) for every final report.
+pub fn stop(m: &mut Monitor, group: Group) -> Result<(), BenchError> {
+    m.send(group, Control::Stop);
+    if !m.wait_out(STOP_SECS, |m| m.all_done(group))? {
         return Err(BenchError::Unresponsive(STOP_SECS));
     }
     Ok(())
@@ -343,12 +343,12 @@ pub fn drain(
     reconnects: u64,
     max_secs: f64,
 ) -> Result<(), BenchError> {
-    let received = |m: &Monitor| m.totals(Some(Role::Subscribers)).messages_in;
+    let received = |m: &Monitor| m.totals(Some(Group::Subscribers)).messages_in;
     // Counters are cumulative and each worker's come from one snapshot, so
     // once every scheduled reconnect shows as made or skipped, `reconnected`
     // catching up with `reconnects` means none is still on its way.
     let settled = |m: &Monitor| {
-        let t = m.totals(Some(Role::Subscribers));
+        let t = m.totals(Some(Group::Subscribers));
         t.reconnects + t.reconnects_skipped >= reconnects
             && t.reconnected >= t.reconnects
             && t.failed_over >= t.failovers
@@ -394,7 +394,7 @@ pub fn published_counts(
 ) -> PublishedCounts {
     let mut per_subject = (subjects <= MAX_REPLAY_SUBJECTS).then(|| vec![0u64; subjects as usize]);
     let (mut total, mut exact) = (0, true);
-    for w in m.workers.iter().filter(|w| w.role == Role::Publishers) {
+    for w in m.workers.iter().filter(|w| w.group == Group::Publishers) {
         let Some(p) = w.done.as_ref().and_then(|d| d.published.as_ref()) else {
             exact = false;
             continue;
@@ -442,7 +442,7 @@ pub fn expected_deliveries(
     Deliveries {
         published: published.total,
         expected,
-        received: m.totals(Some(Role::Subscribers)).messages_in,
+        received: m.totals(Some(Group::Subscribers)).messages_in,
         // Replay assumes every subscriber connection was subscribed before
         // publishing began.
         exact: published.exact && m.subscribed_at_setup == Some(subscribers),
@@ -503,8 +503,8 @@ pub fn await_set_up(
     let t0 = m.elapsed();
     let attempt = cmd.global.connect_timeout.0 + extra_secs;
     let bound = attempt * f64::from(SETUP_ATTEMPTS) + 10.0 + conns as f64 / 500.0;
-    let ready = m.wait_for(Some(bound), |m| m.all_ready(Role::Subscribers))?;
-    let c = m.totals(Some(Role::Subscribers));
+    let ready = m.wait_for(Some(bound), |m| m.all_ready(Group::Subscribers))?;
+    let c = m.totals(Some(Group::Subscribers));
     let secs = m.elapsed() - t0;
     m.setup_secs = Some(secs);
     m.subscribed_at_setup = Some(c.subscribed);
@@ -525,13 +525,13 @@ pub fn await_set_up(
 /// The run as plain data for the report: what the monitor `m` saw of a run
 /// set up by `setup`, rates taken over `measured_secs` when no span of
 /// deliveries is known. The workload adds its own figures.
-pub fn outcome(
+pub fn measurements(
     cmd: &BenchCommand,
     setup: &Setup,
     m: &Monitor,
     measured_secs: f64,
-) -> Result<Outcome, BenchError> {
-    Ok(Outcome {
+) -> Result<Measurements, BenchError> {
+    Ok(Measurements {
         workload: workload_name(cmd),
         config: serde_json::to_value(cmd)?,
         profile: setup.profile.name.clone(),
@@ -545,10 +545,10 @@ pub fn outcome(
         finished: m
             .workers
             .iter()
-            .filter_map(|w| Some((w.role, Done::clone(w.done.as_ref()?))))
+            .filter_map(|w| Some((w.group, Done::clone(w.done.as_ref()?))))
             .collect(),
-        subscriber_messages_in: m.totals(Some(Role::Subscribers)).messages_in,
-        server_stats: m.admin.as_ref().map(|a| ServerStats {
+        subscriber_messages_in: m.totals(Some(Group::Subscribers)).messages_in,
+        server_stats: m.stats.as_ref().map(|a| ServerStats {
             before: a.first.clone(),
             after: a.final_answers(),
         }),

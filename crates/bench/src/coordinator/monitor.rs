@@ -1,9 +1,9 @@
 //! The coordinator's view of a run: every worker's latest state, the
 //! per-second timeline, live progress and the server's /stats.
 //!
-//! Workloads drive the run through a [`Monitor`]: spawn workers by role,
+//! Workloads drive the run through a [`Monitor`]: spawn workers by group,
 //! wait for a condition while events are pumped and samples taken, send
-//! start/stop to a role, and at the end collect every worker's final
+//! start/stop to a group, and at the end collect every worker's final
 //! report. Ctrl-C ends the current wait early so a partial run still
 //! reports.
 
@@ -11,21 +11,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::coordinator::admin::StatsPoller;
 use crate::coordinator::cli::Global;
 use crate::coordinator::fleet::{Event, Fleet};
+use crate::coordinator::node_api::StatsPoller;
 use crate::coordinator::progress::Progress;
-use crate::outcome::{LatencyPoint, Role, Sample, ServerPoint};
+use crate::measurements::{Group, LatencyPoint, Sample, ServerPoint};
 use crate::schema::{Control, Done, Msg, Snapshot, Spec};
 use crate::util::counters::Counters;
 use crate::util::error::BenchError;
 use crate::util::histogram::{self, Micros};
 use crate::util::stats::ServerFigures;
 
-/// One worker as the coordinator knows it.
-pub struct Worker {
-    /// Its role.
-    pub role: Role,
+/// One worker process as the coordinator knows it: its state, not the
+/// process (that is the [`Fleet`]'s).
+pub struct WorkerState {
+    /// Its group.
+    pub group: Group,
     /// Its latest snapshot.
     pub last: Option<Snapshot>,
     /// It said ready.
@@ -38,7 +39,7 @@ pub struct Worker {
 pub struct Monitor {
     fleet: Fleet,
     /// Every worker, by id.
-    pub workers: Vec<Worker>,
+    pub workers: Vec<WorkerState>,
     start: Instant,
     /// The timeline, one sample per second.
     pub samples: Vec<Sample>,
@@ -47,7 +48,7 @@ pub struct Monitor {
     next_sample: f64,
     progress: Progress,
     /// The server's /stats poller, with --admin-url.
-    pub admin: Option<StatsPoller>,
+    pub stats: Option<StatsPoller>,
     /// How long the subscribers took to connect and subscribe, seconds.
     pub setup_secs: Option<f64>,
     /// Subscribed connections when set-up ended (the `subscribed` count
@@ -76,7 +77,7 @@ impl Monitor {
             prev: (0.0, Counters::default(), 0.0, None),
             next_sample: 1.0,
             progress: Progress::new(global.progress, global.progress_every.0),
-            admin: (!global.admin_urls.is_empty())
+            stats: (!global.admin_urls.is_empty())
                 .then(|| StatsPoller::start(global.admin_urls.clone(), global.admin_headers())),
             setup_secs: None,
             subscribed_at_setup: None,
@@ -100,10 +101,10 @@ impl Monitor {
     }
 
     /// Spawns a worker.
-    pub fn spawn(&mut self, spec: &Spec, role: Role) -> Result<usize, BenchError> {
+    pub fn spawn(&mut self, spec: &Spec, group: Group) -> Result<usize, BenchError> {
         let id = self.fleet.spawn(spec)?;
-        self.workers.push(Worker {
-            role,
+        self.workers.push(WorkerState {
+            group,
             last: None,
             ready: false,
             done: None,
@@ -111,42 +112,42 @@ impl Monitor {
         Ok(id)
     }
 
-    /// Ids of the workers with `role`.
-    pub fn ids(&self, role: Role) -> Vec<usize> {
+    /// Ids of the workers in `group`.
+    pub fn ids(&self, group: Group) -> Vec<usize> {
         (0..self.workers.len())
-            .filter(|&i| self.workers[i].role == role)
+            .filter(|&i| self.workers[i].group == group)
             .collect()
     }
 
-    /// Sends `c` to every worker with `role`.
-    pub fn send(&mut self, role: Role, c: Control) {
-        let ids = self.ids(role);
+    /// Sends `c` to every worker in `group`.
+    pub fn send(&mut self, group: Group, c: Control) {
+        let ids = self.ids(group);
         self.fleet.send(&ids, c);
     }
 
-    /// Whether every worker with `role` said ready.
-    pub fn all_ready(&self, role: Role) -> bool {
+    /// Whether every worker in `group` said ready.
+    pub fn all_ready(&self, group: Group) -> bool {
         self.workers
             .iter()
-            .filter(|w| w.role == role)
+            .filter(|w| w.group == group)
             .all(|w| w.ready || w.done.is_some())
     }
 
-    /// Whether every worker with `role` sent its final report.
-    pub fn all_done(&self, role: Role) -> bool {
+    /// Whether every worker in `group` sent its final report.
+    pub fn all_done(&self, group: Group) -> bool {
         self.workers
             .iter()
-            .filter(|w| w.role == role)
+            .filter(|w| w.group == group)
             .all(|w| w.done.is_some())
     }
 
-    /// Latest counters of `role`'s workers, summed (final ones when done).
-    pub fn totals(&self, role: Option<Role>) -> Counters {
+    /// Latest counters of `group`'s workers, summed (final ones when done).
+    pub fn totals(&self, group: Option<Group>) -> Counters {
         let mut sum = Counters::default();
         for w in self
             .workers
             .iter()
-            .filter(|w| role.is_none() || role == Some(w.role))
+            .filter(|w| group.is_none() || group == Some(w.group))
         {
             match (&w.done, &w.last) {
                 (Some(d), _) => sum.add(&d.counters),
@@ -250,7 +251,7 @@ impl Monitor {
         let latency = (!self.interval.is_empty()).then(|| LatencyPoint::of(&self.interval));
         self.interval.reset();
         let server = self
-            .admin
+            .stats
             .as_ref()
             .and_then(StatsPoller::latest)
             .map(|v| ServerFigures::total(&v));

@@ -6,7 +6,7 @@ use std::io::IsTerminal;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::coordinator::cli::ProgressMode;
-use crate::outcome::Sample;
+use crate::measurements::Sample;
 use crate::util::counters::Counters;
 use crate::util::fmt::{fmt_micros, thousands};
 

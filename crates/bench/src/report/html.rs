@@ -56,7 +56,7 @@ pub fn render(r: &Report) -> String {
     );
     o += &headline(r);
     let tl = &r.timeline;
-    let pts = |f: &dyn Fn(&crate::outcome::Sample) -> Option<f64>| -> Vec<(f64, f64)> {
+    let pts = |f: &dyn Fn(&crate::measurements::Sample) -> Option<f64>| -> Vec<(f64, f64)> {
         tl.iter().filter_map(|s| Some((s.t, f(s)?))).collect()
     };
     o += &chart(

@@ -2,7 +2,7 @@
 //! the JSON file and the HTML page are all rendered from, so the three can
 //! never disagree.
 //!
-//! Layer 5, the top: built from an [`Outcome`], the plain data the
+//! Layer 5, the top: built from a [`Measurements`], the plain data the
 //! coordinator fills; everything common (totals, merged histograms, rates,
 //! the bench's own cost, the server's /stats) is computed here. Must not
 //! import the coordinator or the worker: a report renders a run, it does
@@ -18,9 +18,11 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::outcome::{ChurnReport, Deliveries, Outcome, PhaseReport, Role, Sample, SocialReport};
+use crate::measurements::{
+    ChurnReport, Deliveries, Group, Measurements, PhaseReport, Sample, SocialReport,
+};
 use crate::schema::merge_histograms;
-use crate::util::clock::Span;
+use crate::util::clock::Extent;
 use crate::util::counters::Counters;
 use crate::util::error::BenchError;
 use crate::util::histogram::{self, Summary};
@@ -159,20 +161,20 @@ pub struct Report {
 impl Report {
     /// The report of a finished run: the figures computed from `o`, the
     /// plain data its coordinator collected.
-    pub fn build(o: Outcome) -> Result<Report, BenchError> {
+    pub fn build(o: Measurements) -> Result<Report, BenchError> {
         let hists = merge_histograms(o.finished.iter().map(|(_, d)| d))?;
         let mut totals = Counters::default();
         let (mut rss_peak, mut cpu, mut cpu_user) = (0, 0.0, 0.0);
         let (mut sub_rss, mut sub_conns, mut sub_cpu) = (0i64, 0u64, 0.0);
         let (mut received, mut sent) = (None, None);
-        for (role, d) in &o.finished {
+        for (group, d) in &o.finished {
             totals.add(&d.counters);
-            received = Span::union(received, d.received);
-            sent = Span::union(sent, d.sent);
+            received = Extent::union(received, d.received);
+            sent = Extent::union(sent, d.sent);
             rss_peak += d.rss_peak;
             cpu += d.cpu_end;
             cpu_user += d.cpu_user_end;
-            if *role == Role::Subscribers {
+            if *group == Group::Subscribers {
                 sub_rss += d.rss_ready as i64 - d.rss_start as i64;
                 sub_conns += d.conns_ready;
                 sub_cpu += d.cpu_end - d.cpu_ready;

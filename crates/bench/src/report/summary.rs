@@ -2,7 +2,7 @@
 
 use std::fmt::Write;
 
-use crate::outcome::SocialReport;
+use crate::measurements::SocialReport;
 use crate::report::Report;
 use crate::util::fmt::{bytes, fmt_micros, thousands};
 use crate::util::histogram::Summary;

@@ -4,6 +4,10 @@
 //! worker's start). Timestamps that travel inside messages use the wall
 //! clock (CLOCK_REALTIME nanoseconds): it is the one clock every process,
 //! and any other client tool, reads the same on one host.
+//!
+//! A worker's zero is its [`Origin`]; "epoch" stays the protocol crate's
+//! word for a subject's stream generation. The first and last moment of
+//! something is an [`Extent`]; a span in the server is a length of time.
 
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -18,21 +22,21 @@ pub fn realtime_ns() -> u64 {
 
 /// A worker's time origin: monotonic offsets, and their wall-clock values.
 #[derive(Debug, Clone, Copy)]
-pub struct Epoch {
+pub struct Origin {
     start: Instant,
     start_real_ns: u64,
 }
 
-impl Epoch {
+impl Origin {
     /// Now is zero.
-    pub fn now() -> Epoch {
-        Epoch {
+    pub fn now() -> Origin {
+        Origin {
             start: Instant::now(),
             start_real_ns: realtime_ns(),
         }
     }
 
-    /// Monotonic nanoseconds since the epoch.
+    /// Monotonic nanoseconds since the origin.
     pub fn elapsed_ns(&self) -> u64 {
         self.start.elapsed().as_nanos() as u64
     }
@@ -48,23 +52,23 @@ impl Epoch {
 /// are taken over the time messages actually flowed, not over a window that
 /// also holds set-up and the wait for stragglers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Span {
+pub struct Extent {
     /// The first event.
     pub first_ns: u64,
     /// The last event.
     pub last_ns: u64,
 }
 
-impl Span {
-    /// Widens `span` (None: nothing yet) to take in an event at `ns`.
-    pub fn extend(span: &mut Option<Span>, ns: u64) {
-        match span {
+impl Extent {
+    /// Widens `extent` (None: nothing yet) to take in an event at `ns`.
+    pub fn extend(extent: &mut Option<Extent>, ns: u64) {
+        match extent {
             Some(s) => {
                 s.first_ns = s.first_ns.min(ns);
                 s.last_ns = s.last_ns.max(ns);
             }
             None => {
-                *span = Some(Span {
+                *extent = Some(Extent {
                     first_ns: ns,
                     last_ns: ns,
                 })
@@ -72,10 +76,10 @@ impl Span {
         }
     }
 
-    /// The span covering both.
-    pub fn union(a: Option<Span>, b: Option<Span>) -> Option<Span> {
+    /// The extent covering both.
+    pub fn union(a: Option<Extent>, b: Option<Extent>) -> Option<Extent> {
         match (a, b) {
-            (Some(a), Some(b)) => Some(Span {
+            (Some(a), Some(b)) => Some(Extent {
                 first_ns: a.first_ns.min(b.first_ns),
                 last_ns: a.last_ns.max(b.last_ns),
             }),
@@ -83,7 +87,7 @@ impl Span {
         }
     }
 
-    /// `count` events per second over the span; None when it is too short
+    /// `count` events per second over the extent; None when it is too short
     /// to divide by (a single event, or all in the same nanosecond).
     pub fn rate(&self, count: u64) -> Option<f64> {
         let secs = self.last_ns.saturating_sub(self.first_ns) as f64 / 1e9;
@@ -98,27 +102,27 @@ mod tests {
     #[test]
     fn spans_widen_and_merge() {
         let mut s = None;
-        Span::extend(&mut s, 5_000_000_000);
+        Extent::extend(&mut s, 5_000_000_000);
         assert_eq!(s.unwrap().rate(1), None, "one event has no rate");
-        Span::extend(&mut s, 3_000_000_000);
-        Span::extend(&mut s, 4_000_000_000);
+        Extent::extend(&mut s, 3_000_000_000);
+        Extent::extend(&mut s, 4_000_000_000);
         assert_eq!(
             s,
-            Some(Span {
+            Some(Extent {
                 first_ns: 3_000_000_000,
                 last_ns: 5_000_000_000
             })
         );
         assert_eq!(s.unwrap().rate(1000), Some(500.0));
-        let other = Some(Span {
+        let other = Some(Extent {
             first_ns: 1_000_000_000,
             last_ns: 2_000_000_000,
         });
-        let both = Span::union(s, other).unwrap();
+        let both = Extent::union(s, other).unwrap();
         assert_eq!(
             (both.first_ns, both.last_ns),
             (1_000_000_000, 5_000_000_000)
         );
-        assert_eq!(Span::union(None, other), other);
+        assert_eq!(Extent::union(None, other), other);
     }
 }

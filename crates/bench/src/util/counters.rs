@@ -2,7 +2,7 @@
 //!
 //! One flat struct for every workload: a field a workload never touches
 //! stays zero, which is cheaper to ship and simpler to sum than one struct
-//! per role. Counters are cumulative; rates come from differences.
+//! per group. Counters are cumulative; rates come from differences.
 
 use serde::{Deserialize, Serialize};
 
@@ -250,5 +250,25 @@ mod tests {
         assert_eq!(b.failures_of(Failure::Refused), 2);
         assert_eq!(b.failed(), 3);
         assert_eq!(b.messages_in, 6);
+    }
+
+    /// `ALL` is kept by hand, and a kind missing from it would be counted
+    /// as `other` (see `slot`). A kind added to the enum breaks the build
+    /// of `every_variant!` below until it is named here, and this then
+    /// fails until `ALL` names it too.
+    #[test]
+    fn all_names_every_failure() {
+        let every = myriad_protocol::every_variant!(
+            Failure: Refused,
+            Reset,
+            Timeout,
+            NoPorts,
+            NoFiles,
+            Handshake,
+            Protocol,
+            ServerClosed,
+            Other,
+        );
+        assert_eq!(every, Failure::ALL);
     }
 }

@@ -491,7 +491,7 @@ mod tests {
     }
 
     /// The run on a correct node.
-    struct Outcome {
+    struct Observed {
         graph: FollowGraph,
         /// The changes as the bench logs them (each toggles its edge).
         changes: Vec<EdgeChange>,
@@ -504,7 +504,7 @@ mod tests {
     /// and each send, fanned out at its instant, reaches whoever follows
     /// the sender then, and the sender; a feed's offsets follow the
     /// fan-out order.
-    fn correct_node(r: &Run) -> Outcome {
+    fn correct_node(r: &Run) -> Observed {
         let ring = (0..r.users).map(|u| (u, (u + 1) % r.users));
         let graph = FollowGraph::from_edges(r.edges.iter().copied().chain(ring));
         let mut now: std::collections::BTreeSet<(u64, u64)> = graph.edge_ids().collect();
@@ -540,7 +540,7 @@ mod tests {
                 }
             }
         }
-        Outcome {
+        Observed {
             graph,
             changes,
             sends,
@@ -549,7 +549,7 @@ mod tests {
     }
 
     /// Each user's receipts of `deliveries`.
-    fn receipts(o: &Outcome, users: u64, deliveries: &[(u64, usize)]) -> Vec<Vec<FeedReceipt>> {
+    fn receipts(o: &Observed, users: u64, deliveries: &[(u64, usize)]) -> Vec<Vec<FeedReceipt>> {
         let mut out: Vec<Vec<FeedReceipt>> = vec![Vec::new(); users as usize];
         for &(u, i) in deliveries {
             let s = o.sends[i];
@@ -566,7 +566,7 @@ mod tests {
         out
     }
 
-    fn judge(o: &Outcome, users: u64, deliveries: &[(u64, usize)]) -> Tally {
+    fn judge(o: &Observed, users: u64, deliveries: &[(u64, usize)]) -> Tally {
         let mut j = Judge::new(&o.graph, &o.sends, &o.changes);
         for (u, feeds) in receipts(o, users, deliveries).iter().enumerate() {
             j.connection(u as u64, feeds);

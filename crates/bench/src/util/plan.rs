@@ -10,32 +10,29 @@
 use std::ops::Range;
 
 /// Files a worker keeps for itself besides connections: stdio, the epoll
-/// and waker fds, the admin poller, plus slack for sockets the kernel has not
+/// and waker fds, the /stats poller, plus slack for sockets the kernel has not
 /// released yet after close.
 pub const RESERVED_FDS: u64 = 100;
 
 /// The open-file limit of this process after raising the soft limit to the
-/// hard one (children inherit it).
+/// hard one (children inherit it). The limit is read as `myriad doctor`
+/// reads it ([`myriad_host::open_files`]); raising it is the bench's own.
 pub fn fd_cap() -> u64 {
-    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
-    unsafe {
-        let mut lim = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return 1024;
-        }
-        if lim.rlim_cur < lim.rlim_max {
-            let raised = libc::rlimit {
-                rlim_cur: lim.rlim_max,
-                rlim_max: lim.rlim_max,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                lim.rlim_cur = lim.rlim_max;
-            }
-        }
-        lim.rlim_cur
+    let Some((soft, hard)) = myriad_host::open_files() else {
+        return 1024;
+    };
+    if soft >= hard {
+        return soft;
+    }
+    let raised = libc::rlimit {
+        rlim_cur: hard,
+        rlim_max: hard,
+    };
+    // SAFETY: setrlimit only reads the struct we pass.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+        hard
+    } else {
+        soft
     }
 }
 
@@ -75,15 +72,12 @@ pub fn connect_rate_concurrency(peak_rate: f64, hold_max_secs: f64, setup_secs: 
 
 /// The kernel's ephemeral port range (`ip_local_port_range`), the ports one
 /// (source IP, destination) pair can use when the kernel picks them.
+/// Read where `myriad doctor` reads it; the kernel's default range when
+/// it cannot be.
 pub fn ephemeral_ports() -> u64 {
-    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| {
-            let mut it = s.split_whitespace().map(|v| v.parse::<u64>().ok());
-            let (lo, hi) = (it.next()??, it.next()??);
-            Some(hi.saturating_sub(lo) + 1)
-        })
-        .unwrap_or(28_232)
+    myriad_host::Host::here()
+        .port_range()
+        .map_or(28_232, |(low, high)| high - low + 1)
 }
 
 /// Connections the kernel's ephemeral ports allow with `sources` source
@@ -93,18 +87,10 @@ pub fn port_capacity(sources: u64, targets: u64, ports_per_pair: u64) -> u64 {
     sources.max(1) * targets.max(1) * ports_per_pair
 }
 
-/// The kernel's port search in connect() slows down sharply as a (source,
-/// destination) pair's ports fill up (it scans for a free one), so the
-/// bench keeps each pair at most this full.
-pub const PORT_FILL: u64 = 4;
-
-/// Source addresses needed so that `conns_per_target` connections keep
-/// every pair's ports at most 1/[`PORT_FILL`] full: 1 for small runs.
-pub fn sources_needed(conns_per_target: u64, ports_per_pair: u64) -> u64 {
-    conns_per_target
-        .div_ceil((ports_per_pair / PORT_FILL).max(1))
-        .max(1)
-}
+/// How full the bench lets a (source, destination) pair's ports get, and
+/// the source addresses that takes: the host crate's, which the doctor's
+/// port row counts with too.
+pub use myriad_host::{sources_needed, PORT_FILL};
 
 #[cfg(test)]
 mod tests {
@@ -138,15 +124,6 @@ mod tests {
         // 20k/s held 1 s ± 5 % plus 0.25 s of setup: 26,000 open at the peak.
         assert_eq!(connect_rate_concurrency(20_000.0, 1.05, 0.25), 26_000);
         assert_eq!(processes_for(26_000, conns_per_process(20_000)), 2);
-    }
-
-    #[test]
-    fn sources_keep_ports_a_quarter_full() {
-        assert_eq!(sources_needed(1_000, 28_232), 1);
-        assert_eq!(sources_needed(7_058, 28_232), 1);
-        assert_eq!(sources_needed(7_059, 28_232), 2);
-        assert_eq!(sources_needed(32_500, 28_232), 5);
-        assert_eq!(sources_needed(1_000_000, 28_232), 142);
     }
 
     #[test]

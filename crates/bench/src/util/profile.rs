@@ -269,6 +269,17 @@ mod tests {
 
     #[test]
     fn myriad_templates_render_protocol_v1() {
+        // Checked against the protocol crate's own encoders, which the
+        // server's tests hold to docs/protocol.md, so a change of the
+        // protocol that the profile misses fails here.
+        use myriad_protocol::message::{
+            encode_error, encode_publish, encode_subscribe, encode_subscribed, write_publication,
+            ErrorCode,
+        };
+        use myriad_protocol::position::{Epoch, Position};
+
+        use crate::util::payload::{Stamp, StampFinder};
+
         let m = Profile::load("myriad").unwrap();
         let subjects = vec!["/p/s1".to_owned(), "/p/s2".to_owned()];
         let mut out = String::new();
@@ -282,10 +293,7 @@ mod tests {
                 },
                 &mut out,
             );
-        assert_eq!(
-            out,
-            r#"{"op":"subscribe","subjects":["/p/s1","/p/s2"],"id":1}"#
-        );
+        assert_eq!(out, encode_subscribe(&["/p/s1", "/p/s2"], Some(1)));
         out.clear();
         Template::compile("publish", &m.publish).unwrap().render(
             &Values {
@@ -295,7 +303,27 @@ mod tests {
             },
             &mut out,
         );
-        assert_eq!(out, r#"{"op":"publish","subject":"/p/s1","data":{"ts":1}}"#);
+        assert_eq!(out, encode_publish("/p/s1", r#"{"ts":1}"#, None));
+
+        // The replies the profile waits for are in what the node sends.
+        let at = Position::new(Epoch(7), 3);
+        let ack = m.subscribe_ack.as_deref().unwrap();
+        assert!(encode_subscribed(Some(1), "/p/s1", at, None).contains(ack));
+        assert!(!encode_error(Some(1), ErrorCode::InvalidSubject, "x").contains(ack));
+        let error = m.error_marker.as_deref().unwrap();
+        assert!(encode_error(Some(1), ErrorCode::InvalidSubject, "x").contains(error));
+        assert!(!encode_subscribed(Some(1), "/p/s1", at, None).contains(error));
+
+        // And the stamp is found in a delivery as the node encodes it.
+        let mut delivery = Vec::new();
+        write_publication(&mut delivery, "/p/s1", at, r#"{"ts":1234,"n":5,"pad":"x"}"#);
+        assert_eq!(
+            StampFinder::new(&m.timestamp_marker).find(&delivery),
+            Some(Stamp {
+                ts_ns: 1234,
+                n: Some(5)
+            })
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! `GET /stats` answers: a pure reading of JSON values, summed over nodes.
 //!
 //! Owns which /stats fields the bench charts and reports; fetching them is
-//! the coordinator's poller (`coordinator/admin.rs`), never done here.
+//! the coordinator's poller (`coordinator/node_api.rs`), never done here.
 
 use serde_json::Value;
 

@@ -1,25 +1,25 @@
 //! What a workload's worker side is to the worker loop: a [`Driver`] that
-//! the loop ticks and the engine hands connection events to, and the
-//! [`RoleResult`] it leaves for the final report.
+//! the loop ticks and the reactor hands connection events to, and the
+//! [`DriverResult`] it leaves for the final report.
 //!
 //! Owns that contract only; the loop is `process.rs`, each workload's
 //! driver one file in `workloads/`.
 
 use crate::schema::{BroadcastTally, Published, SocialDone};
-use crate::util::clock::Span;
+use crate::util::clock::Extent;
 use crate::util::continuity::Reached;
 use crate::util::histogram::Micros;
-use crate::worker::conn::Handler;
-use crate::worker::engine::Engine;
+use crate::worker::client_conn::Handler;
+use crate::worker::reactor::Reactor;
 
 /// Most events (arrivals, publishes, closes) a driver handles per tick:
 /// a driver that has fallen behind catches up in batches, between which
-/// the engine still reads its sockets and the worker still reports.
+/// the reactor still reads its sockets and the worker still reports.
 pub const MAX_BATCH: u64 = 256;
 
 /// What a workload adds to a worker's final report.
 #[derive(Debug, Default)]
-pub struct RoleResult {
+pub struct DriverResult {
     /// Latency of every delivery received.
     pub latency: Option<Micros>,
     /// How late each publish left against its due time.
@@ -33,9 +33,9 @@ pub struct RoleResult {
     /// Publishers: which events they published.
     pub published: Option<Published>,
     /// Subscribers: when the first and last delivery arrived.
-    pub received: Option<Span>,
+    pub received: Option<Extent>,
     /// Publishers: when the first and last publish left.
-    pub sent: Option<Span>,
+    pub sent: Option<Extent>,
     /// Churn: publications replayed per recovered resubscribe.
     pub replay: Option<Micros>,
     /// Churn: from a reconnect's connect() to its subject's `subscribed`
@@ -51,15 +51,15 @@ pub struct RoleResult {
 pub trait Driver: Handler {
     /// Does whatever is due (open connections, publish). Returns the
     /// monotonic ns at which it next has something due, if anything.
-    fn tick(&mut self, engine: &mut Engine) -> Option<u64>;
+    fn tick(&mut self, reactor: &mut Reactor) -> Option<u64>;
     /// The coordinator says every worker is ready.
-    fn start(&mut self, engine: &mut Engine);
+    fn start(&mut self, reactor: &mut Reactor);
     /// The coordinator says stop.
-    fn stop(&mut self, engine: &mut Engine);
+    fn stop(&mut self, reactor: &mut Reactor);
     /// Set-up is complete.
-    fn is_ready(&self, engine: &Engine) -> bool;
+    fn is_ready(&self, reactor: &Reactor) -> bool;
     /// Nothing left to do: the worker reports and exits.
-    fn is_done(&self, engine: &Engine) -> bool;
+    fn is_done(&self, reactor: &Reactor) -> bool;
     /// Message latency recorded since the last call.
     fn take_interval(&mut self) -> Option<Micros>;
     /// Whether its due times must be met to well under a millisecond
@@ -69,5 +69,5 @@ pub trait Driver: Handler {
         false
     }
     /// The workload's part of the final report.
-    fn finish(self) -> RoleResult;
+    fn finish(self) -> DriverResult;
 }

@@ -1,5 +1,5 @@
 //! The worker process's main loop: read the [`Spec`], pick the task's
-//! driver, turn the engine and tick the driver, and report as JSON lines
+//! driver, turn the reactor and tick the driver, and report as JSON lines
 //! (a snapshot every second, `ready`, `done`).
 //!
 //! Owns the loop and its timing only; what is said is the schema's, what
@@ -14,7 +14,7 @@ use crate::schema::{ChurnTask, Control, Done, Msg, Snapshot, Spec, Task};
 use crate::util::error::BenchError;
 use crate::util::{histogram, plan, sys};
 use crate::worker::driver::Driver;
-use crate::worker::engine::{Engine, NetConfig};
+use crate::worker::reactor::{NetConfig, Reactor};
 use crate::worker::subscriber::SubscribeDriver;
 use crate::worker::tls;
 use crate::worker::workloads::churn::ChurnDriver;
@@ -88,19 +88,19 @@ fn run_spec(spec: Spec) -> Result<(), BenchError> {
             false => None,
         },
     };
-    let mut engine = Engine::new(
+    let mut reactor = Reactor::new(
         net,
         spec.profile.subscribe_ack.as_deref(),
         spec.profile.error_marker.as_deref(),
         spec.seed,
     )?;
     // An HTTP transport's request names its connection's subjects.
-    engine.cx.subjects = match &spec.task {
+    reactor.cx.subjects = match &spec.task {
         Task::Subscribe(t) | Task::Churn(ChurnTask { subscribe: t, .. }) => t.assignment.clone(),
         Task::ConnectRate(_) | Task::Publish(_) | Task::Social(_) => None,
     };
     let (tx, rx) = mpsc::channel();
-    let waker = engine.waker();
+    let waker = reactor.waker();
     std::thread::spawn(move || {
         for line in io::stdin().lock().lines() {
             let Ok(line) = line else { break };
@@ -116,17 +116,17 @@ fn run_spec(spec: Spec) -> Result<(), BenchError> {
         let _ = waker.wake();
     });
     match &spec.task {
-        Task::ConnectRate(t) => run_worker(engine, ConnectRateDriver::new(t.clone(), &spec), &rx),
-        Task::Subscribe(t) => run_worker(engine, SubscribeDriver::new(t.clone(), &spec)?, &rx),
-        Task::Churn(t) => run_worker(engine, ChurnDriver::new(t.clone(), &spec)?, &rx),
-        Task::Publish(t) => run_worker(engine, PublishDriver::new(t.clone(), &spec)?, &rx),
-        Task::Social(t) => run_worker(engine, SocialDriver::new(t.clone(), &spec)?, &rx),
+        Task::ConnectRate(t) => run_worker(reactor, ConnectRateDriver::new(t.clone(), &spec), &rx),
+        Task::Subscribe(t) => run_worker(reactor, SubscribeDriver::new(t.clone(), &spec)?, &rx),
+        Task::Churn(t) => run_worker(reactor, ChurnDriver::new(t.clone(), &spec)?, &rx),
+        Task::Publish(t) => run_worker(reactor, PublishDriver::new(t.clone(), &spec)?, &rx),
+        Task::Social(t) => run_worker(reactor, SocialDriver::new(t.clone(), &spec)?, &rx),
     }
 }
 
-/// The worker loop: turn the engine, tick the driver, report.
+/// The worker loop: turn the reactor, tick the driver, report.
 fn run_worker<D: Driver>(
-    mut engine: Engine,
+    mut reactor: Reactor,
     mut driver: D,
     rx: &mpsc::Receiver<Control>,
 ) -> Result<(), BenchError> {
@@ -136,9 +136,9 @@ fn run_worker<D: Driver>(
     let mut ready_sent = false;
     let mut next_snapshot = SNAPSHOT_NS;
     loop {
-        let now = engine.refresh_now();
-        let due = driver.tick(&mut engine);
-        let becomes_ready = !ready_sent && driver.is_ready(&engine);
+        let now = reactor.refresh_now();
+        let due = driver.tick(&mut reactor);
+        let becomes_ready = !ready_sent && driver.is_ready(&reactor);
         // A snapshot goes out with Ready, so the coordinator sees the
         // set-up counts at once.
         if now >= next_snapshot || becomes_ready {
@@ -146,9 +146,9 @@ fn run_worker<D: Driver>(
             let rss = sys::rss_bytes();
             rss_peak = rss_peak.max(rss);
             emit(&Msg::Snapshot(Box::new(Snapshot {
-                counters: engine.cx.counters.clone(),
-                open: engine.open_conns() as u64,
-                in_setup: engine.in_setup() as u64,
+                counters: reactor.cx.counters.clone(),
+                open: reactor.open_conns() as u64,
+                in_setup: reactor.in_setup() as u64,
                 latency: driver
                     .take_interval()
                     .map(|h| histogram::encode(&h))
@@ -161,10 +161,10 @@ fn run_worker<D: Driver>(
             ready_sent = true;
             rss_ready = sys::rss_bytes();
             cpu_ready = sys::cpu_secs();
-            conns_ready = engine.open_conns() as u64;
+            conns_ready = reactor.open_conns() as u64;
             emit(&Msg::Ready)?;
         }
-        if driver.is_done(&engine) {
+        if driver.is_done(&reactor) {
             break;
         }
         let wake = due.unwrap_or(u64::MAX).min(next_snapshot);
@@ -173,45 +173,45 @@ fn run_worker<D: Driver>(
             // epoll waits in whole milliseconds, which would send every
             // event up to 1 ms late: look at the sockets without waiting,
             // then sleep the exact remainder.
-            engine.turn(&mut driver, Duration::ZERO)?;
+            reactor.turn(&mut driver, Duration::ZERO)?;
             std::thread::sleep(wait);
         } else if driver.precise() {
             // Wake a millisecond early (epoll rounds up): the remainder
             // is then slept precisely on the next pass.
-            engine.turn(&mut driver, wait - PRECISE_BELOW)?;
+            reactor.turn(&mut driver, wait - PRECISE_BELOW)?;
         } else {
-            engine.turn(&mut driver, wait)?;
+            reactor.turn(&mut driver, wait)?;
         }
-        if engine.take_woken() {
+        if reactor.take_woken() {
             while let Ok(c) = rx.try_recv() {
                 match c {
-                    Control::Start => driver.start(&mut engine),
-                    Control::Stop => driver.stop(&mut engine),
+                    Control::Start => driver.start(&mut reactor),
+                    Control::Stop => driver.stop(&mut reactor),
                 }
             }
         }
     }
-    let role = driver.finish();
-    let mut counters = engine.cx.counters.clone();
-    if let Some(p) = &role.published {
+    let workload = driver.finish();
+    let mut counters = reactor.cx.counters.clone();
+    if let Some(p) = &workload.published {
         counters.publish_dropped = p.dropped.len() as u64;
     }
     let mut histograms = vec![
         (
             "connect".to_owned(),
-            histogram::encode(&engine.cx.connect_hist),
+            histogram::encode(&reactor.cx.connect_hist),
         ),
         (
             "handshake".to_owned(),
-            histogram::encode(&engine.cx.handshake_hist),
+            histogram::encode(&reactor.cx.handshake_hist),
         ),
     ];
     for (name, h) in [
-        ("latency", &role.latency),
-        ("lag", &role.lag),
-        ("ack", &role.ack),
-        ("replay", &role.replay),
-        ("resubscribe", &role.resubscribe),
+        ("latency", &workload.latency),
+        ("lag", &workload.lag),
+        ("ack", &workload.ack),
+        ("replay", &workload.replay),
+        ("resubscribe", &workload.resubscribe),
     ] {
         if let Some(h) = h {
             histograms.push((name.to_owned(), histogram::encode(h)));
@@ -220,13 +220,13 @@ fn run_worker<D: Driver>(
     emit(&Msg::Done(Box::new(Done {
         counters,
         histograms,
-        phase_upgrades: role.phase_upgrades,
-        broadcast: role.broadcast,
-        published: role.published,
-        received: role.received,
-        sent: role.sent,
-        reached: role.reached,
-        social: role.social,
+        phase_upgrades: workload.phase_upgrades,
+        broadcast: workload.broadcast,
+        published: workload.published,
+        received: workload.received,
+        sent: workload.sent,
+        reached: workload.reached,
+        social: workload.social,
         rss_start,
         rss_ready,
         conns_ready,

@@ -16,15 +16,15 @@
 use std::collections::HashMap;
 
 use crate::schema::{BroadcastTally, Spec, SubscribeTask, SubscribeTransport, SETUP_ATTEMPTS};
-use crate::util::clock::Span;
+use crate::util::clock::Extent;
 use crate::util::counters::{Counters, Failure};
 use crate::util::error::BenchError;
 use crate::util::histogram::{self, Micros};
 use crate::util::payload::StampFinder;
 use crate::util::profile::{Template, Values};
-use crate::worker::conn::{Handler, Opening, Outcome, Wire};
-use crate::worker::driver::{Driver, RoleResult};
-use crate::worker::engine::Engine;
+use crate::worker::client_conn::{Ending, Handler, Opening, Wire};
+use crate::worker::driver::{Driver, DriverResult};
+use crate::worker::reactor::Reactor;
 
 /// The worker side of subscribers.
 pub struct SubscribeDriver {
@@ -50,7 +50,7 @@ pub struct SubscribeDriver {
     interval: Micros,
     tally: Option<BroadcastTally>,
     /// When the first and last delivery arrived.
-    received: Option<Span>,
+    received: Option<Extent>,
     /// Monotonic ns of the start signal.
     started_ns: Option<u64>,
     stopped: bool,
@@ -121,10 +121,10 @@ impl SubscribeDriver {
     }
 
     /// Opens connection `index` where it stands (its first target, or as
-    /// far on as it moved); a failure is counted by the engine.
-    pub(super) fn open(&mut self, engine: &mut Engine, index: u32) -> Result<usize, Failure> {
+    /// far on as it moved); a failure is counted by the reactor.
+    pub(super) fn open(&mut self, reactor: &mut Reactor, index: u32) -> Result<usize, Failure> {
         let hop = self.hop(index);
-        engine.open_moved(index, hop, Wire::from(self.task.transport))
+        reactor.open_moved(index, hop, Wire::from(self.task.transport))
     }
 
     /// Connection `index` ended before it was set up, or was lost: set it
@@ -206,7 +206,7 @@ impl Handler for SubscribeDriver {
         };
         // A stamp from the future (clock adjusted mid-run) counts as 0.
         let us = now_real.saturating_sub(stamp.ts_ns) / 1000;
-        Span::extend(&mut self.received, now_real);
+        Extent::extend(&mut self.received, now_real);
         histogram::record(&mut self.latency, us);
         histogram::record(&mut self.interval, us);
         if let (Some(t), Some(n)) = (&mut self.tally, stamp.n) {
@@ -222,7 +222,7 @@ impl Handler for SubscribeDriver {
         0
     }
 
-    fn on_closed(&mut self, _: usize, index: u32, _: Outcome, was_open: bool, _: &mut Counters) {
+    fn on_closed(&mut self, _: usize, index: u32, _: Ending, was_open: bool, _: &mut Counters) {
         if !was_open {
             self.retry_later(index);
         }
@@ -230,12 +230,12 @@ impl Handler for SubscribeDriver {
 }
 
 impl Driver for SubscribeDriver {
-    fn tick(&mut self, engine: &mut Engine) -> Option<u64> {
+    fn tick(&mut self, reactor: &mut Reactor) -> Option<u64> {
         if self.stopped {
             return None;
         }
-        let now = engine.refresh_now();
-        while engine.in_setup() < self.task.in_flight as usize
+        let now = reactor.refresh_now();
+        while reactor.in_setup() < self.task.in_flight as usize
             && (self.next < self.task.count || !self.retry.is_empty())
         {
             if !self.rate_allows(now) {
@@ -250,29 +250,29 @@ impl Driver for SubscribeDriver {
                 }
             };
             self.opens += 1;
-            if self.open(engine, index).is_err() {
+            if self.open(reactor, index).is_err() {
                 self.setup_failed(index);
             }
         }
         None
     }
 
-    fn start(&mut self, engine: &mut Engine) {
-        self.started_ns = Some(engine.refresh_now());
+    fn start(&mut self, reactor: &mut Reactor) {
+        self.started_ns = Some(reactor.refresh_now());
     }
 
-    fn stop(&mut self, _engine: &mut Engine) {
+    fn stop(&mut self, _reactor: &mut Reactor) {
         self.stopped = true;
     }
 
-    fn is_ready(&self, engine: &Engine) -> bool {
+    fn is_ready(&self, reactor: &Reactor) -> bool {
         self.next == self.task.count
             && self.retry.is_empty()
-            && engine.in_setup() == 0
+            && reactor.in_setup() == 0
             && self.unsettled == 0
     }
 
-    fn is_done(&self, _engine: &Engine) -> bool {
+    fn is_done(&self, _reactor: &Reactor) -> bool {
         self.stopped
     }
 
@@ -281,12 +281,12 @@ impl Driver for SubscribeDriver {
         Some(std::mem::replace(&mut self.interval, fresh))
     }
 
-    fn finish(self) -> RoleResult {
-        RoleResult {
+    fn finish(self) -> DriverResult {
+        DriverResult {
             latency: Some(self.latency),
             broadcast: self.tally,
             received: self.received,
-            ..RoleResult::default()
+            ..DriverResult::default()
         }
     }
 }
@@ -303,39 +303,39 @@ pub trait OnSubscribers: Handler {
     fn base_mut(&mut self) -> &mut SubscribeDriver;
     /// Does its own work due by monotonic `now`, the run having started at
     /// `start`; returns when it next has some.
-    fn due(&mut self, engine: &mut Engine, start: u64, now: u64) -> Option<u64>;
+    fn due(&mut self, reactor: &mut Reactor, start: u64, now: u64) -> Option<u64>;
     /// As [`Driver::precise`].
     fn paced(&self) -> bool {
         false
     }
     /// The final report: the connections' part and its own.
-    fn report(self) -> RoleResult;
+    fn report(self) -> DriverResult;
 }
 
 impl<W: OnSubscribers> Driver for W {
-    fn tick(&mut self, engine: &mut Engine) -> Option<u64> {
-        let setup = self.base_mut().tick(engine);
+    fn tick(&mut self, reactor: &mut Reactor) -> Option<u64> {
+        let setup = self.base_mut().tick(reactor);
         let Some(start) = self.base().started() else {
             return setup;
         };
-        let now = engine.refresh_now();
-        earliest(setup, self.due(engine, start, now))
+        let now = reactor.refresh_now();
+        earliest(setup, self.due(reactor, start, now))
     }
 
-    fn start(&mut self, engine: &mut Engine) {
-        self.base_mut().start(engine);
+    fn start(&mut self, reactor: &mut Reactor) {
+        self.base_mut().start(reactor);
     }
 
-    fn stop(&mut self, engine: &mut Engine) {
-        self.base_mut().stop(engine);
+    fn stop(&mut self, reactor: &mut Reactor) {
+        self.base_mut().stop(reactor);
     }
 
-    fn is_ready(&self, engine: &Engine) -> bool {
-        self.base().is_ready(engine)
+    fn is_ready(&self, reactor: &Reactor) -> bool {
+        self.base().is_ready(reactor)
     }
 
-    fn is_done(&self, engine: &Engine) -> bool {
-        self.base().is_done(engine)
+    fn is_done(&self, reactor: &Reactor) -> bool {
+        self.base().is_done(reactor)
     }
 
     fn take_interval(&mut self) -> Option<Micros> {
@@ -346,7 +346,7 @@ impl<W: OnSubscribers> Driver for W {
         self.paced()
     }
 
-    fn finish(self) -> RoleResult {
+    fn finish(self) -> DriverResult {
         self.report()
     }
 }

@@ -59,18 +59,18 @@
 //! [`StoreOptions::cache_bytes`] does not apply: Redis holds the whole
 //! graph in its own memory.
 //!
-//! # One Redis, not shards
+//! # One Redis, not several instances
 //! The store keeps the whole graph on one Redis, and [`RedisStore::open`]
-//! refuses more than one URL. Sharding users over several Redis by a hash
-//! of their id would put a follow edge's two lists on two shards, and a
+//! refuses more than one URL. Spreading users over several Redis by a hash
+//! of their id would put a follow edge's two lists on two instances, and a
 //! batch on many: a script is atomic on its own Redis only, so clause 2
-//! would need a two-phase commit across shards with the recovery of a
+//! would need a two-phase commit across instances with the recovery of a
 //! coordinator's death, and clause 3 a lock held across them. The graph
 //! does not need the capacity: seed 004's 1 M users and 15 M edges take
 //! 888 MiB of Redis's RSS (docs/benchmarks.md), and a node reads
 //! the graph only when a user connects or changes a follow; sends never
-//! touch it. Subjects, which do need the capacity, are sharded by the
-//! engine.
+//! touch it. Subjects, which do need the capacity, are spread over
+//! instances by the engine.
 //!
 //! # Failures
 //! Every Redis failure is a [`StoreError`], never a panic or a hang:

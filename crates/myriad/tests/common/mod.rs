@@ -253,7 +253,7 @@ impl Node {
         Node::in_cluster_of(&[redis], prefix, &defaults)
     }
 
-    /// A node of the cluster over the Redis shards `redis`, in this order,
+    /// A node of the cluster over the Redis instances `redis`, in this order,
     /// with `extra` flags.
     pub fn in_cluster_of(
         redis: &[&myriad_testkit::RedisServer],

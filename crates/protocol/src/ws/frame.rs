@@ -97,9 +97,28 @@ pub struct FrameHeader {
 /// cause; [`FrameError::close_reason`] maps each to the close code to send.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum FrameError {
-    /// An RSV bit was set, but no extension was negotiated (§5.2).
+    /// An RSV bit was set, but no extension was negotiated (§5.2): RSV2
+    /// or RSV3 always, RSV1 without permessage-deflate.
     #[error("reserved bits set without a negotiated extension")]
     ReservedBits,
+    /// RSV1 ("compressed") on a control frame (RFC 7692 §6.1).
+    #[error("compressed control frame")]
+    CompressedControlFrame,
+    /// RSV1 on a continuation frame: only a message's first frame carries
+    /// it (RFC 7692 §6.1).
+    #[error("compressed bit on a continuation frame")]
+    CompressedContinuation,
+    /// A compressed message whose payload is not valid DEFLATE data
+    /// (RFC 7692 §7.2.2: the connection is failed).
+    #[error("invalid deflate data")]
+    BadDeflateData,
+    /// A compressed message that inflates past the limit: refused as soon
+    /// as the inflated bytes pass it, never inflated further.
+    #[error("compressed message inflates past the limit of {limit}")]
+    InflatedTooBig {
+        /// The configured maximum.
+        limit: usize,
+    },
     /// An opcode RFC 6455 reserves for future use (§5.2).
     #[error("reserved opcode {0:#x}")]
     ReservedOpcode(u8),
@@ -149,8 +168,13 @@ impl FrameError {
     pub fn close_reason(&self) -> CloseReason {
         match self {
             FrameError::InvalidUtf8 => CloseReason::InvalidUtf8,
-            FrameError::MessageTooBig { .. } => CloseReason::MessageTooBig,
+            FrameError::MessageTooBig { .. } | FrameError::InflatedTooBig { .. } => {
+                CloseReason::MessageTooBig
+            }
             FrameError::ReservedBits
+            | FrameError::CompressedControlFrame
+            | FrameError::CompressedContinuation
+            | FrameError::BadDeflateData
             | FrameError::ReservedOpcode(_)
             | FrameError::FragmentedControlFrame
             | FrameError::ControlFrameTooLong(_)
@@ -168,6 +192,8 @@ impl FrameError {
 // Bits of the first two header bytes (§5.2).
 const FIN_BIT: u8 = 0x80;
 const RSV_BITS: u8 = 0x70;
+/// RSV1, which permessage-deflate names "Per-Message Compressed" (RFC 7692 §6).
+pub const COMPRESSED_BIT: u8 = 0x40;
 const OPCODE_BITS: u8 = 0x0F;
 const MASK_BIT: u8 = 0x80;
 const LEN_BITS: u8 = 0x7F;
@@ -183,17 +209,31 @@ const LEN_64: u8 = 127;
 /// reported as soon as that byte is present, so a broken peer is cut off
 /// without waiting for more input.
 ///
-/// Validates: RSV1-3 are 0 (no extension is ever negotiated), the opcode is
+/// Validates: RSV1-3 are 0 (see [`parse_frame_header_deflate`] for a
+/// connection with permessage-deflate), the opcode is
 /// not reserved, control frames have FIN and at most 125 bytes, and a 64-bit
 /// length has its top bit clear. Whether the frame must be masked depends on
 /// the role and is checked by the reader. Non-minimal length encodings are
 /// accepted: §5.2's "minimal number of bytes" binds the sender, and refusing
 /// them would protect nothing.
 pub fn parse_frame_header(buf: &[u8]) -> Result<Option<FrameHeader>, FrameError> {
+    Ok(parse_frame_header_deflate(buf, false)?.map(|(header, _)| header))
+}
+
+/// [`parse_frame_header`] on a connection that may have negotiated
+/// permessage-deflate (`deflate`): RSV1 is then allowed on the first frame
+/// of a data message and reported as the second value ("compressed"), and
+/// refused on control and continuation frames (RFC 7692 §6.1). RSV2 and
+/// RSV3 are always refused.
+pub fn parse_frame_header_deflate(
+    buf: &[u8],
+    deflate: bool,
+) -> Result<Option<(FrameHeader, bool)>, FrameError> {
     let Some(&b0) = buf.first() else {
         return Ok(None);
     };
-    if b0 & RSV_BITS != 0 {
+    let compressed = b0 & COMPRESSED_BIT != 0;
+    if b0 & RSV_BITS & !COMPRESSED_BIT != 0 || (compressed && !deflate) {
         return Err(FrameError::ReservedBits);
     }
     let raw_opcode = b0 & OPCODE_BITS;
@@ -201,6 +241,12 @@ pub fn parse_frame_header(buf: &[u8]) -> Result<Option<FrameHeader>, FrameError>
     let fin = b0 & FIN_BIT != 0;
     if opcode.is_control() && !fin {
         return Err(FrameError::FragmentedControlFrame);
+    }
+    if compressed && opcode.is_control() {
+        return Err(FrameError::CompressedControlFrame);
+    }
+    if compressed && opcode == OpCode::Continuation {
+        return Err(FrameError::CompressedContinuation);
     }
 
     let Some(&b1) = buf.get(1) else {
@@ -242,13 +288,16 @@ pub fn parse_frame_header(buf: &[u8]) -> Result<Option<FrameHeader>, FrameError>
         None
     };
 
-    Ok(Some(FrameHeader {
-        fin,
-        opcode,
-        mask,
-        payload_len,
-        header_len,
-    }))
+    Ok(Some((
+        FrameHeader {
+            fin,
+            opcode,
+            mask,
+            payload_len,
+            header_len,
+        },
+        compressed,
+    )))
 }
 
 /// XORs `data` with the masking key in place (§5.3). Masking and unmasking

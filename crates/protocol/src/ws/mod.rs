@@ -7,9 +7,12 @@
 //! policy (what to do with a ping, when to close) or know about protocol v1:
 //! the caller reads the bytes, calls in, and acts on what comes back.
 //!
-//! No extension is ever negotiated (the handshake never answers
-//! `Sec-WebSocket-Extensions`), so every RSV bit set on the wire is an error.
+//! The one extension is permessage-deflate ([`deflate`], RFC 7692): on a
+//! connection that negotiated it RSV1 marks a compressed message, which
+//! [`MessageReader::read_deflate`] inflates; every other RSV bit, and RSV1
+//! elsewhere, is an error.
 
+pub mod deflate;
 pub mod frame;
 pub mod reader;
 pub mod utf8;

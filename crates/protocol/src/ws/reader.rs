@@ -12,7 +12,10 @@
 //! message is being reassembled. Unfragmented messages, the common case, are
 //! unmasked in place in the caller's buffer and lent out from it with no copy.
 
-use super::frame::{apply_mask, parse_close_payload, parse_frame_header, FrameError, OpCode};
+use super::deflate::Inflater;
+use super::frame::{
+    apply_mask, parse_close_payload, parse_frame_header_deflate, FrameError, OpCode,
+};
 use super::utf8::Utf8Validator;
 
 /// Which end of the connection we are; it decides the masking rule (§5.1).
@@ -91,6 +94,9 @@ struct Partial {
     utf8: Utf8Validator,
     /// Text (true) or binary (false), from the first fragment's opcode.
     text: bool,
+    /// The first fragment had RSV1 (permessage-deflate): `data` is
+    /// compressed, and its text is checked once inflated.
+    compressed: bool,
     /// The final fragment has arrived and the message was lent out by the
     /// last `read`; the next `read` frees this box. It cannot be freed
     /// earlier because the returned [`Message`] borrows `data`.
@@ -100,6 +106,7 @@ struct Partial {
 impl Partial {
     /// The finished message, borrowing `data`.
     fn message(&self) -> Result<Message<'_>, FrameError> {
+        debug_assert!(!self.compressed, "inflated by the reader");
         if !self.text {
             return Ok(Message::Binary(&self.data));
         }
@@ -142,12 +149,29 @@ impl MessageReader {
         buf: &'a mut [u8],
         limits: &ReadLimits,
     ) -> Result<Read<'a>, FrameError> {
+        self.read_deflate(buf, limits, None)
+    }
+
+    /// [`MessageReader::read`] on a connection that negotiated
+    /// permessage-deflate when `inflater` is given: a message whose first
+    /// frame has RSV1 is inflated by it once whole (RFC 7692 §6.2), its
+    /// inflated size held to `max_message` as it is made (a bomb fails
+    /// with [`FrameError::InflatedTooBig`]) and its text checked then. The
+    /// compressed bytes are held to `max_message` too. Without `inflater`
+    /// RSV1 is [`FrameError::ReservedBits`], as in `read`.
+    pub fn read_deflate<'a>(
+        &'a mut self,
+        buf: &'a mut [u8],
+        limits: &ReadLimits,
+        inflater: Option<&'a mut Inflater>,
+    ) -> Result<Read<'a>, FrameError> {
         if self.partial.as_ref().is_some_and(|p| p.complete) {
             // The message lent out by the previous call is no longer borrowed.
             self.partial = None;
         }
 
-        let Some(header) = parse_frame_header(buf)? else {
+        let Some((header, compressed)) = parse_frame_header_deflate(buf, inflater.is_some())?
+        else {
             return Ok(Read::Incomplete { frame_len: None });
         };
         match (limits.role, header.mask) {
@@ -190,7 +214,21 @@ impl MessageReader {
             apply_mask(payload, key);
         }
         let payload: &'a [u8] = payload;
+        let inflate = |inflater: Option<&'a mut Inflater>, text: bool, data: &'a [u8]| {
+            let data = match inflater {
+                Some(inflater) => inflater.inflate(data, limits.max_message)?,
+                None => unreachable!("RSV1 is refused without an inflater"),
+            };
+            Ok::<_, FrameError>(if text {
+                Message::Text(std::str::from_utf8(data).map_err(|_| FrameError::InvalidUtf8)?)
+            } else {
+                Message::Binary(data)
+            })
+        };
         let message = match header.opcode {
+            OpCode::Text | OpCode::Binary if header.fin && compressed => {
+                Some(inflate(inflater, header.opcode == OpCode::Text, payload)?)
+            }
             OpCode::Ping => Some(Message::Ping(payload)),
             OpCode::Pong => Some(Message::Pong(payload)),
             OpCode::Close => Some(Message::Close(parse_close_payload(payload)?)),
@@ -199,14 +237,14 @@ impl MessageReader {
             )),
             OpCode::Binary if header.fin => Some(Message::Binary(payload)),
             OpCode::Text | OpCode::Binary => {
-                self.start_fragmented(header.opcode == OpCode::Text, payload)?;
+                self.start_fragmented(header.opcode == OpCode::Text, compressed, payload)?;
                 None
             }
             OpCode::Continuation => {
                 let Some(partial) = self.partial.as_deref_mut() else {
                     return Err(FrameError::UnexpectedContinuation);
                 };
-                if partial.text {
+                if partial.text && !partial.compressed {
                     partial.utf8.feed(payload)?;
                 }
                 let needed = partial.data.len() + payload.len();
@@ -222,7 +260,11 @@ impl MessageReader {
                 if header.fin {
                     partial.complete = true;
                     let partial: &'a Partial = partial;
-                    Some(partial.message()?)
+                    Some(if partial.compressed {
+                        inflate(inflater, partial.text, &partial.data)?
+                    } else {
+                        partial.message()?
+                    })
                 } else {
                     None
                 }
@@ -256,9 +298,14 @@ impl MessageReader {
     }
 
     /// Opens a fragmented message with its first (non-final) fragment.
-    fn start_fragmented(&mut self, text: bool, payload: &[u8]) -> Result<(), FrameError> {
+    fn start_fragmented(
+        &mut self,
+        text: bool,
+        compressed: bool,
+        payload: &[u8],
+    ) -> Result<(), FrameError> {
         let mut utf8 = Utf8Validator::new();
-        if text {
+        if text && !compressed {
             // Checked before allocating: invalid text costs no box.
             utf8.feed(payload)?;
         }
@@ -266,6 +313,7 @@ impl MessageReader {
             data: payload.to_vec(),
             utf8,
             text,
+            compressed,
             complete: false,
         }));
         Ok(())
@@ -327,6 +375,124 @@ mod tests {
         }
         reader.release();
         assert_eq!(reader.held_bytes(), 0);
+    }
+
+    /// RFC 7692 §7.2.3.1: "Hello", compressed, without its tail.
+    const HELLO: [u8; 7] = [0xf2, 0x48, 0xcd, 0xc9, 0xc9, 0x07, 0x00];
+    const COMPRESSED: u8 = 0x40;
+
+    fn deflated(bytes: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        super::super::deflate::Deflater::new(1)
+            .compress(bytes, &mut out)
+            .expect("compressible");
+        out
+    }
+
+    fn read_one(
+        reader: &mut MessageReader,
+        mut frame: Vec<u8>,
+        inflater: Option<&mut Inflater>,
+        max_message: usize,
+    ) -> Result<Option<Vec<u8>>, FrameError> {
+        let limits = ReadLimits {
+            role: Role::Server,
+            max_message,
+        };
+        match reader.read_deflate(&mut frame, &limits, inflater)? {
+            Read::Frame {
+                message: Some(Message::Text(t)),
+                ..
+            } => Ok(Some(t.as_bytes().to_vec())),
+            Read::Frame {
+                message: Some(Message::Binary(b) | Message::Ping(b)),
+                ..
+            } => Ok(Some(b.to_vec())),
+            Read::Frame { message: None, .. } => Ok(None),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn compressed_messages_are_inflated_whole_or_in_fragments() {
+        let mut reader = MessageReader::new();
+        let mut inflater = Inflater::new();
+        let frame = client_frame(COMPRESSED | 0x1, true, &HELLO);
+        assert_eq!(
+            read_one(&mut reader, frame, Some(&mut inflater), 100),
+            Ok(Some(b"Hello".to_vec()))
+        );
+        // Only the first fragment carries RSV1; a ping may come between.
+        let first = client_frame(COMPRESSED | 0x2, false, &HELLO[..3]);
+        assert_eq!(
+            read_one(&mut reader, first, Some(&mut inflater), 100),
+            Ok(None)
+        );
+        let ping = client_frame(0x9, true, b"p");
+        assert_eq!(
+            read_one(&mut reader, ping, Some(&mut inflater), 100),
+            Ok(Some(b"p".to_vec()))
+        );
+        let last = client_frame(0x0, true, &HELLO[3..]);
+        assert_eq!(
+            read_one(&mut reader, last, Some(&mut inflater), 100),
+            Ok(Some(b"Hello".to_vec()))
+        );
+        // Uncompressed messages still pass on a deflate connection.
+        let plain = client_frame(0x1, true, b"plain");
+        assert_eq!(
+            read_one(&mut reader, plain, Some(&mut inflater), 100),
+            Ok(Some(b"plain".to_vec()))
+        );
+    }
+
+    #[test]
+    fn compression_rules_are_enforced() {
+        let mut inflater = Inflater::new();
+        let compressed = || client_frame(COMPRESSED | 0x1, true, &HELLO);
+        assert_eq!(
+            read_one(&mut MessageReader::new(), compressed(), None, 100),
+            Err(FrameError::ReservedBits),
+            "RSV1 without negotiation"
+        );
+        assert_eq!(
+            read_one(
+                &mut MessageReader::new(),
+                client_frame(COMPRESSED | 0x9, true, b""),
+                Some(&mut inflater),
+                100
+            ),
+            Err(FrameError::CompressedControlFrame)
+        );
+        let mut reader = MessageReader::new();
+        let first = client_frame(0x1, false, b"a");
+        assert_eq!(
+            read_one(&mut reader, first, Some(&mut inflater), 100),
+            Ok(None)
+        );
+        assert_eq!(
+            read_one(
+                &mut reader,
+                client_frame(COMPRESSED, true, &HELLO),
+                Some(&mut inflater),
+                100
+            ),
+            Err(FrameError::CompressedContinuation)
+        );
+        let mut lone = |payload: &[u8]| {
+            let frame = client_frame(COMPRESSED | 0x1, true, payload);
+            read_one(&mut MessageReader::new(), frame, Some(&mut inflater), 100)
+        };
+        let bomb = deflated(&[b'a'; 200]);
+        assert!(bomb.len() < 100);
+        assert_eq!(
+            lone(&bomb),
+            Err(FrameError::InflatedTooBig { limit: 100 }),
+            "the inflated size is what the limit holds"
+        );
+        assert_eq!(lone(&[0xff, 0xff]), Err(FrameError::BadDeflateData));
+        // Text is checked once inflated: 0xff is never UTF-8.
+        assert_eq!(lone(&deflated(&[0xff; 64])), Err(FrameError::InvalidUtf8));
     }
 
     #[test]

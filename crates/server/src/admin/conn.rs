@@ -11,7 +11,7 @@
 //! is the new one answered 503 and closed at once. A slot passes to the
 //! newcomer as soon as its holder is told to close, so for the moment its
 //! task takes to run the listener holds one descriptor more per such
-//! handover. Also each connection's stage, with its deadline:
+//! handover. Also each connection's phase, with its deadline:
 //!
 //! - *head*, from accept, or from the first byte of a request that follows
 //!   another, until hyper has the request's head: `admin_header_timeout`,
@@ -25,9 +25,9 @@
 //! - *streaming*, while a `/status/events` reply lives: no deadline (the
 //!   streams are capped by `max_status_streams`); idle once it ends.
 //!
-//! One watchdog per connection sleeps until its stage's deadline and drops
-//! the connection, closing it, if it is still in that stage. With
-//! `admin_tls` the TLS handshake runs first, inside the *head* stage's
+//! One watchdog per connection sleeps until its phase's deadline and drops
+//! the connection, closing it, if it is still in that phase. With
+//! `admin_tls` the TLS handshake runs first, inside the *head* phase's
 //! deadline; a failed one is counted (`errors{kind="tls_handshake_failed"}`).
 //!
 //! At shutdown every connection is told to end gracefully (hyper's own
@@ -219,7 +219,7 @@ fn refuse(stream: &TcpStream, max: usize) {
     let _ = (&*socket).write(answer.as_bytes());
 }
 
-/// The deadlines of the stages that have one.
+/// The deadlines of the phases that have one.
 #[derive(Clone, Copy)]
 pub(super) struct Timeouts {
     header: Duration,
@@ -235,8 +235,10 @@ impl Timeouts {
     }
 }
 
+/// Where an admin connection is in its life, as `conn::Phase` is for a
+/// client connection (the module header says what each one allows).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stage {
+enum Phase {
     Head,
     Busy,
     Idle,
@@ -244,7 +246,7 @@ enum Stage {
 }
 
 struct State {
-    stage: Stage,
+    phase: Phase,
     since: Instant,
     /// A request on it carried a key: idle, it keeps `admin_idle_timeout`,
     /// and it is never closed to make room.
@@ -254,14 +256,14 @@ struct State {
     evicted: bool,
 }
 
-/// One connection's stage, told by its socket (a request's first byte),
+/// One connection's phase, told by its socket (a request's first byte),
 /// its service (a request starts, its reply is made) and its streaming
 /// reply (it ends), and read by its watchdog.
 struct Watch {
     /// Locked only for a read or a write of the two fields, never across an
     /// `.await`; the admin runtime has one thread, so it is never contended.
     state: Mutex<State>,
-    /// Wakes the watchdog to take a new stage's deadline.
+    /// Wakes the watchdog to take a new phase's deadline.
     changed: Notify,
 }
 
@@ -269,7 +271,7 @@ impl Watch {
     fn new() -> Watch {
         Watch {
             state: Mutex::new(State {
-                stage: Stage::Head,
+                phase: Phase::Head,
                 since: Instant::now(),
                 authenticated: false,
                 evicted: false,
@@ -282,9 +284,9 @@ impl Watch {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn enter(&self, stage: Stage) {
+    fn enter(&self, phase: Phase) {
         let mut state = self.state();
-        state.stage = stage;
+        state.phase = phase;
         state.since = Instant::now();
         drop(state);
         self.changed.notify_one();
@@ -293,7 +295,7 @@ impl Watch {
     /// Whether closing it now cuts no request short: it is waiting for
     /// one, or for the rest of one's head.
     fn evictable(&self) -> bool {
-        matches!(self.state().stage, Stage::Head | Stage::Idle)
+        matches!(self.state().phase, Phase::Head | Phase::Idle)
     }
 
     /// Tells its watchdog to close it.
@@ -304,23 +306,23 @@ impl Watch {
 
     /// Bytes came in: if the connection was idle, a request has begun.
     fn bytes_arrived(&self) {
-        if self.state().stage == Stage::Idle {
-            self.enter(Stage::Head);
+        if self.state().phase == Phase::Idle {
+            self.enter(Phase::Head);
         }
     }
 
-    /// The stage and when it overstays, if it has a deadline. A connection
+    /// The phase and when it overstays, if it has a deadline. A connection
     /// that has shown no key has nothing to keep alive for: idle, it gets
     /// the head's short deadline.
-    fn deadline(&self, timeouts: Timeouts) -> Option<(Stage, Instant)> {
+    fn deadline(&self, timeouts: Timeouts) -> Option<(Phase, Instant)> {
         let state = self.state();
-        let limit = match state.stage {
-            Stage::Head => timeouts.header,
-            Stage::Idle if !state.authenticated => timeouts.header,
-            Stage::Idle => timeouts.idle,
-            Stage::Busy | Stage::Streaming => return None,
+        let limit = match state.phase {
+            Phase::Head => timeouts.header,
+            Phase::Idle if !state.authenticated => timeouts.header,
+            Phase::Idle => timeouts.idle,
+            Phase::Busy | Phase::Streaming => return None,
         };
-        Some((state.stage, state.since + limit))
+        Some((state.phase, state.since + limit))
     }
 
     /// The reply is made: a whole one leaves the connection idle; a stream
@@ -328,11 +330,11 @@ impl Watch {
     fn replied<S>(self: &Arc<Self>, reply: Response<Either<Full<Bytes>, S>>) -> Served<S> {
         reply.map(|body| match body {
             Either::Left(whole) => {
-                self.enter(Stage::Idle);
+                self.enter(Phase::Idle);
                 Either::Left(whole)
             }
             Either::Right(stream) => {
-                self.enter(Stage::Streaming);
+                self.enter(Phase::Streaming);
                 Either::Right(Streamed {
                     body: stream,
                     watch: Arc::clone(self),
@@ -354,7 +356,7 @@ pub(super) struct Streamed<S> {
 
 impl<S> Drop for Streamed<S> {
     fn drop(&mut self) {
-        self.watch.enter(Stage::Idle);
+        self.watch.enter(Phase::Idle);
     }
 }
 
@@ -439,7 +441,7 @@ enum Ended {
 }
 
 /// Serves one admitted connection with `handler`, over TLS when `tls` is
-/// given, until it ends or overstays a stage; `slot` is given back when it
+/// given, until it ends or overstays a phase; `slot` is given back when it
 /// is gone. When `shutdown` fires, hyper finishes the request in flight,
 /// if any, and closes the connection.
 pub(super) async fn serve<H, F, S>(
@@ -467,7 +469,7 @@ pub(super) async fn serve<H, F, S>(
         service_fn(move |req: Request<Incoming>| {
             // Called as soon as hyper has the head.
             slot.request(req.method(), req.headers());
-            watch.enter(Stage::Busy);
+            watch.enter(Phase::Busy);
             let reply = handler(req);
             let watch = Arc::clone(&watch);
             async move { Ok::<_, Infallible>(watch.replied(reply.await)) }
@@ -515,14 +517,14 @@ pub(super) async fn serve<H, F, S>(
                 }
             }
             () = overstayed => {
-                // Still in that stage? The deadline is read afresh: a stage
+                // Still in that phase? The deadline is read afresh: a phase
                 // entered since has its own.
                 match watch.deadline(timeouts) {
-                    Some((Stage::Head, at)) if at <= Instant::now() => {
+                    Some((Phase::Head, at)) if at <= Instant::now() => {
                         metrics.error(ErrorKind::AdminHeaderTimeout);
                         break;
                     }
-                    Some((Stage::Idle, at)) if at <= Instant::now() => {
+                    Some((Phase::Idle, at)) if at <= Instant::now() => {
                         metrics.admin_idle_closed();
                         break;
                     }

@@ -189,6 +189,7 @@ async fn whole_reply(req: Request<Incoming>, shared: &Shared, started: Instant) 
         (&Method::GET, "/status") => status::page(),
         (&Method::GET, "/metrics") => {
             shared.metrics.mirror_engine(&shared.engine.stats());
+            shared.metrics.mirror_deflate(&crate::deflate::COUNTS);
             shared.metrics.mirror_feeds(&shared.feeds.stats());
             let mut reply = Response::new(Full::new(Bytes::from(shared.metrics.render())));
             reply.headers_mut().insert(

@@ -27,24 +27,27 @@
 //! is unlocked, so no thread ever holds two stream shards. Age limits are
 //! applied whenever a subject is touched and by a once-a-second sweep on
 //! its own thread, so idle subjects free their memory too.
+//!
+//! Submodules: [`stream`] (one subject's stream and the shard of them one
+//! lock covers), `tests`.
 
-use std::collections::{BTreeMap, BTreeSet};
+mod stream;
+
+use self::stream::{stream_bytes, Shard, Stream};
+
 use std::hash::BuildHasher;
-use std::mem::size_of;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use foldhash::fast::RandomState;
-use hashbrown::HashMap;
 use myriad_protocol::position::{Epoch, Position};
 
 use super::{
     Attach, Attached, Attachment, Engine, EngineError, EngineStats, HistoryPage, HistoryQuery,
     HistoryStats, Published, Reply,
 };
-use crate::heap::{self, allocation};
-use crate::history::{Freed, HistoryPolicy, Recovery, SubjectHistory};
+use crate::history::{Freed, Recovery};
 use crate::hub::{Event, Hub, Route, Wakeups};
 use crate::namespace::{NamespaceId, Namespaces};
 use crate::publication::Publication;
@@ -55,127 +58,6 @@ use crate::sharded::{self, SHARDS};
 
 /// How often idle subjects are checked for expired history.
 const EXPIRY_SWEEP: Duration = Duration::from_secs(1);
-
-/// How long a subject with history but no age limit keeps its position once
-/// it has neither subscribers nor publications held.
-const IDLE_POSITION_RETENTION: Duration = Duration::from_secs(3600);
-
-/// One subject's stream on this node: 48 bytes, paid per subject (with
-/// one subscriber per subject, per connection), so the policy is a
-/// namespace id and the time is in seconds.
-#[derive(Debug)]
-struct Stream {
-    epoch: Epoch,
-    /// Offset of the last publication; 0 before the first.
-    offset: u64,
-    /// Present while the subject holds history.
-    history: Option<Box<SubjectHistory>>,
-    /// The workers holding its subscribers.
-    route: Route,
-    /// Last publish, last subscriber leaving, or history running empty:
-    /// seconds on the engine's clock.
-    last_active_s: u32,
-    namespace: NamespaceId,
-}
-
-impl Stream {
-    /// Kept with neither subscribers nor history: only its position is left.
-    fn idle(&self) -> bool {
-        self.route.subscribers() == 0 && self.history.is_none()
-    }
-
-    /// What keeping this stream, named `name`, charges to the history
-    /// budget beside its publications (see the module header).
-    fn charge(&self, name: &str) -> usize {
-        let unpaid = if self.route.subscribers() == 0 {
-            stream_bytes(name)
-        } else {
-            0
-        };
-        let idle = if self.idle() { IDLE_ENTRY_BYTES } else { 0 };
-        let history = self.history.as_deref().map_or(0, |h| {
-            allocation(size_of::<SubjectHistory>())
-                + allocation(h.queue_bytes())
-                + OLDEST_ENTRY_BYTES
-        });
-        unpaid + idle + history
-    }
-
-    fn position(&self) -> Position {
-        Position::new(self.epoch, self.offset)
-    }
-
-    /// What a recovery from `since` finds now, at most `limit` publications.
-    fn recover(&self, since: Position, limit: usize) -> Recovery {
-        let position = self.position();
-        match self.history.as_deref() {
-            Some(history) => history.recover(since, position, limit),
-            None if since == position => Recovery::Complete(Vec::new()),
-            None => Recovery::Incomplete,
-        }
-    }
-
-    fn oldest_order(&self) -> Option<u64> {
-        self.history.as_ref().and_then(|h| h.oldest_order())
-    }
-
-    /// Neither subscribers nor history, for long enough that a client
-    /// returning with this position would have nothing to recover anyway:
-    /// without history at once, with history after its age limit (or
-    /// [`IDLE_POSITION_RETENTION`]). Until then a subscriber that saw nothing
-    /// and comes back still recovers, in the same epoch.
-    fn forgettable(&self, policy: HistoryPolicy, now_ms: u64) -> bool {
-        let interested = self.route.subscribers() > 0;
-        if interested || self.history.as_ref().is_some_and(|h| !h.is_empty()) {
-            return false;
-        }
-        let retention = match policy {
-            p if !p.is_on() => Duration::ZERO,
-            p if p.ttl.is_zero() => IDLE_POSITION_RETENTION,
-            p => p.ttl,
-        };
-        let idle_ms = now_ms.saturating_sub(u64::from(self.last_active_s) * 1_000);
-        idle_ms >= retention.as_millis() as u64
-    }
-}
-
-/// What a stream named `name` costs in its shard's map.
-fn stream_bytes(name: &str) -> usize {
-    heap::named_entry_bytes::<Stream>(name)
-}
-
-/// An idle position's entry in its shard's `idle` index.
-const IDLE_ENTRY_BYTES: usize = heap::btree_entry_bytes::<(u32, Arc<str>)>();
-
-/// A subject's entry in its shard's `oldest` index, while it holds history.
-const OLDEST_ENTRY_BYTES: usize = heap::btree_entry_bytes::<(u64, Arc<str>)>();
-
-#[derive(Default)]
-struct Shard {
-    streams: HashMap<Arc<str>, Stream, RandomState>,
-    /// Subjects holding history, by the store order of their oldest
-    /// publication (unique per publication): the first entry is this
-    /// shard's oldest publication.
-    oldest: BTreeMap<u64, Arc<str>>,
-    /// Idle positions ([`Stream::idle`]) by when they went idle (their
-    /// `last_active_s`, which does not change while they stay idle), then
-    /// name: the first entry is this shard's oldest.
-    idle: BTreeSet<(u32, Arc<str>)>,
-}
-
-impl Shard {
-    fn first_oldest(&self) -> u64 {
-        self.oldest
-            .first_key_value()
-            .map_or(u64::MAX, |(order, _)| *order)
-    }
-
-    fn first_idle(&self) -> u64 {
-        self.idle
-            .first()
-            .map_or(u64::MAX, |(since, _)| u64::from(*since))
-    }
-}
 
 struct Inner {
     hub: Arc<Hub>,
@@ -805,201 +687,4 @@ impl Engine for MemoryEngine {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::engine::conformance::{self, Harness};
-    use crate::namespace::history_policy;
-
-    fn memory(workers: usize, namespaces: Namespaces, max_bytes: usize) -> Harness {
-        Harness::new(workers, |hub| {
-            Box::new(MemoryEngine::new(hub, namespaces, max_bytes))
-        })
-    }
-
-    #[test]
-    fn a_stream_stays_small() {
-        // Paid per subject: see docs/architecture.md, memory per connection.
-        assert!(std::mem::size_of::<Stream>() <= 48);
-    }
-
-    /// A harness over a memory engine, and the engine's insides to audit.
-    fn audited(max_bytes: usize, policy: HistoryPolicy) -> (Harness, Arc<Inner>) {
-        let mut inner = None;
-        let h = Harness::new(1, |hub| {
-            let namespaces = Namespaces::new(policy, &[], history_policy);
-            let engine = MemoryEngine::new(hub, namespaces, max_bytes);
-            inner = Some(Arc::clone(&engine.inner));
-            Box::new(engine)
-        });
-        (h, inner.expect("made"))
-    }
-
-    /// Recounts from the streams themselves everything the engine's totals
-    /// and indexes say, and checks they agree. Returns the streams held.
-    fn audit(inner: &Inner) -> usize {
-        let (mut charged, mut messages, mut idle, mut routed, mut streams) = (0, 0, 0, 0, 0);
-        for index in 0..SHARDS {
-            let shard = inner.lock(index);
-            let (mut shard_idle, mut shard_history) = (0, 0);
-            for (name, stream) in &shard.streams {
-                streams += 1;
-                charged += stream.charge(name);
-                if let Some(history) = stream.history.as_deref() {
-                    assert!(!history.is_empty(), "{name}: an empty history kept");
-                    let kept = history.last(usize::MAX);
-                    charged += kept
-                        .iter()
-                        .map(|p| crate::history::kept_bytes(p))
-                        .sum::<usize>();
-                    messages += kept.len();
-                    let order = history.oldest_order().expect("not empty");
-                    assert_eq!(shard.oldest.get(&order), Some(name));
-                    shard_history += 1;
-                }
-                if stream.idle() {
-                    assert!(shard
-                        .idle
-                        .contains(&(stream.last_active_s, Arc::clone(name))));
-                    shard_idle += 1;
-                    idle += 1;
-                }
-                if stream.route.subscribers() > 0 {
-                    routed += stream_bytes(name);
-                }
-            }
-            assert_eq!(
-                (shard.idle.len(), shard.oldest.len()),
-                (shard_idle, shard_history)
-            );
-            assert_eq!(
-                inner.shard_idle[index].load(Ordering::Relaxed),
-                shard.first_idle()
-            );
-            assert_eq!(
-                inner.shard_oldest[index].load(Ordering::Relaxed),
-                shard.first_oldest()
-            );
-        }
-        let load = |a: &AtomicUsize| a.load(Ordering::Relaxed);
-        assert_eq!(load(&inner.held_bytes), charged, "charged to the budget");
-        assert_eq!(load(&inner.held_messages), messages);
-        assert_eq!(load(&inner.idle_positions), idle);
-        assert_eq!(load(&inner.routed_bytes), routed);
-        streams
-    }
-
-    const KEEP_TEN: HistoryPolicy = HistoryPolicy {
-        size: 10,
-        ttl: Duration::ZERO,
-    };
-
-    #[test]
-    fn the_byte_count_is_exactly_what_history_holds() {
-        let policy = HistoryPolicy {
-            size: 3,
-            ttl: Duration::ZERO,
-        };
-        let (h, inner) = audited(5_000, policy);
-        for n in 0..40 {
-            h.publish(&format!("s{}", n % 4), &"7".repeat(n * 10));
-        }
-        audit(&inner);
-        let stats = h.engine.stats().history;
-        assert!(stats.bytes <= 5_000 && stats.evictions > 0, "{stats:?}");
-    }
-
-    #[test]
-    fn a_publisher_to_new_subjects_cannot_grow_the_node_past_the_budget() {
-        // Issue 26's first attack, in small: one message to each of many
-        // subjects that nobody subscribes to. Before, every subject's stream
-        // outlived its evicted history, outside the budget.
-        let budget = 200_000;
-        let (h, inner) = audited(budget, KEEP_TEN);
-        let first = h.publish("s0", "1").position.expect("kept");
-        for n in 1..20_000 {
-            h.publish(&format!("s{n}"), "1");
-        }
-        let streams = audit(&inner);
-        let stats = h.engine.stats().history;
-        assert!(stats.bytes as usize <= budget, "{stats:?}");
-        assert!(
-            streams * stream_bytes("s0") <= budget,
-            "{streams} streams kept"
-        );
-        assert!(
-            stats.evictions > 0 && stats.evicted_positions > 0,
-            "{stats:?}"
-        );
-        // The first subject was forgotten: coming back to it cannot
-        // pretend to recover.
-        assert_eq!(h.history("s0", Some(first), 10).recovered, Some(false));
-        // The newest still recovers.
-        let last = h.publish("s19999", "2").position.expect("kept");
-        let before = Position::new(last.epoch, last.offset - 1);
-        let page = h.history("s19999", Some(before), 10);
-        assert_eq!((page.recovered, page.publications.len()), (Some(true), 1));
-    }
-
-    #[test]
-    fn positions_left_by_subscribers_are_charged_and_evicted() {
-        let budget = 50_000;
-        let (h, inner) = audited(budget, KEEP_TEN);
-        for n in 0..5_000 {
-            let subject = format!("left{n}");
-            h.attach(&subject, 1, false);
-            h.attached();
-            assert_eq!(audit(&inner) as u64, h.engine.stats().history.positions + 1);
-            h.engine.detach(&subject, 0, true);
-        }
-        audit(&inner);
-        let stats = h.engine.stats().history;
-        assert!(stats.bytes as usize <= budget, "{stats:?}");
-        assert!(
-            stats.positions > 0 && stats.evicted_positions > 0,
-            "{stats:?}"
-        );
-        assert_eq!(stats.evictions, 0, "no publication was ever kept");
-    }
-
-    #[test]
-    fn every_change_keeps_the_totals_exact() {
-        // A fixed pseudo-random mix of everything that changes a stream,
-        // over few subjects and a budget small enough to evict often.
-        let (h, inner) = audited(3_000, KEEP_TEN);
-        let mut attached: Vec<u32> = vec![0; 12];
-        let mut seed = 0x2545_f491_u64;
-        for step in 0..4_000 {
-            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-            let pick = (seed >> 33) as usize;
-            let n = pick % attached.len();
-            let subject = format!("m{n}");
-            match (pick / 16) % 5 {
-                0 | 1 => {
-                    h.publish(&subject, &"x".repeat(pick % 200));
-                }
-                2 => {
-                    h.attach(&subject, 1, false);
-                    h.attached();
-                    attached[n] += 1;
-                }
-                3 if attached[n] > 0 => {
-                    attached[n] -= 1;
-                    h.engine.detach(&subject, 0, attached[n] == 0);
-                }
-                _ => {
-                    h.history(&subject, None, 3);
-                }
-            }
-            if step % 500 == 0 {
-                inner.expire_all();
-            }
-            audit(&inner);
-            assert!(inner.held_bytes.load(Ordering::Relaxed) <= 3_000);
-        }
-    }
-
-    #[test]
-    fn memory_engine_keeps_the_contract() {
-        conformance::run(memory);
-    }
-}
+mod tests;

@@ -175,21 +175,12 @@ mod tests {
     use super::*;
 
     /// `ALL` is kept by hand; the error metric's labels read it. A variant added to the enum
-    /// breaks the exhaustive match below until it is named here, and
+    /// breaks the build of `every_variant!` below until it is named here, and
     /// then this fails until `ALL` names it too.
     #[test]
     fn all_names_every_tls_failure() {
-        macro_rules! every {
-            ($($variant:ident),* $(,)?) => {{
-                fn _exhaustive(v: TlsFailure) {
-                    match v {
-                        $(TlsFailure::$variant => {})*
-                    }
-                }
-                [$(TlsFailure::$variant),*]
-            }}
-        }
-        let every = every!(
+        let every = myriad_protocol::every_variant!(
+            TlsFailure:
             PlainHttp,
             HandshakeFailed,
             HandshakeTimeout,

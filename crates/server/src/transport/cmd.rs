@@ -37,7 +37,7 @@ impl Transport for CommandPost {
         }
     }
 
-    fn publication(&self, publication: &Publication) -> Bytes {
+    fn publication(&self, publication: &Publication, _config: &Config) -> Bytes {
         // Never subscribed, so never delivered to; the form is the
         // envelope all the same, for callers that build every form.
         Bytes::copy_from_slice(publication.envelope())

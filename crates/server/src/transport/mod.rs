@@ -75,7 +75,7 @@ pub trait Transport: Sync {
     /// The bytes carrying `publication`. Called once per publication per
     /// worker, the result shared by every recipient on this transport: it
     /// must not copy per call what it can share.
-    fn publication(&self, publication: &Publication) -> Bytes;
+    fn publication(&self, publication: &Publication, config: &Config) -> Bytes;
 
     /// For a session that keeps a cursor: what it gets for `publication`
     /// given the shared `form`, when what the form says of the cursor does
@@ -149,6 +149,12 @@ pub trait Transport: Sync {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TransportKind {
     WebSocket,
+    /// WebSocket with permessage-deflate: publications go compressed.
+    WebSocketDeflate,
+    /// WebSocket with permessage-deflate whose client limited the server's
+    /// window below the one it compresses with: compressed messages are
+    /// read, everything is sent uncompressed (see `transport::ws`).
+    WebSocketInflateOnly,
     Sse,
     Stream,
     Poll,
@@ -158,9 +164,11 @@ pub enum TransportKind {
 
 impl TransportKind {
     /// How many kinds there are, for per-kind caches and metrics.
-    pub const COUNT: usize = 5;
+    pub const COUNT: usize = 7;
     pub const ALL: [TransportKind; Self::COUNT] = [
         TransportKind::WebSocket,
+        TransportKind::WebSocketDeflate,
+        TransportKind::WebSocketInflateOnly,
         TransportKind::Sse,
         TransportKind::Stream,
         TransportKind::Poll,
@@ -170,12 +178,22 @@ impl TransportKind {
     /// The transport itself.
     pub fn get(self) -> &'static dyn Transport {
         match self {
-            TransportKind::WebSocket => &ws::WebSocket,
+            TransportKind::WebSocket | TransportKind::WebSocketInflateOnly => &ws::WebSocket,
+            TransportKind::WebSocketDeflate => &ws::WebSocketDeflate,
             TransportKind::Sse => &sse::ServerSentEvents,
             TransportKind::Stream => &stream::HttpStream,
             TransportKind::Poll => &poll::LongPoll,
             TransportKind::Command => &cmd::CommandPost,
         }
+    }
+
+    /// Whether the connection negotiated permessage-deflate, so that its
+    /// compressed messages are read (RFC 7692 §6.2).
+    pub fn inflates(self) -> bool {
+        matches!(
+            self,
+            TransportKind::WebSocketDeflate | TransportKind::WebSocketInflateOnly
+        )
     }
 
     /// Index for per-kind caches.
@@ -187,6 +205,8 @@ impl TransportKind {
     pub fn name(self) -> &'static str {
         match self {
             TransportKind::WebSocket => "websocket",
+            TransportKind::WebSocketDeflate => "websocket_deflate",
+            TransportKind::WebSocketInflateOnly => "websocket_inflate_only",
             TransportKind::Sse => "sse",
             TransportKind::Stream => "stream",
             TransportKind::Poll => "poll",
@@ -223,21 +243,19 @@ mod tests {
 
     /// `ALL` is kept by hand; per-transport metrics and `/stats`
     /// read it. A variant added to the enum
-    /// breaks the exhaustive match below until it is named here, and
+    /// breaks the build of `every_variant!` below until it is named here, and
     /// then this fails until `ALL` names it too.
     #[test]
     fn all_names_every_transport() {
-        macro_rules! every {
-            ($($variant:ident),* $(,)?) => {{
-                fn _exhaustive(v: TransportKind) {
-                    match v {
-                        $(TransportKind::$variant => {})*
-                    }
-                }
-                [$(TransportKind::$variant),*]
-            }}
-        }
-        let every = every!(WebSocket, Sse, Stream, Poll, Command);
+        let every = myriad_protocol::every_variant!(
+            TransportKind: WebSocket,
+            WebSocketDeflate,
+            WebSocketInflateOnly,
+            Sse,
+            Stream,
+            Poll,
+            Command
+        );
         assert_eq!(every, TransportKind::ALL);
         // Per-kind caches index by `index()`, so ALL is in that order too.
         for (at, kind) in TransportKind::ALL.into_iter().enumerate() {

@@ -47,7 +47,7 @@ impl Transport for LongPoll {
         }
     }
 
-    fn publication(&self, publication: &Publication) -> Bytes {
+    fn publication(&self, publication: &Publication, _config: &Config) -> Bytes {
         element(publication.envelope())
     }
 
@@ -113,7 +113,11 @@ mod tests {
         session.keep_cursor(&[None]);
         session.subscriptions.push(Arc::from("a"));
         session.advance("a", p.position);
-        let body = [poll.publication(&p), poll.publication(&p)].concat();
+        let body = [
+            poll.publication(&p, &Config::default()),
+            poll.publication(&p, &Config::default()),
+        ]
+        .concat();
         let (head, tail) = poll.answer(body.len(), &session, true, &Config::default());
         let head = std::str::from_utf8(&head).unwrap();
         let json = [&head.as_bytes()[head.len() - 1..], &body, &tail].concat();

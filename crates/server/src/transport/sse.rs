@@ -94,7 +94,7 @@ impl Transport for ServerSentEvents {
         Some(Bytes::from(head))
     }
 
-    fn publication(&self, publication: &Publication) -> Bytes {
+    fn publication(&self, publication: &Publication, _config: &Config) -> Bytes {
         let mut out = Vec::with_capacity(Self::data_line_len(publication) + 48);
         out.extend_from_slice(b"data: ");
         push_one_line(&mut out, publication.envelope());
@@ -167,7 +167,7 @@ mod tests {
     fn one_subject_events_are_shared() {
         let sse = ServerSentEvents;
         let p = publication("a", 7, "{\"x\":\n1}");
-        let form = sse.publication(&p);
+        let form = sse.publication(&p, &Config::default());
         assert_eq!(
             &form[..],
             &b"data: {\"op\":\"msg\",\"subject\":\"a\",\"epoch\":\"0000000000000001\",\"offset\":7,\"data\":{\"x\": 1}}\nid: 0000000000000001:7\n\n"[..]
@@ -185,7 +185,7 @@ mod tests {
     fn several_subjects_leave_the_cursor_to_the_turn_s_end() {
         let sse = ServerSentEvents;
         let p = publication("b", 3, "1");
-        let form = sse.publication(&p);
+        let form = sse.publication(&p, &Config::default());
         let mut session = Session::default();
         session.keep_cursor(&[Some(Position::new(Epoch(1), 9)), None]);
         session.subscriptions.push(Arc::from("a"));

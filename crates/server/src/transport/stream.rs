@@ -57,7 +57,7 @@ impl Transport for HttpStream {
         Some(Bytes::from(head))
     }
 
-    fn publication(&self, publication: &Publication) -> Bytes {
+    fn publication(&self, publication: &Publication, _config: &Config) -> Bytes {
         Bytes::from(line_chunk(publication.envelope()))
     }
 
@@ -86,7 +86,7 @@ mod tests {
     fn lines_in_chunks() {
         let s = HttpStream;
         let p = Publication::new(Arc::from("a"), Position::new(Epoch(1), 2), "true", 0);
-        let form = s.publication(&p);
+        let form = s.publication(&p, &Config::default());
         let line = [p.envelope(), b"\n"].concat();
         let expected = [format!("{:x}\r\n", line.len()).as_bytes(), &line, b"\r\n"].concat();
         assert_eq!(&form[..], &expected[..]);

@@ -256,7 +256,11 @@ impl Worker {
         reader: &mut MessageReader,
         buf: &mut [u8],
     ) -> (Flow, usize) {
-        match reader.read(buf, &self.limits) {
+        // The worker's one inflater, lent for the frame (see `deflate`).
+        let inflates = self.conns[id as usize].transport.inflates();
+        let mut inflater = std::mem::take(&mut self.inflater);
+        let read = reader.read_deflate(buf, &self.limits, inflates.then_some(&mut inflater));
+        let outcome = match read {
             Ok(Read::Incomplete { .. }) => (Flow::Continue, 0),
             Ok(Read::Frame { consumed, message }) => {
                 let flow = match message {
@@ -266,6 +270,7 @@ impl Worker {
                 (flow, consumed)
             }
             Err(e) => {
+                crate::deflate::count_refusal(&e);
                 let reason = e.close_reason();
                 debug_assert!(matches!(
                     reason,
@@ -276,7 +281,9 @@ impl Worker {
                 self.fail(id, reason);
                 (Flow::Stop, buf.len())
             }
-        }
+        };
+        self.inflater = inflater;
+        outcome
     }
 
     /// Ends a connection whose peer broke the protocol: close frame, then
@@ -315,7 +322,7 @@ impl Worker {
                 };
                 self.conns[id as usize].enter(Phase::Draining, self.clock.tick());
                 self.decide_close(id, CloseReason::Normal);
-                self.unsubscribe_all(id);
+                self.sessions.unsubscribe_all(id);
                 self.send(id, Bytes::from(reply));
                 Flow::Stop
             }
@@ -329,7 +336,8 @@ impl Worker {
                     );
                     Flow::Continue
                 } else {
-                    self.on_command(id, text)
+                    let (sessions, mut out) = self.split();
+                    sessions.on_command(id, text, &mut out)
                 }
             }
             Message::Binary(data) => {

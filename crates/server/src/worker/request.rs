@@ -11,33 +11,22 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use myriad_graph::UserId;
 use myriad_protocol::close::CloseReason;
 use myriad_protocol::handshake::{parse_request, switching_protocols, RequestHead};
 use myriad_protocol::message::{parse_command, Command, ErrorCode};
 
-use super::abuse::Bucket;
 use super::{Flow, Worker};
-use crate::auth::{Action, Verified};
+use crate::auth::Verified;
 use crate::config::Config;
 use crate::conn::{flags, Phase};
 use crate::metrics::ErrorKind;
 use crate::registry::ConnId;
-use crate::session::Identity;
+use crate::sessions::Bucket;
 use crate::transport::http::{
     check_origin, error_response, parse_stream_request, parse_upgrade_query, preflight_response,
     RequestError, StreamRequest,
 };
-use crate::transport::TransportKind;
-
-/// Who a request says it is.
-enum Credentials {
-    Anonymous,
-    /// `?user=`, on a node that checks no tokens.
-    User(UserId),
-    /// A verified token.
-    Token(Verified),
-}
+use crate::transport::{self, TransportKind};
 
 /// Where a request path leads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,7 +82,7 @@ impl Worker {
                 "server at max_connections",
                 ErrorKind::OverCapacity,
             ))
-        } else if self.abuse.over_ip_limit(id) {
+        } else if self.sessions.abuse.over_ip_limit(id) {
             Some((
                 429,
                 "too_many_connections",
@@ -115,7 +104,7 @@ impl Worker {
         match endpoint {
             Endpoint::WebSocket(phase) => match head.upgrade() {
                 Ok(upgrade) => {
-                    let who = match self.upgrade_credentials(id, &head) {
+                    let who = match self.sessions.upgrade_credentials(id, &head) {
                         Ok(who) => who,
                         Err(e) => {
                             self.refuse_request(
@@ -126,7 +115,9 @@ impl Worker {
                             return Some(buf.len());
                         }
                     };
-                    self.set_transport(id, TransportKind::WebSocket);
+                    let (kind, extensions) =
+                        transport::ws::upgrade(head.extension_offers(), config);
+                    self.set_transport(id, kind);
                     let now = self.clock.tick();
                     let conn = &mut self.conns[id as usize];
                     conn.enter(phase, now);
@@ -135,13 +126,14 @@ impl Worker {
                     // a long-poll left on a kept-alive connection is moot.
                     conn.last_heard = now;
                     conn.ping_sent = 0;
-                    self.send(id, Bytes::from(switching_protocols(upgrade.key, None)));
+                    let accept = switching_protocols(upgrade.key, None, extensions.as_deref());
+                    self.send(id, Bytes::from(accept));
                     // The echo endpoint carries no pub/sub, so no feeds.
                     if phase == Phase::PubSub {
-                        match who {
-                            Credentials::Token(v) => self.open_as_user(id, v.user, Some(v.access)),
-                            Credentials::User(user) => self.open_as_user(id, user, None),
-                            Credentials::Anonymous => {}
+                        let (user, access) = who.user_and_access();
+                        if let Some(user) = user {
+                            let (sessions, mut out) = self.split();
+                            sessions.open_as_user(id, user, access, &mut out);
                         }
                     }
                     Some(upgrade.header_len)
@@ -170,12 +162,12 @@ impl Worker {
             Endpoint::Http(TransportKind::Command) => self.on_posted_command(id, &head, buf),
             Endpoint::Http(kind) => {
                 let admitted = parse_stream_request(&head, config)
-                    .and_then(|r| self.admit_stream(id, &head, r))
+                    .and_then(|r| self.sessions.admit_stream(id, &head, r))
                     .and_then(|(request, who)| {
                         // Each request subscribes anew, so a loop of polls
                         // spends subscription changes like subscribes do.
                         let changes = request.subjects.len() as u32;
-                        if self.abuse.take(id, Bucket::Subscribe, changes) {
+                        if self.sessions.abuse.take(id, Bucket::Subscribe, changes) {
                             Ok((request, who))
                         } else {
                             Err(RequestError::RateLimited)
@@ -232,7 +224,7 @@ impl Worker {
         };
         let end = head.header_len + len;
         let body = buf.get(head.header_len..end)?;
-        let who = match self.upgrade_credentials(id, head) {
+        let who = match self.sessions.upgrade_credentials(id, head) {
             Ok(who) => who,
             Err(e) => {
                 self.refuse_request(id, ErrorKind::Request(e.label()), e.response(config));
@@ -243,21 +235,6 @@ impl Worker {
         self.set_transport(id, TransportKind::Command);
         let conn = &mut self.conns[id as usize];
         conn.enter(Phase::PubSub, now);
-        // As on a stream: the caller's identity for this one request, with
-        // no feeds, so the user is not made present.
-        let (user, access) = match who {
-            Credentials::Token(v) => (Some(v.user), Some(v.access)),
-            Credentials::User(user) => (Some(user), None),
-            Credentials::Anonymous => (None, None),
-        };
-        conn.session.identity = user.map(|user| {
-            Box::new(Identity {
-                user,
-                graph_feeds: 0,
-                client_feeds: Vec::new(),
-                access,
-            })
-        });
         conn.last_message = now;
         conn.last_heard = now;
         conn.ping_sent = 0;
@@ -268,14 +245,20 @@ impl Worker {
             conn.set_flag(flags::KEEP_ALIVE);
         }
         self.metrics.messages_in.inc();
+        // As on a stream: the caller's identity for this one request, with
+        // no feeds, so the user is not made present.
+        let (user, access) = who.user_and_access();
+        let (sessions, mut out) = self.split();
+        sessions.act_as(id, user, access);
         let Ok(text) = std::str::from_utf8(body) else {
-            self.refuse(id, None, ErrorCode::InvalidJson, "the body is not UTF-8");
+            let detail = "the body is not UTF-8";
+            sessions.refuse(id, None, ErrorCode::InvalidJson, detail, &mut out);
             return Some(end);
         };
         let command = match parse_command(text, config.max_subject_len) {
             Ok(command) => command,
             Err(e) => {
-                self.refuse(id, e.id, e.code, &e.detail);
+                sessions.refuse(id, e.id, e.code, &e.detail, &mut out);
                 return Some(end);
             }
         };
@@ -284,72 +267,20 @@ impl Worker {
             | Command::Send { id: None, .. }
             | Command::History { id: None, .. } => {
                 let detail = "a posted command needs an id: its reply is the answer";
-                self.refuse(id, None, ErrorCode::MissingField, detail);
+                sessions.refuse(id, None, ErrorCode::MissingField, detail, &mut out);
             }
             Command::Publish { .. } | Command::Send { .. } | Command::History { .. } => {
                 // A congested engine pauses a WebSocket's reading; here the
                 // held answer already keeps one command in flight.
-                let _ = self.run_command(id, command);
+                let _ = sessions.run_command(id, command, &mut out);
             }
             other => {
                 let detail = "only publish, send and history are posted; \
                               a stream changes its subjects by reopening with its cursor";
-                self.refuse(id, other.id(), ErrorCode::UnknownOp, detail);
+                sessions.refuse(id, other.id(), ErrorCode::UnknownOp, detail, &mut out);
             }
         }
         Some(end)
-    }
-
-    /// Who a WebSocket upgrade says it is: its token (`Authorization:
-    /// Bearer`, or `?token=`), or, on a node that checks no tokens, the
-    /// known user of `?user=`.
-    fn upgrade_credentials(
-        &self,
-        id: ConnId,
-        head: &RequestHead<'_>,
-    ) -> Result<Credentials, RequestError> {
-        let query = parse_upgrade_query(head.query)?;
-        let auth = &self.shared.auth;
-        if query.user.is_some() && auth.checks_tokens() {
-            return Err(RequestError::UserWithoutToken);
-        }
-        if let Some(token) = head.bearer.or(query.token.as_deref()) {
-            return self
-                .verify_token(id, token)
-                .map(Credentials::Token)
-                .map_err(RequestError::InvalidToken);
-        }
-        match query.user {
-            Some(user) if !self.shared.feeds.known.contains(user) => {
-                Err(RequestError::UnknownUser(user))
-            }
-            Some(user) => Ok(Credentials::User(user)),
-            None => Ok(Credentials::Anonymous),
-        }
-    }
-
-    /// Checks an HTTP transport's token and that it may read every subject
-    /// it asks for.
-    fn admit_stream(
-        &self,
-        id: ConnId,
-        head: &RequestHead<'_>,
-        request: StreamRequest,
-    ) -> Result<(StreamRequest, Option<Verified>), RequestError> {
-        let auth = &self.shared.auth;
-        let verified = match head.bearer.or(request.token.as_deref()) {
-            Some(token) => Some(
-                self.verify_token(id, token)
-                    .map_err(RequestError::InvalidToken)?,
-            ),
-            None => None,
-        };
-        let access = verified.as_ref().map(|v| &v.access);
-        for subject in &request.subjects {
-            auth.check(Action::Subscribe, subject, access)
-                .map_err(RequestError::Forbidden)?;
-        }
-        Ok((request, verified))
     }
 
     /// Answers a request with an error and ends the connection.
@@ -388,21 +319,8 @@ impl Worker {
         self.set_transport(id, kind);
         let conn = &mut self.conns[id as usize];
         conn.enter(Phase::PubSub, now);
-        // Each request of a kept-alive connection brings its own token. An
-        // HTTP transport carries no feeds, so the user is not made present.
-        conn.session.identity = who.map(|v| {
-            Box::new(Identity {
-                user: v.user,
-                graph_feeds: 0,
-                client_feeds: Vec::new(),
-                access: Some(v.access),
-            })
-        });
         conn.last_message = now;
         conn.ping_sent = now;
-        if can.keeps_cursor {
-            conn.session.keep_cursor(&request.since);
-        }
         if can.answers_once {
             conn.set_flag(flags::HELD);
             if keep_alive {
@@ -414,8 +332,16 @@ impl Worker {
         if let Some(opening) = transport.opening(&self.shared.config) {
             self.send(id, opening);
         }
+        let (sessions, mut out) = self.split();
+        // Each request of a kept-alive connection brings its own token. An
+        // HTTP transport carries no feeds, so the user is not made present.
+        let (user, access) = who.map_or((None, None), |v| (Some(v.user), Some(v.access)));
+        sessions.act_as(id, user, access);
+        if can.keeps_cursor {
+            sessions.keep_cursor(id, &request.since);
+        }
         for (subject, since) in request.subjects.iter().zip(request.since) {
-            self.add_subscription(id, subject, since, None);
+            sessions.add_subscription(id, subject, since, None, &mut out);
         }
     }
 
@@ -472,11 +398,7 @@ impl Worker {
             };
             let ready = conn.has_flag(flags::HELD)
                 && conn.has_flag(flags::NEWS)
-                && !conn
-                    .session
-                    .subscriptions
-                    .iter()
-                    .any(|s| self.attaching.holds(s, id));
+                && !self.sessions.attaching_any(id);
             if ready {
                 self.answer_now(id, true);
             }
@@ -497,7 +419,7 @@ impl Worker {
         let keep_alive = keep_alive_allowed && conn.has_flag(flags::KEEP_ALIVE) && !pipelined;
         let (head, tail) = conn.transport.get().answer(
             conn.pending_bytes(),
-            &conn.session,
+            self.sessions.session(id),
             keep_alive,
             &self.shared.config,
         );
@@ -505,10 +427,10 @@ impl Worker {
             .get_or_insert_with(Box::default)
             .push_front(head);
         self.queued_frames += 1;
-        self.unsubscribe_all(id);
+        self.sessions.unsubscribe_all(id);
         if keep_alive {
             // The next request brings its own token, or none.
-            self.conns[id as usize].session.identity = None;
+            self.sessions.act_as(id, None, None);
             self.conns[id as usize].enter(Phase::Request, now);
             self.send(id, tail);
         } else if pipelined {

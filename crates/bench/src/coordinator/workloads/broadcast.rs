@@ -9,10 +9,11 @@
 
 use crate::coordinator::cli::{BenchCommand, BroadcastArgs};
 use crate::coordinator::groups::{
-    expected_deliveries, outcome, publish_schedule, publish_to_subscribers, Setup, SubscriberGroup,
+    expected_deliveries, measurements, publish_schedule, publish_to_subscribers, Setup,
+    SubscriberGroup,
 };
 use crate::coordinator::monitor::Monitor;
-use crate::outcome::{Broadcast, Outcome, Role};
+use crate::measurements::{Broadcast, Group, Measurements};
 use crate::schema::BroadcastTally;
 use crate::util::error::BenchError;
 use crate::util::histogram;
@@ -24,7 +25,7 @@ const DEFAULT_MESSAGES: u64 = 100;
 const DEFAULT_RATE: f64 = 10.0;
 
 /// Runs the broadcast workload.
-pub fn run(cmd: &BenchCommand, args: &BroadcastArgs) -> Result<Outcome, BenchError> {
+pub fn run(cmd: &BenchCommand, args: &BroadcastArgs) -> Result<Measurements, BenchError> {
     let mut setup = Setup::new(cmd)?;
     let mut m = Monitor::new(&cmd.global);
     let messages = args.publish.count.unwrap_or(DEFAULT_MESSAGES);
@@ -48,10 +49,10 @@ pub fn run(cmd: &BenchCommand, args: &BroadcastArgs) -> Result<Outcome, BenchErr
     // K events at `rate`: the schedule is exactly K/rate seconds long.
     let schedule = publish_schedule(&publish, DEFAULT_RATE, messages as f64 / rate);
     let measured = publish_to_subscribers(&mut m, cmd, &mut setup, &group, &publish, schedule)?;
-    let mut out = outcome(cmd, &setup, &m, measured)?;
+    let mut out = measurements(cmd, &setup, &m, measured)?;
     let deliveries = expected_deliveries(&m, &assignment, group.conns, &publish, cmd.global.seed);
     let tally = merge_tallies(&m, messages as usize);
-    let subscribed = m.totals(Some(Role::Subscribers)).subscribed;
+    let subscribed = m.totals(Some(Group::Subscribers)).subscribed;
     let mut until_last = histogram::new();
     for &us in tally
         .max_us

@@ -6,18 +6,18 @@
 
 use crate::coordinator::cli::{BenchCommand, ChurnArgs, Secs};
 use crate::coordinator::groups::{
-    expected_deliveries, outcome, publish_schedule, publish_to_subscribers, published_counts,
+    expected_deliveries, measurements, publish_schedule, publish_to_subscribers, published_counts,
     ChurnPlan, Setup, SubscriberGroup, DEFAULT_RATE, MAX_REPLAY_SUBJECTS,
 };
 use crate::coordinator::monitor::Monitor;
-use crate::outcome::{ChurnReport, Outcome, Role, Sizes};
+use crate::measurements::{ChurnReport, Group, Measurements, Sizes};
 use crate::schema::merge_histograms;
 use crate::util::error::BenchError;
 
 /// `myriad bench churn`: sets every subscriber up, then publishes for the
 /// duration while they reconnect, waits for the deliveries and the last
 /// reconnects, and checks every subscription.
-pub fn run(cmd: &BenchCommand, args: &ChurnArgs) -> Result<Outcome, BenchError> {
+pub fn run(cmd: &BenchCommand, args: &ChurnArgs) -> Result<Measurements, BenchError> {
     let mut setup = Setup::new(cmd)?;
     if setup.profile.name != "myriad" {
         return Err(BenchError::Config(
@@ -63,7 +63,7 @@ pub fn run(cmd: &BenchCommand, args: &ChurnArgs) -> Result<Outcome, BenchError> 
         args.reconnect_rate, args.duration.0
     ));
     let measured = publish_to_subscribers(&mut m, cmd, &mut setup, &group, &publish, schedule)?;
-    let mut out = outcome(cmd, &setup, &m, measured)?;
+    let mut out = measurements(cmd, &setup, &m, measured)?;
     out.deliveries = Some(expected_deliveries(&m, &assignment, conns, &publish, seed));
     let published = published_counts(&m, &publish, seed, subjects)
         .per_subject
@@ -75,7 +75,7 @@ pub fn run(cmd: &BenchCommand, args: &ChurnArgs) -> Result<Outcome, BenchError> 
 /// The churn figures: the workers' counts, and every subscription's end
 /// against its subject's (`published` per subject index).
 fn churn_report(m: &Monitor, rate: f64, published: &[u64]) -> Result<ChurnReport, BenchError> {
-    let t = m.totals(Some(Role::Subscribers));
+    let t = m.totals(Some(Group::Subscribers));
     let (mut subscriptions, mut short) = (0, 0);
     for r in m
         .workers

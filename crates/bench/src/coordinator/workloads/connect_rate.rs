@@ -5,9 +5,9 @@
 //! listen-queue overflows. The devices are `worker/workloads/connect_rate.rs`.
 
 use crate::coordinator::cli::{BenchCommand, ConnectRateArgs};
-use crate::coordinator::groups::{outcome, stop, Setup};
+use crate::coordinator::groups::{measurements, stop, Setup};
 use crate::coordinator::monitor::Monitor;
-use crate::outcome::{Outcome, PhaseReport, Role};
+use crate::measurements::{Group, Measurements, PhaseReport};
 use crate::schema::{ConnectRateTask, Control, Task};
 use crate::util::addr::Target;
 use crate::util::error::BenchError;
@@ -30,7 +30,7 @@ fn phase_names(args: &ConnectRateArgs) -> Vec<&'static str> {
 }
 
 /// `myriad bench connect-rate`.
-pub fn run(cmd: &BenchCommand, args: &ConnectRateArgs) -> Result<Outcome, BenchError> {
+pub fn run(cmd: &BenchCommand, args: &ConnectRateArgs) -> Result<Measurements, BenchError> {
     let mut setup = Setup::new(cmd)?;
     let mut m = Monitor::new(&cmd.global);
     let schedule = Schedule::ramp(args.rate, args.ramp_up.0, args.sustain.0, args.ramp_down.0);
@@ -62,28 +62,28 @@ pub fn run(cmd: &BenchCommand, args: &ConnectRateArgs) -> Result<Outcome, BenchE
         };
         m.spawn(
             &setup.spec(cmd, w, procs, Task::ConnectRate(task)),
-            Role::Devices,
+            Group::Devices,
         )?;
     }
-    m.wait_for(Some(10.0), |m| m.all_ready(Role::Devices))?;
+    m.wait_for(Some(10.0), |m| m.all_ready(Group::Devices))?;
     m.note(&format!(
         "{} arrivals over {:.0}s, peak {:.0}/s, ~{peak_open} open at the peak, {procs} worker process(es)",
         schedule.total_events(),
         schedule.secs(),
         args.rate
     ));
-    m.send(Role::Devices, Control::Start);
+    m.send(Group::Devices, Control::Start);
     let t0 = m.elapsed();
     let bound = schedule.secs()
         + args.hold.0 * (1.0 + args.hold_jitter)
         + cmd.global.connect_timeout.0
         + 5.0;
-    if !m.wait_for(Some(bound), |m| m.all_done(Role::Devices))? {
-        stop(&mut m, Role::Devices)?;
+    if !m.wait_for(Some(bound), |m| m.all_done(Group::Devices))? {
+        stop(&mut m, Group::Devices)?;
     }
     let measured = schedule.secs().min(m.elapsed() - t0);
     m.finish_progress();
-    let mut out = outcome(cmd, &setup, &m, measured)?;
+    let mut out = measurements(cmd, &setup, &m, measured)?;
     let mut upgrades = vec![0u64; schedule.phases.len()];
     for d in m.workers.iter().filter_map(|w| w.done.as_ref()) {
         for (u, v) in upgrades.iter_mut().zip(&d.phase_upgrades) {

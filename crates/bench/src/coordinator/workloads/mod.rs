@@ -1,6 +1,6 @@
 //! One file per workload's coordinator: each plans its worker processes,
 //! drives the run through the monitor and fills the run's
-//! [`Outcome`](crate::outcome::Outcome). What they share is
+//! [`Measurements`](crate::measurements::Measurements). What they share is
 //! `coordinator/groups.rs`; a workload file imports no other workload file.
 
 pub mod broadcast;

@@ -6,15 +6,15 @@
 
 use crate::coordinator::cli::{BenchCommand, RunArgs};
 use crate::coordinator::groups::{
-    expected_deliveries, outcome, publish_schedule, publish_to_subscribers, Setup, SubscriberGroup,
-    DEFAULT_RATE,
+    expected_deliveries, measurements, publish_schedule, publish_to_subscribers, Setup,
+    SubscriberGroup, DEFAULT_RATE,
 };
 use crate::coordinator::monitor::Monitor;
-use crate::outcome::Outcome;
+use crate::measurements::Measurements;
 use crate::util::error::BenchError;
 
 /// Runs the combined scenario.
-pub fn run(cmd: &BenchCommand, args: &RunArgs) -> Result<Outcome, BenchError> {
+pub fn run(cmd: &BenchCommand, args: &RunArgs) -> Result<Measurements, BenchError> {
     let mut setup = Setup::new(cmd)?;
     let mut m = Monitor::new(&cmd.global);
     let assignment = args.subs.assignment(cmd.global.seed);
@@ -29,7 +29,7 @@ pub fn run(cmd: &BenchCommand, args: &RunArgs) -> Result<Outcome, BenchError> {
     let schedule = publish_schedule(&args.publish, DEFAULT_RATE, args.duration.0);
     let measured =
         publish_to_subscribers(&mut m, cmd, &mut setup, &group, &args.publish, schedule)?;
-    let mut out = outcome(cmd, &setup, &m, measured)?;
+    let mut out = measurements(cmd, &setup, &m, measured)?;
     out.deliveries = Some(expected_deliveries(
         &m,
         &assignment,

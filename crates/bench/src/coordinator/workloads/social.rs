@@ -25,11 +25,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::coordinator::admin::post_json;
 use crate::coordinator::cli::{BenchCommand, SocialArgs};
-use crate::coordinator::groups::{await_set_up, outcome, stop, Setup};
+use crate::coordinator::groups::{await_set_up, measurements, stop, Setup};
 use crate::coordinator::monitor::Monitor;
-use crate::outcome::{Outcome, Role, SocialReport};
+use crate::coordinator::node_api::post_json;
+use crate::measurements::{Group, Measurements, SocialReport};
 use crate::schema::{Control, SocialDone, SocialTask, SocialUser, Task};
 use crate::util::addr::Target;
 use crate::util::clock::realtime_ns;
@@ -55,7 +55,7 @@ const CHURN_TICK: Duration = Duration::from_millis(10);
 /// `myriad bench social`: set up every user's connections, send (and
 /// follow and unfollow) for the duration, drain, judge, and put the graph
 /// back.
-pub fn run(cmd: &BenchCommand, args: &SocialArgs) -> Result<Outcome, BenchError> {
+pub fn run(cmd: &BenchCommand, args: &SocialArgs) -> Result<Measurements, BenchError> {
     let mut setup = Setup::new(cmd)?;
     if setup.profile.name != "myriad" {
         return Err(BenchError::Config(
@@ -124,10 +124,10 @@ pub fn run(cmd: &BenchCommand, args: &SocialArgs) -> Result<Outcome, BenchError>
             size: args.size,
         };
         let spec = setup.spec(cmd, w as u64, procs, Task::Social(task));
-        m.spawn(&spec, Role::Subscribers)?;
+        m.spawn(&spec, Group::Subscribers)?;
     }
     await_set_up(&mut m, cmd, conns, 0.0)?;
-    let mismatched = m.totals(Some(Role::Subscribers)).feeds_mismatched;
+    let mismatched = m.totals(Some(Group::Subscribers)).feeds_mismatched;
     if mismatched > 0 {
         m.note(&format!(
             "warning: {mismatched} feeds at connect that the graph file does not have: the node holds another graph (load it with `myriad graph load` or --load-graph)"
@@ -143,7 +143,7 @@ pub fn run(cmd: &BenchCommand, args: &SocialArgs) -> Result<Outcome, BenchError>
         args.duration.0
     ));
     let cpu_before = server_cpu(&m);
-    m.send(Role::Subscribers, Control::Start);
+    m.send(Group::Subscribers, Control::Start);
     let t0 = m.elapsed();
     let stop_churn = Arc::new(AtomicBool::new(false));
     let churn = match &admin {
@@ -178,7 +178,7 @@ pub fn run(cmd: &BenchCommand, args: &SocialArgs) -> Result<Outcome, BenchError>
     // once deliveries have stopped coming.
     let mut last = (u64::MAX, 0.0);
     m.wait_for(Some(args.drain.0), |m| {
-        let t = m.totals(Some(Role::Subscribers));
+        let t = m.totals(Some(Group::Subscribers));
         let now = m.elapsed();
         if t.messages_in != last.0 {
             last = (t.messages_in, now);
@@ -190,9 +190,9 @@ pub fn run(cmd: &BenchCommand, args: &SocialArgs) -> Result<Outcome, BenchError>
     })?;
     let cpu_after = server_cpu(&m);
     let measured = m.elapsed() - t0;
-    stop(&mut m, Role::Subscribers)?;
+    stop(&mut m, Group::Subscribers)?;
     m.finish_progress();
-    let mut out = outcome(cmd, &setup, &m, measured)?;
+    let mut out = measurements(cmd, &setup, &m, measured)?;
     let done: Vec<&SocialDone> = m
         .workers
         .iter()
@@ -210,7 +210,7 @@ pub fn run(cmd: &BenchCommand, args: &SocialArgs) -> Result<Outcome, BenchError>
             "put {put_back} edges the run changed back as the graph file has them"
         ));
     }
-    let t = m.totals(Some(Role::Subscribers));
+    let t = m.totals(Some(Group::Subscribers));
     let cpu = cpu_before.zip(cpu_after).map(|(a, b)| (b - a).max(0.0));
     let per = |count: u64| cpu.filter(|_| count > 0).map(|s| s * 1e6 / count as f64);
     out.social = Some(SocialReport {
@@ -279,7 +279,7 @@ fn sender_name(choice: SenderChoice) -> &'static str {
 
 /// The node's CPU seconds now (summed over nodes), with --admin-url.
 fn server_cpu(m: &Monitor) -> Option<f64> {
-    let answers = m.admin.as_ref()?.final_answers()?;
+    let answers = m.stats.as_ref()?.final_answers()?;
     Some(ServerFigures::total(&answers).cpu_seconds)
 }
 

@@ -4,18 +4,18 @@
 
 use crate::coordinator::cli::{BenchCommand, SubscribersArgs};
 use crate::coordinator::groups::{
-    await_subscribers, outcome, spawn_subscribers, stop, subscriber_processes, Setup,
+    await_subscribers, measurements, spawn_subscribers, stop, subscriber_processes, Setup,
     SubscriberGroup,
 };
 use crate::coordinator::monitor::Monitor;
-use crate::outcome::{Outcome, Role};
+use crate::measurements::{Group, Measurements};
 use crate::schema::Control;
 use crate::util::error::BenchError;
 
 /// `myriad bench subscribers`: hold N subscribed connections for the
 /// duration and time whatever is published to them (by `publishers`, the
 /// HTTP API, or anything else).
-pub fn run(cmd: &BenchCommand, args: &SubscribersArgs) -> Result<Outcome, BenchError> {
+pub fn run(cmd: &BenchCommand, args: &SubscribersArgs) -> Result<Measurements, BenchError> {
     let mut setup = Setup::new(cmd)?;
     let mut m = Monitor::new(&cmd.global);
     let group = SubscriberGroup {
@@ -30,11 +30,11 @@ pub fn run(cmd: &BenchCommand, args: &SubscribersArgs) -> Result<Outcome, BenchE
     let procs = subscriber_processes(cmd, &setup, group.conns);
     spawn_subscribers(&mut m, cmd, &setup, &group, 0, procs)?;
     await_subscribers(&mut m, cmd, &group)?;
-    m.send(Role::Subscribers, Control::Start);
+    m.send(Group::Subscribers, Control::Start);
     let t0 = m.elapsed();
     m.wait_for(Some(args.duration.0), |_| false)?;
     let measured = m.elapsed() - t0;
-    stop(&mut m, Role::Subscribers)?;
+    stop(&mut m, Group::Subscribers)?;
     m.finish_progress();
-    outcome(cmd, &setup, &m, measured)
+    measurements(cmd, &setup, &m, measured)
 }

@@ -44,9 +44,9 @@ use crate::util::error::BenchError;
 use crate::util::histogram::{self, Micros};
 use crate::util::pacing::Schedule;
 use crate::util::pattern::Pattern;
-use crate::worker::conn::{Handler, Opening, Outcome};
-use crate::worker::driver::{Driver, RoleResult, MAX_BATCH};
-use crate::worker::engine::Engine;
+use crate::worker::client_conn::{Ending, Handler, Opening};
+use crate::worker::driver::{Driver, DriverResult, MAX_BATCH};
+use crate::worker::reactor::Reactor;
 use crate::worker::subscriber::{earliest, OnSubscribers, SubscribeDriver};
 
 /// The id every subscribe carries: without one the server sends no
@@ -347,7 +347,7 @@ impl ChurnDriver {
     /// subscriber's connection and sends it away until it is due back. A
     /// subscriber still away or owed answers skips its turn. Returns when
     /// the next is due.
-    fn reconnect_due(&mut self, engine: &mut Engine, start: u64, now: u64) -> Option<u64> {
+    fn reconnect_due(&mut self, reactor: &mut Reactor, start: u64, now: u64) -> Option<u64> {
         let count = self.subs.len() as u64;
         for _ in 0..MAX_BATCH {
             if self.k >= self.events || count == 0 {
@@ -365,16 +365,16 @@ impl ChurnDriver {
             self.k += 1;
             let sub = &mut self.subs[i];
             let Some(key) = sub.key.filter(|_| sub.awaiting == 0) else {
-                engine.cx.counters.reconnects_skipped += 1;
+                reactor.cx.counters.reconnects_skipped += 1;
                 continue;
             };
             // No longer its connection: whatever that one still brings
             // (the conn ignores it while closing) and its end are not ours.
             sub.key = None;
-            engine.cx.counters.reconnects += 1;
+            reactor.cx.counters.reconnects += 1;
             let index = self.index(i);
             self.inner.move_on(index);
-            engine.close(key, index, self.reset, self);
+            reactor.close(key, index, self.reset, self);
             self.away.push(Reverse((now + self.offline_ns, i as u32)));
         }
         Some(now) // more are due: back after a look at the sockets
@@ -382,7 +382,7 @@ impl ChurnDriver {
 
     /// Opens a new connection for each subscriber whose time away is over,
     /// a batch at most. Returns when the next is due back.
-    fn bring_back(&mut self, engine: &mut Engine, now: u64) -> Option<u64> {
+    fn bring_back(&mut self, reactor: &mut Reactor, now: u64) -> Option<u64> {
         for _ in 0..MAX_BATCH {
             let &Reverse((at, i)) = self.away.peek()?;
             if at > now {
@@ -390,11 +390,11 @@ impl ChurnDriver {
             }
             self.away.pop();
             let i = i as usize;
-            self.subs[i].reconnect_real = engine.epoch().real_at(now);
+            self.subs[i].reconnect_real = reactor.origin().real_at(now);
             let index = self.index(i);
-            // A failed open is counted by the engine and retried like a
+            // A failed open is counted by the reactor and retried like a
             // failed set-up.
-            if self.inner.open(engine, index).is_err() {
+            if self.inner.open(reactor, index).is_err() {
                 self.inner.retry_later(index);
             }
         }
@@ -499,7 +499,7 @@ impl Handler for ChurnDriver {
         &mut self,
         key: usize,
         index: u32,
-        outcome: Outcome,
+        ending: Ending,
         was_open: bool,
         counters: &mut Counters,
     ) {
@@ -523,7 +523,7 @@ impl Handler for ChurnDriver {
         sub.key = None;
         self.owe(i, 0);
         // Set up again at once, on the next node.
-        self.inner.on_closed(key, index, outcome, false, counters);
+        self.inner.on_closed(key, index, ending, false, counters);
     }
 }
 
@@ -536,20 +536,20 @@ impl OnSubscribers for ChurnDriver {
         &mut self.inner
     }
 
-    fn due(&mut self, engine: &mut Engine, start: u64, now: u64) -> Option<u64> {
-        let reconnect = self.reconnect_due(engine, start, now);
-        let back = self.bring_back(engine, now);
+    fn due(&mut self, reactor: &mut Reactor, start: u64, now: u64) -> Option<u64> {
+        let reconnect = self.reconnect_due(reactor, start, now);
+        let back = self.bring_back(reactor, now);
         earliest(reconnect, back)
     }
 
-    fn report(self) -> RoleResult {
+    fn report(self) -> DriverResult {
         let reached = self
             .subs
             .iter()
             .flat_map(|s| &s.streams)
             .filter_map(|s| Some(s.continuity?.reached(s.subject)))
             .collect();
-        RoleResult {
+        DriverResult {
             replay: Some(self.replay),
             resubscribe: Some(self.resubscribe),
             reached: Some(reached),
@@ -560,6 +560,12 @@ impl OnSubscribers for ChurnDriver {
 
 #[cfg(test)]
 mod tests {
+    use myriad_protocol::message::{
+        encode_error, encode_ok, encode_poll_end, encode_pong, encode_subscribed,
+        write_publication, ErrorCode,
+    };
+    use myriad_protocol::position::Epoch;
+
     use super::*;
     use crate::schema::{SubscribeTask, Task};
     use crate::util::counters::Failure;
@@ -580,15 +586,15 @@ mod tests {
         .unwrap()
     }
 
-    /// The same over WebSocket, in a run of two nodes, with an engine for
+    /// The same over WebSocket, in a run of two nodes, with a reactor for
     /// the calls that take one (the tests open nothing through it).
-    fn driver_of_two_nodes() -> (ChurnDriver, Engine) {
+    fn driver_of_two_nodes() -> (ChurnDriver, Reactor) {
         let task = task(SubscribeTransport::Ws);
         let mut spec = Spec::for_tests(Task::Churn(task.clone()));
         let node =
             |port| crate::util::addr::Target::parse(&format!("ws://127.0.0.1:{port}/ws"), "ws");
         spec.targets = vec![node(1).unwrap(), node(2).unwrap()];
-        let net = crate::worker::engine::NetConfig {
+        let net = crate::worker::reactor::NetConfig {
             targets: spec.targets.clone(),
             sources: spec.sources.clone(),
             port_mode: spec.port_mode,
@@ -599,20 +605,20 @@ mod tests {
             nodelay: false,
             tls: None,
         };
-        let engine = Engine::new(net, None, None, 1).unwrap();
-        (ChurnDriver::new(task, &spec).unwrap(), engine)
+        let reactor = Reactor::new(net, None, None, 1).unwrap();
+        (ChurnDriver::new(task, &spec).unwrap(), reactor)
     }
 
     /// [`driver_of_two_nodes`] once subscriber 10 is settled on connection
     /// 7, at /p/s3 5 and /p/s1 0, and the run has started.
-    fn settled_on_two_nodes() -> (ChurnDriver, Engine, Counters) {
-        let (mut d, mut engine) = driver_of_two_nodes();
+    fn settled_on_two_nodes() -> (ChurnDriver, Reactor, Counters) {
+        let (mut d, mut reactor) = driver_of_two_nodes();
         let mut c = Counters::default();
         opening(&mut d, 7);
         hear(&mut d, &mut c, &subscribed("/p/s3", 5, None));
         hear(&mut d, &mut c, &subscribed("/p/s1", 0, None));
-        d.start(&mut engine);
-        (d, engine, c)
+        d.start(&mut reactor);
+        (d, reactor, c)
     }
 
     /// The task of those workers.
@@ -664,17 +670,24 @@ mod tests {
             .collect()
     }
 
+    /// The epoch of every subject here, as the node spells it (checked in
+    /// `the_tests_speak_the_protocol_crates_encoding`).
     const EPOCH: &str = "00000000000000ab";
 
+    /// Offset `offset` of a subject in [`EPOCH`].
+    fn at(offset: u64) -> Position {
+        Position::new(Epoch(0xab), offset)
+    }
+
+    // What the node sends is written by the protocol crate's encoders, as
+    // the node writes it, so a change of the protocol fails these tests.
+
     fn poll_end(cursor: &str) -> String {
-        format!(r#"{{"op":"poll","since":"{cursor}"}}"#)
+        String::from_utf8(encode_poll_end(cursor.as_bytes())).unwrap()
     }
 
     fn subscribed(subject: &str, offset: u64, recovered: Option<bool>) -> String {
-        let recovered = recovered.map_or(String::new(), |r| format!(",\"recovered\":{r}"));
-        format!(
-            r#"{{"op":"subscribed","id":1,"subject":"{subject}","epoch":"{EPOCH}","offset":{offset}{recovered}}}"#
-        )
+        encode_subscribed(Some(1), subject, at(offset), recovered)
     }
 
     /// The resubscribe of `subject` from `offset` a subscriber sends.
@@ -685,9 +698,15 @@ mod tests {
     }
 
     fn msg(subject: &str, offset: u64) -> String {
-        format!(
-            r#"{{"op":"msg","subject":"{subject}","epoch":"{EPOCH}","offset":{offset},"data":{{"ts":1000,"n":{offset},"pad":"x"}}}}"#
-        )
+        let data = format!(r#"{{"ts":1000,"n":{offset},"pad":"x"}}"#);
+        let mut out = Vec::new();
+        write_publication(&mut out, subject, at(offset), &data);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn the_tests_speak_the_protocol_crates_encoding() {
+        assert_eq!(Epoch(0xab).to_string(), EPOCH);
     }
 
     #[test]
@@ -818,9 +837,9 @@ mod tests {
         assert_eq!(c.reconnected, 0, "not a timed reconnect");
         let unasked = subscribed("/p/s2", 1, None);
         for other in [
-            r#"{"op":"ok","id":1}"#,
-            r#"{"op":"pong","id":2}"#,
-            r#"{"op":"error","id":1,"code":"invalid_position","message":"x"}"#,
+            encode_ok(1).as_str(),
+            encode_pong(Some(2)).as_str(),
+            encode_error(Some(1), ErrorCode::InvalidPosition, "x").as_str(),
             "not json",
             unasked.as_str(),
         ] {
@@ -835,11 +854,11 @@ mod tests {
         opening(&mut d, 7);
         assert_eq!(d.inner.unsettled(), 1);
         let mut c = Counters::default();
-        d.on_closed(7, 10, Outcome::Failed(Failure::Timeout), false, &mut c);
+        d.on_closed(7, 10, Ending::Failed(Failure::Timeout), false, &mut c);
         assert_eq!((d.inner.unsettled(), d.subs[0].key), (0, None));
         // An old connection's end, after it was replaced, changes nothing.
         opening(&mut d, 9);
-        d.on_closed(7, 10, Outcome::Clean, true, &mut c);
+        d.on_closed(7, 10, Ending::Clean, true, &mut c);
         assert_eq!((d.inner.unsettled(), d.subs[0].key), (1, Some(9)));
     }
 
@@ -849,11 +868,11 @@ mod tests {
         assert!(hear(&mut d, &mut c, &msg("/p/s3", 6)));
         assert_eq!(d.inner.hop(10), 0, "on its first node");
         // Its node dies: the connection ends without the bench closing it.
-        d.on_closed(7, 10, Outcome::Failed(Failure::ServerClosed), true, &mut c);
+        d.on_closed(7, 10, Ending::Failed(Failure::ServerClosed), true, &mut c);
         assert_eq!((c.failovers, d.inner.hop(10)), (1, 1), "on to the next");
         assert_eq!(d.inner.unsettled(), 0);
         // A refused connect on its way back is the same failover going on.
-        d.on_closed(8, 10, Outcome::Failed(Failure::Refused), false, &mut c);
+        d.on_closed(8, 10, Ending::Failed(Failure::Refused), false, &mut c);
         assert_eq!((c.failovers, d.inner.hop(10)), (1, 2));
         // Back on a node, from where it was.
         assert_eq!(opening(&mut d, 9), [since("/p/s3", 6), since("/p/s1", 0),]);
@@ -869,13 +888,13 @@ mod tests {
 
     #[test]
     fn a_planned_reconnect_goes_to_another_node() {
-        let (mut d, mut engine, mut c) = settled_on_two_nodes();
+        let (mut d, mut reactor, mut c) = settled_on_two_nodes();
         // Its turn (and subscriber 11's, which never set up) fall due.
-        d.reconnect_due(&mut engine, 0, 1_000_000_000);
-        assert_eq!(engine.cx.counters.reconnects, 1);
+        d.reconnect_due(&mut reactor, 0, 1_000_000_000);
+        assert_eq!(reactor.cx.counters.reconnects, 1);
         assert_eq!(d.inner.hop(10), 1, "it comes back on the other node");
         // The connection it closed ends; that is not a failover.
-        d.on_closed(7, 10, Outcome::Clean, true, &mut c);
+        d.on_closed(7, 10, Ending::Clean, true, &mut c);
         assert_eq!(c.failovers, 0);
     }
 }

@@ -15,9 +15,9 @@ use crate::util::counters::Counters;
 use crate::util::histogram::Micros;
 use crate::util::pattern::mix;
 use crate::util::profile::{Template, Values};
-use crate::worker::conn::{Handler, Opening, Outcome, Wire};
-use crate::worker::driver::{Driver, RoleResult, MAX_BATCH};
-use crate::worker::engine::Engine;
+use crate::worker::client_conn::{Ending, Handler, Opening, Wire};
+use crate::worker::driver::{Driver, DriverResult, MAX_BATCH};
+use crate::worker::reactor::Reactor;
 
 /// The worker side of connect-rate.
 pub struct ConnectRateDriver {
@@ -99,12 +99,12 @@ impl Handler for ConnectRateDriver {
         0
     }
 
-    fn on_closed(&mut self, _: usize, _: u32, _: Outcome, _: bool, _: &mut Counters) {}
+    fn on_closed(&mut self, _: usize, _: u32, _: Ending, _: bool, _: &mut Counters) {}
 }
 
 impl Driver for ConnectRateDriver {
-    fn tick(&mut self, engine: &mut Engine) -> Option<u64> {
-        let now = engine.refresh_now();
+    fn tick(&mut self, reactor: &mut Reactor) -> Option<u64> {
+        let now = reactor.refresh_now();
         let start = self.started_ns?;
         if self.stopped {
             return None;
@@ -125,8 +125,8 @@ impl Driver for ConnectRateDriver {
                 next = Some(due);
                 break;
             }
-            // A failed open is counted by the engine; the device is gone.
-            let _ = engine.open(n as u32, Wire::WebSocket);
+            // A failed open is counted by the reactor; the device is gone.
+            let _ = reactor.open(n as u32, Wire::WebSocket);
             self.k += 1;
         }
         while let Some(&Reverse((at, key, index))) = self.holds.peek() {
@@ -144,37 +144,39 @@ impl Driver for ConnectRateDriver {
         let reset = self.task.close == CloseMode::Reset;
         let mut expired = std::mem::take(&mut self.expired);
         for (key, index) in expired.drain(..) {
-            engine.close(key, index, reset, self);
+            reactor.close(key, index, reset, self);
         }
         self.expired = expired;
         next
     }
 
-    fn start(&mut self, engine: &mut Engine) {
-        self.started_ns = Some(engine.refresh_now());
+    fn start(&mut self, reactor: &mut Reactor) {
+        self.started_ns = Some(reactor.refresh_now());
     }
 
-    fn stop(&mut self, _engine: &mut Engine) {
+    fn stop(&mut self, _reactor: &mut Reactor) {
         self.stopped = true;
     }
 
-    fn is_ready(&self, _engine: &Engine) -> bool {
+    fn is_ready(&self, _reactor: &Reactor) -> bool {
         true
     }
 
-    fn is_done(&self, engine: &Engine) -> bool {
+    fn is_done(&self, reactor: &Reactor) -> bool {
         self.stopped
-            || (self.started_ns.is_some() && self.k >= self.share_len() && engine.open_conns() == 0)
+            || (self.started_ns.is_some()
+                && self.k >= self.share_len()
+                && reactor.open_conns() == 0)
     }
 
     fn take_interval(&mut self) -> Option<Micros> {
         None
     }
 
-    fn finish(self) -> RoleResult {
-        RoleResult {
+    fn finish(self) -> DriverResult {
+        DriverResult {
             phase_upgrades: self.phase_upgrades,
-            ..RoleResult::default()
+            ..DriverResult::default()
         }
     }
 }

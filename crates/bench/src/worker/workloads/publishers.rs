@@ -17,16 +17,16 @@
 use std::collections::VecDeque;
 
 use crate::schema::{PublishTask, PublishTransport, Published, Spec};
-use crate::util::clock::Span;
+use crate::util::clock::Extent;
 use crate::util::counters::Counters;
 use crate::util::error::BenchError;
 use crate::util::histogram::{self, Micros};
 use crate::util::pattern::publish_subject;
 use crate::util::payload::PayloadBuilder;
 use crate::util::profile::{Template, Values};
-use crate::worker::conn::{Handler, Opening, Outcome, Wire};
-use crate::worker::driver::{Driver, RoleResult, MAX_BATCH};
-use crate::worker::engine::Engine;
+use crate::worker::client_conn::{Ending, Handler, Opening, Wire};
+use crate::worker::driver::{Driver, DriverResult, MAX_BATCH};
+use crate::worker::reactor::Reactor;
 
 /// Bytes queued on one publishing connection beyond what its socket took,
 /// past which no more events are rendered for it: a server applying
@@ -70,7 +70,7 @@ pub struct PublishDriver {
     dropped: Vec<u64>,
     conns_lost: u64,
     /// When the first and last publish was written.
-    sent: Option<Span>,
+    sent: Option<Extent>,
     stopped: bool,
     // Reused buffers.
     subject: String,
@@ -126,11 +126,11 @@ impl PublishDriver {
     }
 
     /// The next open connection with room in its queue, round robin.
-    fn next_conn(&mut self, engine: &Engine) -> Option<usize> {
+    fn next_conn(&mut self, reactor: &Reactor) -> Option<usize> {
         for _ in 0..self.conns.len() {
             self.rr = (self.rr + 1) % self.conns.len();
             let c = &self.conns[self.rr];
-            if c.open && engine.backlog(c.key) < MAX_BACKLOG_BYTES {
+            if c.open && reactor.backlog(c.key) < MAX_BACKLOG_BYTES {
                 return Some(self.rr);
             }
         }
@@ -138,8 +138,8 @@ impl PublishDriver {
     }
 
     /// Queues event `n`, due at monotonic `due_ns`, on connection `slot`.
-    fn publish(&mut self, engine: &mut Engine, slot: usize, n: u64, due_ns: u64, now: u64) {
-        let due_real = engine.epoch().real_at(due_ns);
+    fn publish(&mut self, reactor: &mut Reactor, slot: usize, n: u64, due_ns: u64, now: u64) {
+        let due_real = reactor.origin().real_at(due_ns);
         let subject = publish_subject(self.task.order, self.task.seed, n, self.task.subjects.len());
         self.subject.clear();
         self.task.subjects.write_subject(subject, &mut self.subject);
@@ -155,20 +155,20 @@ impl PublishDriver {
             &mut self.text,
         );
         let conn = &mut self.conns[slot];
-        let before = engine.backlog(conn.key);
+        let before = reactor.backlog(conn.key);
         match &self.http {
-            None => engine.queue_text(conn.key, self.text.as_bytes()),
+            None => reactor.queue_text(conn.key, self.text.as_bytes()),
             Some((path, host, extra)) => {
                 let head = format!(
                     "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\n\r\n",
                     self.text.len()
                 );
-                engine.queue_raw(conn.key, head.as_bytes());
-                engine.queue_raw(conn.key, self.text.as_bytes());
+                reactor.queue_raw(conn.key, head.as_bytes());
+                reactor.queue_raw(conn.key, self.text.as_bytes());
                 conn.awaiting.push_back(due_real);
             }
         }
-        conn.queued_bytes += (engine.backlog(conn.key) - before) as u64;
+        conn.queued_bytes += (reactor.backlog(conn.key) - before) as u64;
         conn.unsent.push_back((conn.queued_bytes, n));
         histogram::record(&mut self.lag, now.saturating_sub(due_ns) / 1000);
     }
@@ -176,18 +176,18 @@ impl PublishDriver {
     /// Writes what every connection has queued (once per tick, so a burst
     /// of due events leaves in as few writes as possible), then counts the
     /// events whose last byte the sockets took.
-    fn flush_all(&mut self, engine: &mut Engine) {
+    fn flush_all(&mut self, reactor: &mut Reactor) {
         for i in 0..self.conns.len() {
             let key = self.conns[i].key;
-            engine.flush(key, self);
+            reactor.flush(key, self);
         }
-        let now_real = engine.epoch().real_at(engine.cx.now_ns);
+        let now_real = reactor.origin().real_at(reactor.cx.now_ns);
         for c in self.conns.iter_mut().filter(|c| c.open) {
-            let written = c.queued_bytes - engine.backlog(c.key) as u64;
+            let written = c.queued_bytes - reactor.backlog(c.key) as u64;
             while c.unsent.front().is_some_and(|&(end, _)| end <= written) {
                 c.unsent.pop_front();
-                engine.cx.counters.published += 1;
-                Span::extend(&mut self.sent, now_real);
+                reactor.cx.counters.published += 1;
+                Extent::extend(&mut self.sent, now_real);
             }
         }
     }
@@ -238,7 +238,7 @@ impl Handler for PublishDriver {
         pos
     }
 
-    fn on_closed(&mut self, _: usize, index: u32, _: Outcome, was_open: bool, _: &mut Counters) {
+    fn on_closed(&mut self, _: usize, index: u32, _: Ending, was_open: bool, _: &mut Counters) {
         if let Some(c) = self.conns.iter_mut().find(|c| c.index == index) {
             c.open = false;
             c.awaiting.clear();
@@ -251,8 +251,8 @@ impl Handler for PublishDriver {
 }
 
 impl Driver for PublishDriver {
-    fn tick(&mut self, engine: &mut Engine) -> Option<u64> {
-        let now = engine.refresh_now();
+    fn tick(&mut self, reactor: &mut Reactor) -> Option<u64> {
+        let now = reactor.refresh_now();
         if !self.opened {
             self.opened = true;
             let wire = match self.task.transport {
@@ -261,7 +261,7 @@ impl Driver for PublishDriver {
             };
             for i in 0..self.task.conns {
                 let index = (self.task.first_index + u64::from(i)) as u32;
-                if let Ok(key) = engine.open(index, wire) {
+                if let Ok(key) = reactor.open(index, wire) {
                     self.conns.push(PubConn {
                         key,
                         index,
@@ -295,13 +295,13 @@ impl Driver for PublishDriver {
                 self.k += 1;
                 continue;
             }
-            let Some(slot) = self.next_conn(engine) else {
+            let Some(slot) = self.next_conn(reactor) else {
                 // Every queue is full: the server is not reading. Look again
                 // after the sockets had a turn; the event stays due.
                 next = Some(now + 1_000_000);
                 break;
             };
-            self.publish(engine, slot, n, due, now);
+            self.publish(reactor, slot, n, due, now);
             self.k += 1;
         }
         if self.k < share_len && next.is_none() {
@@ -310,23 +310,23 @@ impl Driver for PublishDriver {
         if self.all_fired() {
             self.last_fired_ns.get_or_insert(now);
         }
-        self.flush_all(engine);
+        self.flush_all(reactor);
         next
     }
 
-    fn start(&mut self, engine: &mut Engine) {
-        self.started_ns = Some(engine.refresh_now());
+    fn start(&mut self, reactor: &mut Reactor) {
+        self.started_ns = Some(reactor.refresh_now());
     }
 
-    fn stop(&mut self, _engine: &mut Engine) {
+    fn stop(&mut self, _reactor: &mut Reactor) {
         self.stopped = true;
     }
 
-    fn is_ready(&self, engine: &Engine) -> bool {
-        self.opened && engine.in_setup() == 0
+    fn is_ready(&self, reactor: &Reactor) -> bool {
+        self.opened && reactor.in_setup() == 0
     }
 
-    fn is_done(&self, engine: &Engine) -> bool {
+    fn is_done(&self, reactor: &Reactor) -> bool {
         if self.stopped {
             return true;
         }
@@ -339,7 +339,7 @@ impl Driver for PublishDriver {
             .all(|c| c.unsent.is_empty() && c.awaiting.is_empty());
         let waited = self
             .last_fired_ns
-            .is_some_and(|t| engine.cx.now_ns >= t + (self.task.drain_secs * 1e9) as u64);
+            .is_some_and(|t| reactor.cx.now_ns >= t + (self.task.drain_secs * 1e9) as u64);
         drained || waited
     }
 
@@ -351,7 +351,7 @@ impl Driver for PublishDriver {
         true
     }
 
-    fn finish(mut self) -> RoleResult {
+    fn finish(mut self) -> DriverResult {
         for c in &mut self.conns {
             Self::drop_unsent(c, &mut self.dropped);
         }
@@ -362,12 +362,12 @@ impl Driver for PublishDriver {
             conns_lost: self.conns_lost,
         };
         let http = self.task.transport == PublishTransport::Http;
-        RoleResult {
+        DriverResult {
             lag: Some(self.lag),
             ack: http.then_some(self.ack),
             published: Some(published),
             sent: self.sent,
-            ..RoleResult::default()
+            ..DriverResult::default()
         }
     }
 }

@@ -29,7 +29,7 @@ use myriad_protocol::subject::FEED_PREFIX;
 use crate::schema::{
     ConnReceipts, SocialDone, SocialTask, SocialUser, Spec, SubscribeTask, SubscribeTransport,
 };
-use crate::util::clock::{realtime_ns, Span};
+use crate::util::clock::{realtime_ns, Extent};
 use crate::util::counters::Counters;
 use crate::util::error::BenchError;
 use crate::util::graph::Senders;
@@ -38,9 +38,9 @@ use crate::util::offsets::Received;
 use crate::util::pacing::Schedule;
 use crate::util::pattern::mix;
 use crate::util::payload::PayloadBuilder;
-use crate::worker::conn::{Handler, Opening, Outcome};
-use crate::worker::driver::{Driver, RoleResult, MAX_BATCH};
-use crate::worker::engine::Engine;
+use crate::worker::client_conn::{Ending, Handler, Opening};
+use crate::worker::driver::{Driver, DriverResult, MAX_BATCH};
+use crate::worker::reactor::Reactor;
 use crate::worker::subscriber::{OnSubscribers, SubscribeDriver};
 
 /// Bytes queued on one connection beyond what its socket took, past which
@@ -56,7 +56,7 @@ const NOT_A_FEED: u64 = u64::MAX;
 
 /// One connection of a user.
 #[derive(Debug, Default)]
-struct Conn {
+struct UserConn {
     /// Its current socket, from the upgrade on; None before, and once lost.
     key: Option<usize>,
     /// Feeds still owed a `subscribed` before it is set up.
@@ -65,7 +65,7 @@ struct Conn {
     feeds: Vec<FeedReceipt>,
 }
 
-impl Conn {
+impl UserConn {
     /// Its entry for `feed` in `epoch`, made if new.
     fn feed(&mut self, feed: u64, epoch: u64) -> &mut FeedReceipt {
         let at = self
@@ -123,7 +123,7 @@ pub struct SocialDriver {
     /// Its connections: user i's j-th is `i × per_user + j`. While one is
     /// open but not yet subscribed to every feed, the worker is not ready
     /// (`SubscribeDriver::owe`), so no send precedes a subscription.
-    conns: Vec<Conn>,
+    conns: Vec<UserConn>,
     sends: Schedule,
     /// Sends in the schedule.
     events: u64,
@@ -136,7 +136,7 @@ pub struct SocialDriver {
     /// Sends answered with a position.
     answered: Vec<SendRecord>,
     /// When the first and last send was fired.
-    sent: Option<Span>,
+    sent: Option<Extent>,
     /// Connections written to this tick, flushed once at its end.
     touched: Vec<usize>,
     /// Reused buffer for a send's data.
@@ -163,7 +163,7 @@ impl SocialDriver {
             first_user: task.first_user,
             first_conn,
             per_user,
-            conns: (0..count).map(|_| Conn::default()).collect(),
+            conns: (0..count).map(|_| UserConn::default()).collect(),
             users: task.users,
             events: task.sends.total_events(),
             sends: task.sends,
@@ -293,7 +293,7 @@ impl SocialDriver {
 
     /// Fires the sends that are due and whose senders it holds, a batch at
     /// most. Returns when it next has one due.
-    fn send_due(&mut self, engine: &mut Engine, start: u64, now: u64) -> Option<u64> {
+    fn send_due(&mut self, reactor: &mut Reactor, start: u64, now: u64) -> Option<u64> {
         let mut next = None;
         for _ in 0..MAX_BATCH {
             if self.n >= self.events {
@@ -309,7 +309,7 @@ impl SocialDriver {
                 .checked_sub(self.first_user)
                 .filter(|&u| u < self.users.len() as u64);
             if let Some(u) = ours {
-                if !self.fire(engine, u as usize, due) {
+                if !self.fire(reactor, u as usize, due) {
                     // Its connection's queue is full: the node is not
                     // reading. The send stays due; look again shortly.
                     next = Some(now + 1_000_000);
@@ -322,39 +322,39 @@ impl SocialDriver {
             next = Some(now); // the batch ended with more due
         }
         for key in std::mem::take(&mut self.touched) {
-            engine.flush(key, self);
+            reactor.flush(key, self);
         }
         next
     }
 
     /// Fires send `self.n`, due at monotonic `due`, from local user `u` on
     /// one of its connections. False when that connection's queue is full.
-    fn fire(&mut self, engine: &mut Engine, u: usize, due: u64) -> bool {
+    fn fire(&mut self, reactor: &mut Reactor, u: usize, due: u64) -> bool {
         let n = self.n;
         let j = mix(n ^ self.senders.seed) % self.per_user;
         let i = u * self.per_user as usize + j as usize;
         let Some(key) = self.conns[i].key else {
             // The connection is gone: the send cannot be made.
-            engine.cx.counters.publish_dropped += 1;
+            reactor.cx.counters.publish_dropped += 1;
             return true;
         };
-        if engine.backlog(key) > MAX_BACKLOG_BYTES {
+        if reactor.backlog(key) > MAX_BACKLOG_BYTES {
             return false;
         }
         let id = self.pending.len() as u64 + 1;
         self.data.clear();
         self.payload
-            .write(engine.epoch().real_at(due), n, &mut self.data);
+            .write(reactor.origin().real_at(due), n, &mut self.data);
         let text = encode_send(&self.data, Some(id));
         let sent_ns = realtime_ns();
-        engine.queue_text(key, text.as_bytes());
+        reactor.queue_text(key, text.as_bytes());
         self.pending.push(Pending {
             user: self.users[u].id,
             sent_ns,
             answered: false,
         });
-        Span::extend(&mut self.sent, sent_ns);
-        engine.cx.counters.published += 1;
+        Extent::extend(&mut self.sent, sent_ns);
+        reactor.cx.counters.published += 1;
         self.touched.push(key);
         true
     }
@@ -400,7 +400,7 @@ impl Handler for SocialDriver {
         &mut self,
         key: usize,
         index: u32,
-        outcome: Outcome,
+        ending: Ending,
         was_open: bool,
         counters: &mut Counters,
     ) {
@@ -416,7 +416,7 @@ impl Handler for SocialDriver {
         self.conns[i].key = None;
         self.owe(i, 0);
         self.inner
-            .on_closed(key, index, outcome, !in_setup, counters);
+            .on_closed(key, index, ending, !in_setup, counters);
     }
 
     fn user(&self, index: u32) -> Option<u64> {
@@ -433,8 +433,8 @@ impl OnSubscribers for SocialDriver {
         &mut self.inner
     }
 
-    fn due(&mut self, engine: &mut Engine, start: u64, now: u64) -> Option<u64> {
-        self.send_due(engine, start, now)
+    fn due(&mut self, reactor: &mut Reactor, start: u64, now: u64) -> Option<u64> {
+        self.send_due(reactor, start, now)
     }
 
     fn paced(&self) -> bool {
@@ -443,7 +443,7 @@ impl OnSubscribers for SocialDriver {
         true
     }
 
-    fn report(self) -> RoleResult {
+    fn report(self) -> DriverResult {
         let unanswered = self.pending.iter().filter(|p| !p.answered).count() as u64;
         let first = self.first_conn;
         let receipts = self
@@ -455,7 +455,7 @@ impl OnSubscribers for SocialDriver {
                 feeds: c.feeds,
             })
             .collect();
-        RoleResult {
+        DriverResult {
             sent: self.sent,
             social: Some(SocialDone {
                 sends: self.answered,
@@ -469,10 +469,21 @@ impl OnSubscribers for SocialDriver {
 
 #[cfg(test)]
 mod tests {
+    use myriad_protocol::message::{
+        encode_error, encode_published, encode_subscribed, write_publication, ErrorCode,
+    };
+    use myriad_protocol::position::Epoch;
+
     use super::*;
     use crate::schema::Task;
 
-    const EPOCH: &str = "00000000000000ab";
+    // What the node sends is written by the protocol crate's encoders, as
+    // the node writes it, so a change of the protocol fails these tests.
+
+    /// Offset `offset` of a feed; every feed here is in epoch 0xab.
+    fn at(offset: u64) -> Position {
+        Position::new(Epoch(0xab), offset)
+    }
 
     /// A worker of users 7 (follows 3 and 9) and 9 (follows nobody), slots
     /// 2 and 3 of the run, two connections each: global connections 4–7.
@@ -501,13 +512,14 @@ mod tests {
     }
 
     fn subscribed(feed: u64, offset: u64) -> String {
-        format!(r#"{{"op":"subscribed","subject":"@{feed}","epoch":"{EPOCH}","offset":{offset}}}"#)
+        encode_subscribed(None, &format!("@{feed}"), at(offset), None)
     }
 
     fn msg(feed: u64, offset: u64) -> String {
-        format!(
-            r#"{{"op":"msg","subject":"@{feed}","epoch":"{EPOCH}","offset":{offset},"data":{{"ts":1000,"n":1,"pad":"x"}}}}"#
-        )
+        let mut out = Vec::new();
+        let data = r#"{"ts":1000,"n":1,"pad":"x"}"#;
+        write_publication(&mut out, &format!("@{feed}"), at(offset), data);
+        String::from_utf8(out).unwrap()
     }
 
     fn hear(d: &mut SocialDriver, c: &mut Counters, index: u32, text: &str) -> bool {
@@ -576,11 +588,11 @@ mod tests {
                 answered: false,
             });
         }
-        let ok = format!(r#"{{"op":"ok","id":1,"epoch":"{EPOCH}","offset":3,"reached":4}}"#);
+        let ok = encode_published(1, Some(at(3)), 4);
         assert!(!hear(&mut d, &mut c, 6, &ok));
         assert!(!hear(&mut d, &mut c, 6, &ok), "answered already");
-        let refused = r#"{"op":"error","id":2,"code":"x","message":"y"}"#;
-        assert!(!hear(&mut d, &mut c, 6, refused));
+        let refused = encode_error(Some(2), ErrorCode::PublishFailed, "y");
+        assert!(!hear(&mut d, &mut c, 6, &refused));
         let unknown = ok.replace("\"id\":1", "\"id\":9");
         assert!(!hear(&mut d, &mut c, 6, &unknown));
         assert_eq!((c.sends_acked, c.sends_refused, c.reached), (1, 1, 4));
@@ -613,13 +625,13 @@ mod tests {
         let mut c = Counters::default();
         open(&mut d, 1, 4);
         hear(&mut d, &mut c, 4, &subscribed(3, 0));
-        d.on_closed(1, 4, Outcome::Clean, true, &mut c);
+        d.on_closed(1, 4, Ending::Clean, true, &mut c);
         assert_eq!((d.inner.unsettled(), d.conns[0].key), (0, None));
         open(&mut d, 2, 4);
         assert_eq!(d.inner.unsettled(), 1);
         assert!(d.conns[0].feeds.is_empty(), "starts afresh");
         // An old socket's end changes nothing.
-        d.on_closed(1, 4, Outcome::Clean, true, &mut c);
+        d.on_closed(1, 4, Ending::Clean, true, &mut c);
         assert_eq!((d.inner.unsettled(), d.conns[0].key), (1, Some(2)));
     }
 

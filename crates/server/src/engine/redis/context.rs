@@ -17,7 +17,7 @@ use super::router::Router;
 use super::scripts::{self, publish_call, Scripts};
 use super::settings::RedisSettings;
 use crate::engine::{EngineError, HistoryPage, Published};
-use crate::hub::Wakeups;
+use crate::hub::{Hub, Wakeups};
 use crate::namespace::Namespaces;
 
 #[derive(Debug, Default)]
@@ -79,6 +79,33 @@ pub struct Context {
 }
 
 impl Context {
+    /// What an engine over `instances` Redis instances shares, before any
+    /// instance is connected.
+    pub(super) fn new(
+        hub: Arc<Hub>,
+        namespaces: Namespaces,
+        max_bytes: usize,
+        settings: RedisSettings,
+        instances: usize,
+    ) -> Context {
+        Context {
+            router: Router::new(hub),
+            namespaces,
+            channel_prefix: format!("{}:c:", settings.prefix),
+            settings,
+            max_bytes,
+            scripts: Scripts::new(),
+            instances,
+            totals: (0..instances).map(|_| TotalsCell::default()).collect(),
+            failures: Failures::default(),
+            publishes: AtomicU64::new(0),
+            publishes_unrouted: AtomicU64::new(0),
+            failovers: AtomicU64::new(0),
+            unavailable_ms: AtomicU64::new(0),
+            round_trips: AtomicU64::new(0),
+        }
+    }
+
     /// Answers the request with `error`.
     pub(super) fn fail(&self, op: Op, error: EngineError, wakeups: &mut Wakeups) {
         self.count_failure(&error);

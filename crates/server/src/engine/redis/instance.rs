@@ -732,3 +732,6 @@ fn connection_dropped() -> redis::RedisError {
 fn protocol_error(what: String) -> redis::RedisError {
     redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::InvalidData, what))
 }
+
+#[cfg(test)]
+mod tests;

@@ -61,11 +61,9 @@ use std::sync::Arc;
 
 use thiserror::Error;
 
-use self::context::{Context, Failures, TotalsCell};
+use self::context::{Context, TotalsCell};
 use self::instance::{Instance, InstanceQueue};
 use self::ops::{Op, PublishOp, ReadOp};
-use self::router::Router;
-use self::scripts::Scripts;
 pub use self::scripts::{publish_call, PUBLISH_SCRIPT};
 pub use self::settings::{RedisSettings, SentinelSettings};
 use self::target::{ConnectError, Target};
@@ -154,22 +152,9 @@ impl RedisEngine {
                 .collect::<Result<Vec<_>, RedisEngineError>>()?,
         };
         let instances = targets.len();
-        let ctx = Arc::new(Context {
-            router: Router::new(hub),
-            namespaces,
-            channel_prefix: format!("{}:c:", settings.prefix),
-            settings,
-            max_bytes,
-            scripts: Scripts::new(),
-            instances,
-            totals: (0..instances).map(|_| TotalsCell::default()).collect(),
-            failures: Failures::default(),
-            publishes: AtomicU64::new(0),
-            publishes_unrouted: AtomicU64::new(0),
-            failovers: AtomicU64::new(0),
-            unavailable_ms: AtomicU64::new(0),
-            round_trips: AtomicU64::new(0),
-        });
+        let ctx = Arc::new(Context::new(
+            hub, namespaces, max_bytes, settings, instances,
+        ));
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -325,8 +310,7 @@ impl Engine for RedisEngine {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicUsize;
-    use std::sync::Mutex;
+    use std::cell::Cell;
     use std::time::Duration;
 
     use myriad_testkit::RedisServer;
@@ -334,29 +318,30 @@ mod tests {
     use super::*;
     use crate::engine::conformance::{self, Harness};
 
-    /// The Redis of the running suite. Each harness gets its own prefix,
-    /// which is a Redis of its own as far as the engine can tell (a
+    /// Engines over `server`, each under a prefix no other engine of the
+    /// maker has: a Redis of its own as far as the engine can tell (a
     /// restarted node over it would keep its epochs; a new prefix is a
     /// Redis that lost everything, as the suite's "restarted" engine
-    /// expects). The server belongs to the test, which stops it: a static
-    /// one would outlive the test process.
-    static URL: Mutex<Option<String>> = Mutex::new(None);
-
-    fn redis(workers: usize, namespaces: Namespaces, max_bytes: usize) -> Harness {
-        let url = URL.lock().unwrap().clone().expect("the suite's Redis");
-        harness(settings(url), workers, namespaces, max_bytes)
+    /// expects). The maker owns the server, so it stops with the test.
+    fn over(server: RedisServer) -> impl Fn(usize, Namespaces, usize) -> Harness {
+        let made = Cell::new(0);
+        move |workers, namespaces, max_bytes| {
+            made.set(made.get() + 1);
+            let settings = RedisSettings {
+                prefix: format!("conformance{}", made.get()),
+                ..settings(server.url())
+            };
+            harness(settings, workers, namespaces, max_bytes)
+        }
     }
 
-    /// The settings of an engine over `url`, under a prefix no other
-    /// harness has.
+    /// The settings of an engine over `url`, under the tests' prefix.
     pub(super) fn settings(url: String) -> RedisSettings {
-        static HARNESSES: AtomicUsize = AtomicUsize::new(0);
-        let n = HARNESSES.fetch_add(1, Ordering::Relaxed);
         RedisSettings {
             tls: None,
             urls: vec![url],
             sentinel: None,
-            prefix: format!("conformance{n}"),
+            prefix: "conformance".to_owned(),
             timeout: Duration::from_secs(10),
             queue: 100_000,
             queue_bytes: 64 << 20,
@@ -519,10 +504,6 @@ mod tests {
         server.resume();
     }
 
-    #[test]
-    fn redis_engine_keeps_the_contract() {
-        let server = RedisServer::start();
-        *URL.lock().unwrap() = Some(server.url());
-        conformance::run(redis);
-    }
+    // The engine contract, clause by clause, each over a Redis of its own.
+    conformance::conformance_suite!(keeps_the_contract, over(RedisServer::start()));
 }

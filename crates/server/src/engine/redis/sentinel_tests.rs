@@ -3,7 +3,7 @@
 //! unchanged, and failovers, including one that loses acknowledged writes,
 //! after which no position handed out before may be recovered across.
 
-use std::sync::Mutex;
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use myriad_protocol::position::Position;
@@ -16,11 +16,8 @@ use crate::engine::{EngineError, Published, Reply};
 use crate::hub::Wakeups;
 use crate::namespace::Namespaces;
 
-/// The Sentinels (and master name) of the running suite.
-static SENTINELS: Mutex<Option<(Vec<String>, String)>> = Mutex::new(None);
-
-/// Settings of an engine that finds its master through `setup`'s
-/// Sentinels, under a prefix of its own.
+/// Settings of an engine that finds its master through the Sentinels at
+/// `sentinels`, under the tests' prefix.
 fn behind(sentinels: Vec<String>, master: &str) -> RedisSettings {
     RedisSettings {
         urls: Vec::new(),
@@ -33,21 +30,28 @@ fn behind(sentinels: Vec<String>, master: &str) -> RedisSettings {
     }
 }
 
-fn through_sentinels(workers: usize, namespaces: Namespaces, max_bytes: usize) -> Harness {
-    let (sentinels, master) = SENTINELS
-        .lock()
-        .unwrap()
-        .clone()
-        .expect("the suite's Sentinels");
-    harness(behind(sentinels, &master), workers, namespaces, max_bytes)
+/// Engines behind `setup`'s Sentinels, each under a prefix no other engine
+/// of the maker has (a new prefix is a Redis that lost everything, as the
+/// suite's "restarted" engine expects). The maker owns the setup, so its
+/// processes stop with the test.
+fn through(setup: SentinelSetup) -> impl Fn(usize, Namespaces, usize) -> Harness {
+    let made = Cell::new(0);
+    move |workers, namespaces, max_bytes| {
+        made.set(made.get() + 1);
+        let settings = RedisSettings {
+            prefix: format!("conformance{}", made.get()),
+            ..behind(setup.sentinel_urls(), setup.name())
+        };
+        harness(settings, workers, namespaces, max_bytes)
+    }
 }
 
-#[test]
-fn redis_engine_keeps_the_contract_behind_sentinels() {
-    let setup = SentinelSetup::start("conformance");
-    *SENTINELS.lock().unwrap() = Some((setup.sentinel_urls(), setup.name().to_owned()));
-    conformance::run(through_sentinels);
-}
+// The engine contract, clause by clause, each behind a master, a replica
+// and three Sentinels of its own.
+conformance::conformance_suite!(
+    keeps_the_contract_behind_sentinels,
+    through(SentinelSetup::start("conformance"))
+);
 
 /// A publish that may fail.
 fn try_publish(h: &Harness, subject: &str, data: &str) -> Result<Published, EngineError> {

@@ -3,11 +3,14 @@
 //! social workload's follows and unfollows).
 //!
 //! A tiny blocking HTTP/1.1 client; the poller runs on its own thread,
-//! once a second, so a slow admin endpoint never stalls the coordinator. A
+//! once a second, so a slow `/stats` answer never stalls the coordinator. A
 //! run may load several nodes; their figures are summed, as one system
 //! under test. The report reads the first and latest answers and the
 //! timeline reads each one; what they say is read by
 //! [`ServerFigures`](crate::util::stats::ServerFigures).
+//!
+//! Named for what it talks to, the node's HTTP API on its admin listener
+//! (`--admin-url`); "admin" alone is the privilege the admin key grants.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -1,5 +1,5 @@
 //! Layer 2, a finished run as plain data: what the coordinator hands to the
-//! report. The coordinator fills an [`Outcome`] from its monitor and each
+//! report. The coordinator fills a [`Measurements`] from its monitor and each
 //! workload's own figures; the report layer turns it into the terminal
 //! summary, `--json` and `--html` without knowing the coordinator.
 //!
@@ -7,6 +7,10 @@
 //! coordinator or the report. The timeline types ([`Sample`] and its
 //! points) live here because the coordinator's monitor and progress line
 //! build them and the report charts them.
+//!
+//! Named [`Measurements`], not an outcome (how one connection ended is the
+//! worker's `Ending`). Which workers a figure belongs to is a [`Group`], not
+//! a role: the protocol crate's `ws::Role` is the side of a WebSocket.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -16,9 +20,10 @@ use crate::util::histogram::{Micros, Summary};
 use crate::util::judge::Tally;
 use crate::util::sys::ListenCounters;
 
-/// What a worker does, for grouping figures.
+/// The group a worker process belongs to, by what it does: figures are
+/// summed per group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
+pub enum Group {
     /// connect-rate devices.
     Devices,
     /// Subscribed connections.
@@ -29,7 +34,7 @@ pub enum Role {
 
 /// Everything a run measured, before the report computes its figures.
 #[derive(Debug, Clone)]
-pub struct Outcome {
+pub struct Measurements {
     /// The workload's subcommand name.
     pub workload: String,
     /// The full command line configuration.
@@ -50,8 +55,8 @@ pub struct Outcome {
     pub fd_cap: u64,
     /// Connections planned per process at most.
     pub conns_per_process: u64,
-    /// The final report of every worker that sent one, with its role.
-    pub finished: Vec<(Role, Done)>,
+    /// The final report of every worker that sent one, with its group.
+    pub finished: Vec<(Group, Done)>,
     /// Deliveries the subscriber workers counted (from their last snapshot
     /// when a worker sent no final report).
     pub subscriber_messages_in: u64,

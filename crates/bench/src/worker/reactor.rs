@@ -1,13 +1,16 @@
 //! The worker's event loop: one mio poll, every connection in a slab.
 //!
 //! One thread per worker process drives all of its connections: no task,
-//! no buffer and no timer per connection. The engine owns the sockets
+//! no buffer and no timer per connection. The reactor owns the sockets
 //! (creating them with the right source address and port), dispatches
-//! readiness to [`Conn`], enforces the connect/handshake and close
+//! readiness to [`ClientConn`], enforces the connect/handshake and close
 //! deadlines from one heap, and keeps the counters and setup latency
 //! histograms. What to open, send and close, and when, belongs to the
-//! workload driver that calls [`Engine::open`], [`Engine::queue_text`] and
-//! [`Engine::close`] between turns.
+//! workload driver that calls [`Reactor::open`], [`Reactor::queue_text`] and
+//! [`Reactor::close`] between turns.
+//!
+//! Named the reactor (it reacts to readiness), not an engine: in myriad
+//! "engine" is the node's publish/subscribe back end, memory or Redis.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -23,9 +26,9 @@ use slab::Slab;
 use socket2::{Domain, Protocol, SockRef, Socket, Type};
 
 use crate::util::addr::{route, PortCursor, PortMode, Route, Sources, Target};
-use crate::util::clock::Epoch;
+use crate::util::clock::Origin;
 use crate::util::counters::Failure;
-use crate::worker::conn::{Conn, Cx, Handler, Outcome, Readiness, Wire};
+use crate::worker::client_conn::{ClientConn, Cx, Ending, Handler, Readiness, Wire};
 use crate::worker::tls;
 
 /// The token of the waker that the control thread uses.
@@ -80,10 +83,10 @@ struct Deadline {
 }
 
 /// One worker's connections and their event loop.
-pub struct Engine {
+pub struct Reactor {
     poll: Poll,
     events: Events,
-    conns: Slab<Conn>,
+    conns: Slab<ClientConn>,
     scratch: Vec<u8>,
     /// Counters, setup histograms and per-worker protocol state.
     pub cx: Cx,
@@ -92,20 +95,20 @@ pub struct Engine {
     ports: Option<PortCursor>,
     deadlines: BinaryHeap<Reverse<Deadline>>,
     in_setup: usize,
-    epoch: Epoch,
+    origin: Origin,
     waker: Arc<Waker>,
     woken: bool,
 }
 
-impl Engine {
-    /// An engine with no connections. `ack` and `error` are the profile's
+impl Reactor {
+    /// A reactor with no connections. `ack` and `error` are the profile's
     /// markers for subscribe acknowledgements and error replies.
     pub fn new(
         net: NetConfig,
         ack: Option<&str>,
         error: Option<&str>,
         seed: u64,
-    ) -> io::Result<Engine> {
+    ) -> io::Result<Reactor> {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
         let sources = net.sources.0.iter().map(|&ip| IpAddr::V4(ip)).collect();
@@ -116,7 +119,7 @@ impl Engine {
             .iter()
             .map(|t| (t.host.clone(), t.path.clone()))
             .collect();
-        Ok(Engine {
+        Ok(Reactor {
             poll,
             events: Events::with_capacity(1024),
             conns: Slab::new(),
@@ -127,20 +130,20 @@ impl Engine {
             ports,
             deadlines: BinaryHeap::new(),
             in_setup: 0,
-            epoch: Epoch::now(),
+            origin: Origin::now(),
             waker,
             woken: false,
         })
     }
 
     /// The time origin of this worker.
-    pub fn epoch(&self) -> Epoch {
-        self.epoch
+    pub fn origin(&self) -> Origin {
+        self.origin
     }
 
-    /// Monotonic ns since the epoch, refreshed into the context.
+    /// Monotonic ns since the origin, refreshed into the context.
     pub fn refresh_now(&mut self) -> u64 {
-        self.cx.now_ns = self.epoch.elapsed_ns();
+        self.cx.now_ns = self.origin.elapsed_ns();
         self.cx.now_ns
     }
 
@@ -206,7 +209,7 @@ impl Engine {
         let entry = self.conns.vacant_entry();
         let key = entry.key();
         // `Setup::new` holds a run to `MAX_TARGETS`.
-        let mut conn = Conn::new(stream, index, r.target as u16, wire, self.cx.now_ns, tls);
+        let mut conn = ClientConn::new(stream, index, r.target as u16, wire, self.cx.now_ns, tls);
         if let Err(e) = self.poll.registry().register(
             &mut conn.stream,
             Token(key),
@@ -300,8 +303,8 @@ impl Engine {
         let Some(conn) = self.conns.get_mut(key) else {
             return;
         };
-        if let Err(outcome) = conn.flush(&mut self.cx) {
-            self.finish(key, outcome, h);
+        if let Err(ending) = conn.flush(&mut self.cx) {
+            self.finish(key, ending, h);
         }
     }
 
@@ -317,7 +320,7 @@ impl Engine {
                 // SO_LINGER 0: close() sends RST and leaves no TIME_WAIT.
                 let _ = SockRef::from(&conn.stream).set_linger(Some(Duration::ZERO));
             }
-            self.finish(key, Outcome::Clean, h);
+            self.finish(key, Ending::Clean, h);
             return;
         }
         match conn.start_close(&mut self.cx) {
@@ -327,7 +330,7 @@ impl Engine {
                 index,
                 closing: true,
             })),
-            Err(outcome) => self.finish(key, outcome, h),
+            Err(ending) => self.finish(key, ending, h),
         }
     }
 
@@ -340,7 +343,7 @@ impl Engine {
             }
         }
         self.refresh_now();
-        let mut ended: Vec<(usize, Outcome)> = Vec::new();
+        let mut ended: Vec<(usize, Ending)> = Vec::new();
         for ev in self.events.iter() {
             let token = ev.token();
             if token == WAKER {
@@ -353,7 +356,7 @@ impl Engine {
             };
             // Per event, not per turn: a busy turn would otherwise skew the
             // setup latencies of the connections handled late in it.
-            self.cx.now_ns = self.epoch.elapsed_ns();
+            self.cx.now_ns = self.origin.elapsed_ns();
             let was_setup = conn.state.in_setup();
             let r = Readiness {
                 readable: ev.is_readable(),
@@ -365,12 +368,12 @@ impl Engine {
             if was_setup && !conn.state.in_setup() {
                 self.in_setup -= 1;
             }
-            if let Err(outcome) = step {
-                ended.push((key, outcome));
+            if let Err(ending) = step {
+                ended.push((key, ending));
             }
         }
-        for (key, outcome) in ended {
-            self.finish(key, outcome, h);
+        for (key, ending) in ended {
+            self.finish(key, ending, h);
         }
         self.expire(h);
         Ok(())
@@ -387,19 +390,19 @@ impl Engine {
                 continue;
             };
             let overdue = if d.closing {
-                conn.state == crate::worker::conn::State::Closing
+                conn.state == crate::worker::client_conn::State::Closing
             } else {
                 conn.state.in_setup()
             };
             if overdue {
                 let _ = SockRef::from(&conn.stream).set_linger(Some(Duration::ZERO));
-                self.finish(d.key, Outcome::Failed(Failure::Timeout), h);
+                self.finish(d.key, Ending::Failed(Failure::Timeout), h);
             }
         }
     }
 
     /// Removes `key`, counts how it ended and tells the workload.
-    fn finish<H: Handler>(&mut self, key: usize, outcome: Outcome, h: &mut H) {
+    fn finish<H: Handler>(&mut self, key: usize, ending: Ending, h: &mut H) {
         let Some(conn) = self.conns.try_remove(key) else {
             return;
         };
@@ -407,11 +410,11 @@ impl Engine {
         if !was_open {
             self.in_setup -= 1;
         }
-        match outcome {
-            Outcome::Clean => self.cx.counters.closed += 1,
-            Outcome::Failed(f) => self.cx.counters.fail(f),
+        match ending {
+            Ending::Clean => self.cx.counters.closed += 1,
+            Ending::Failed(f) => self.cx.counters.fail(f),
         }
-        h.on_closed(key, conn.index, outcome, was_open, &mut self.cx.counters);
+        h.on_closed(key, conn.index, ending, was_open, &mut self.cx.counters);
         // Dropping the stream closes the fd, which also removes it from epoll.
     }
 }

@@ -4,7 +4,7 @@
 //! connection, for publishes, subscription changes and token checks
 //! (`connect`, `refresh`), which the once-a-second sweep refills. Their
 //! per-connection state lives in side tables indexed by slab slot, like
-//! `Worker::lives`, and exists only while its limit is on: a node without
+//! `Sessions::lives`, and exists only while its limit is on: a node without
 //! limits pays nothing per connection. The address of each connection is
 //! kept while either address limit is on: the connection count, or the
 //! failed token checks (`crate::peers::TokenFailures`, shared).
@@ -17,7 +17,7 @@ use crate::registry::ConnId;
 
 /// What a command spends tokens from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Bucket {
+pub(crate) enum Bucket {
     /// `publish` and `send`: one token each.
     Publish,
     /// Subscription changes: one token per subject subscribed or
@@ -65,7 +65,7 @@ struct Peer {
     counted: bool,
 }
 
-pub(super) struct AbuseLimits {
+pub(crate) struct AbuseLimits {
     per_ip: u32,
     /// Whether `token_failures_per_ip` is on: connections keep their
     /// address for it.
@@ -80,7 +80,7 @@ pub(super) struct AbuseLimits {
 }
 
 impl AbuseLimits {
-    pub(super) fn new(config: &Config) -> AbuseLimits {
+    pub(crate) fn new(config: &Config) -> AbuseLimits {
         AbuseLimits {
             per_ip: config.max_connections_per_ip,
             token_failures: config.token_failures_per_ip > 0,
@@ -100,7 +100,7 @@ impl AbuseLimits {
 
     /// Sets up slot `id` for a connection just accepted from `ip`; false
     /// when its address is at its limit (the connection is then refused).
-    pub(super) fn admit(&mut self, id: ConnId, ip: IpAddr, counts: &PeerCounts) -> bool {
+    pub(crate) fn admit(&mut self, id: ConnId, ip: IpAddr, counts: &PeerCounts) -> bool {
         let slot = id as usize;
         let mut admitted = true;
         if self.per_ip > 0 || self.token_failures {
@@ -122,17 +122,17 @@ impl AbuseLimits {
     }
 
     /// Whether `id` came from an address that was at its limit.
-    pub(super) fn over_ip_limit(&self, id: ConnId) -> bool {
+    pub(crate) fn over_ip_limit(&self, id: ConnId) -> bool {
         self.per_ip > 0 && !self.peers[id as usize].counted
     }
 
     /// `id`'s source address, while a limit needs it.
-    pub(super) fn address(&self, id: ConnId) -> Option<PeerKey> {
+    pub(crate) fn address(&self, id: ConnId) -> Option<PeerKey> {
         self.peers.get(id as usize).map(|p| p.key)
     }
 
     /// Uncounts `id`'s address as the connection goes.
-    pub(super) fn release(&mut self, id: ConnId, counts: &PeerCounts) {
+    pub(crate) fn release(&mut self, id: ConnId, counts: &PeerCounts) {
         if let Some(peer) = self.peers.get(id as usize).filter(|p| p.counted) {
             counts.remove(peer.key);
         }
@@ -140,7 +140,7 @@ impl AbuseLimits {
 
     /// Spends `n` tokens of `id`'s `bucket`, all or none; false when there
     /// are not enough (the command is refused).
-    pub(super) fn take(&mut self, id: ConnId, bucket: Bucket, n: u32) -> bool {
+    pub(crate) fn take(&mut self, id: ConnId, bucket: Bucket, n: u32) -> bool {
         let Some(tokens) = self.tokens_of(id, bucket) else {
             return true;
         };
@@ -153,7 +153,7 @@ impl AbuseLimits {
 
     /// Spends up to `n` tokens and never refuses: for unsubscribing, which a
     /// client must always be able to do, but which is half of a churn.
-    pub(super) fn charge(&mut self, id: ConnId, bucket: Bucket, n: u32) {
+    pub(crate) fn charge(&mut self, id: ConnId, bucket: Bucket, n: u32) {
         if let Some(tokens) = self.tokens_of(id, bucket) {
             *tokens = tokens.saturating_sub(n);
         }
@@ -171,7 +171,7 @@ impl AbuseLimits {
 
     /// The sweep's second: every bucket gains its rate, up to its depth.
     /// Slots of closed connections are refilled too; `admit` resets them.
-    pub(super) fn refill(&mut self) {
+    pub(crate) fn refill(&mut self) {
         let (publish, subscribe, token) = (self.publish, self.subscribe, self.token);
         for tokens in &mut self.tokens {
             tokens.token = tokens

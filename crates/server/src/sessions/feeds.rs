@@ -3,7 +3,7 @@
 //! changes), and sending to its own feed.
 //!
 //! Feed subscriptions are ordinary subscriptions of subjects `@<user>`,
-//! made through [`Worker::add_subscription`] like a client's, so fan-out,
+//! made through [`Sessions::add_subscription`] like a client's, so fan-out,
 //! limits on the outbound queue and cleanup at close need nothing of
 //! their own. They are not counted against `max_subscriptions` (the graph
 //! has its own bound, `max_following`).
@@ -15,18 +15,24 @@ use myriad_graph::UserId;
 use myriad_protocol::message::ErrorCode;
 use serde_json::value::RawValue;
 
-use super::{Flow, Worker};
+use super::{Flow, Sessions, Wire};
 use crate::auth::{Access, Action};
 use crate::feeds::{feed_subject, Apply, FeedChange};
 use crate::registry::ConnId;
 use crate::session::Identity;
 
-impl Worker {
+impl Sessions {
     /// Opens `id` as `user`, with what its token allows if it has one. The
     /// connection is present on the node before the keeper is asked whom
     /// its user follows (see `feeds::keeper`), and gets its own feed at once.
-    pub(super) fn open_as_user(&mut self, id: ConnId, user: UserId, access: Option<Access>) {
-        self.conns[id as usize].session.identity = Some(Box::new(Identity {
+    pub fn open_as_user(
+        &mut self,
+        id: ConnId,
+        user: UserId,
+        access: Option<Access>,
+        out: &mut impl Wire,
+    ) {
+        self.by_conn[id as usize].identity = Some(Box::new(Identity {
             user,
             graph_feeds: 1,
             client_feeds: Vec::new(),
@@ -34,31 +40,27 @@ impl Worker {
         }));
         let me = self.request_of(id, None);
         self.shared.feeds.presence.add(user, me);
-        self.add_subscription(id, &feed_subject(user), None, None);
+        self.add_subscription(id, &feed_subject(user), None, None, out);
         self.shared.feeds.opened(user, me);
     }
 
     /// Applies a change from the keeper. A change for a connection that has
     /// closed since is dropped, which settles its part of the batch too.
-    pub(super) fn on_feed_change(&mut self, change: FeedChange) {
-        if !self.is_open_same_life(&change.to) {
+    pub fn on_feed_change(&mut self, change: FeedChange, out: &mut impl Wire) {
+        if !self.is_open_same_life(&change.to, out) {
             return;
         }
         let id = change.to.conn;
         if change.how == Apply::Replace {
             self.drop_feeds_but(id, &change.feeds);
-            let own = self.conns[id as usize]
-                .session
-                .identity
-                .as_ref()
-                .map(|i| i.user);
+            let own = self.by_conn[id as usize].identity.as_ref().map(|i| i.user);
             if let Some(own) = own {
-                self.hold_graph_feed(id, own);
+                self.hold_graph_feed(id, own, out);
             }
         }
         for &user in &change.feeds {
             match change.how {
-                Apply::Add | Apply::Replace => self.hold_graph_feed(id, user),
+                Apply::Add | Apply::Replace => self.hold_graph_feed(id, user, out),
                 Apply::Drop => self.drop_feed(id, &feed_subject(user)),
             }
         }
@@ -69,21 +71,21 @@ impl Worker {
     }
 
     /// Subscribes `id` to `user`'s feed for its graph, unless it holds it.
-    fn hold_graph_feed(&mut self, id: ConnId, user: UserId) {
+    fn hold_graph_feed(&mut self, id: ConnId, user: UserId, out: &mut impl Wire) {
         let subject = feed_subject(user);
-        let session = &mut self.conns[id as usize].session;
+        let session = &mut self.by_conn[id as usize];
         if !session.holds(&subject) {
             if let Some(identity) = session.identity.as_mut() {
                 identity.graph_feeds += 1;
             }
-            self.add_subscription(id, &subject, None, None);
+            self.add_subscription(id, &subject, None, None, out);
         }
     }
 
     /// Drops the graph feeds of `id` that are not in `keep` (nor its
     /// user's own feed); the feeds its client subscribed to itself stay.
     fn drop_feeds_but(&mut self, id: ConnId, keep: &[UserId]) {
-        let session = &self.conns[id as usize].session;
+        let session = &self.by_conn[id as usize];
         let Some(own) = session.identity.as_ref().map(|i| feed_subject(i.user)) else {
             return;
         };
@@ -101,7 +103,7 @@ impl Worker {
 
     fn drop_feed(&mut self, id: ConnId, subject: &str) {
         if self.remove_subscription(id, subject) {
-            self.conns[id as usize].session.feed_dropped(subject);
+            self.by_conn[id as usize].feed_dropped(subject);
         }
     }
 
@@ -111,14 +113,15 @@ impl Worker {
         id: ConnId,
         request: Option<u64>,
         data: &RawValue,
+        out: &mut impl Wire,
     ) -> Flow {
-        let Some(identity) = self.conns[id as usize].session.identity.as_deref() else {
+        let Some(identity) = self.by_conn[id as usize].identity.as_deref() else {
             let detail = "send needs a connection opened as a user (?user=ID)";
-            self.refuse(id, request, ErrorCode::NoUser, detail);
+            self.refuse(id, request, ErrorCode::NoUser, detail, out);
             return Flow::Continue;
         };
         let subject = feed_subject(identity.user);
-        if !self.permitted(id, request, Action::Send, &subject) {
+        if !self.permitted(id, request, Action::Send, &subject, out) {
             return Flow::Continue;
         }
         self.shared.metrics.feed_send();

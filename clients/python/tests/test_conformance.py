@@ -1,0 +1,331 @@
+"""The Python runner of the shared scenario suite (clients/conformance): each
+``scenarios/*.json`` run against the real node (MYRIAD_BIN) as the suite's
+README says, with the steps and expectations spelt there. The TypeScript
+runner (clients/js/test/integration/conformance.test.ts) reads the same
+files; a scenario this runner cannot run goes in ``SKIPPED`` with its reason
+and in docs/sdk.md's Status table."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Union
+
+import pytest
+from harness import Node, Proxy, Redis, hs256, start_node, start_redis, until
+
+from myriad import Client, Discontinuity, MyriadError, Position, Publication, StateEvent, Subscription
+from myriad.api import AsyncApiClient
+
+SCENARIOS = Path(__file__).resolve().parents[2] / "conformance" / "scenarios"
+
+# Scenario name -> why this SDK skips it: its known gaps (none today).
+SKIPPED: Dict[str, str] = {}
+
+Event = Union[Publication, Discontinuity]
+
+
+@dataclass
+class Run:
+    """One scenario's world: what was started, what the client did, what was published."""
+
+    scenario: Dict[str, Any]
+    redis: Optional[Redis] = None
+    nodes: Dict[str, Node] = field(default_factory=dict)
+    proxies: Dict[str, Proxy] = field(default_factory=dict)
+    # The name a URL was given by the scenario, to report `open` causes by name.
+    names: Dict[str, str] = field(default_factory=dict)
+    # Per subject: publications and discontinuities in the order they came.
+    events: Dict[str, List[Event]] = field(default_factory=dict)
+    published: Dict[str, int] = field(default_factory=dict)
+    states: List[StateEvent] = field(default_factory=list)
+    errors: List[MyriadError] = field(default_factory=list)
+    opened: List[str] = field(default_factory=list)
+    get_token_calls: int = 0
+    cuts: int = 0
+    client: Optional[Client] = None
+    cleanup: List[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    def delivered(self, subject: str) -> List[Publication]:
+        return [e for e in self.events.get(subject, []) if isinstance(e, Publication)]
+
+    def holes(self, subject: str) -> List[Discontinuity]:
+        return [e for e in self.events.get(subject, []) if isinstance(e, Discontinuity)]
+
+    @property
+    def c(self) -> Client:
+        assert self.client is not None
+        return self.client
+
+
+def _scenario_files() -> List[Path]:
+    files = sorted(SCENARIOS.glob("*.json"))
+    assert files, f"no scenarios in {SCENARIOS}"
+    return files
+
+
+async def _start_node(run: Run, name: str) -> None:
+    spec = run.scenario["nodes"][name]
+    redis_url = run.redis.url if run.redis is not None else "${redis}"
+    node = await start_node([arg.replace("${redis}", redis_url) for arg in spec["args"]])
+    run.cleanup.append(node.kill)
+    run.nodes[name] = node
+    run.names[node.url] = name
+
+
+def _url(run: Run, name: str) -> str:
+    return run.nodes[name].url if name in run.nodes else next(u for u, n in run.names.items() if n == name)
+
+
+def _make_client(run: Run) -> Client:
+    spec = run.scenario["client"]
+    options: Dict[str, Any] = {
+        "min_reconnect_delay": spec["min_reconnect_delay"],
+        "max_reconnect_delay": spec["max_reconnect_delay"],
+    }
+    token = spec.get("get_token")
+    if token is not None:
+
+        async def get_token() -> str:
+            run.get_token_calls += 1
+            return hs256(token["secret"], {**token["claims"], "exp": int(time.time()) + token["ttl"]})
+
+        options["get_token"] = get_token
+    c = Client([_url(run, name) for name in spec["urls"]], **options)
+    run.cleanup.append(c.aclose)
+    c.on("state", run.states.append)
+    c.on("error", run.errors.append)
+    c.on("state", lambda s: run.opened.append(run.names[str(s.cause.url)]) if s.cause.type == "open" else None)
+    c.on("subscription", lambda sub: _record(run, sub))
+    return c
+
+
+def _record(run: Run, sub: Subscription) -> None:
+    """Records the subject's publications and discontinuities, in the order they come."""
+    events = run.events.setdefault(sub.subject, [])
+    sub.on("publication", events.append)
+    sub.on("discontinuity", events.append)
+
+
+def _next_data(run: Run, subject: str) -> int:
+    """The data of the subject's next publication: 0, 1, 2, … in publishing order."""
+    data = run.published.get(subject, 0)
+    run.published[subject] = data + 1
+    return data
+
+
+async def _publish(run: Run, step: Dict[str, Any]) -> None:
+    subject = step["subject"]
+    node = run.nodes[step["node"]]
+    count, batch, ahead = step["count"], step.get("batch", 1), step.get("ahead")
+    api = AsyncApiClient(node.api)
+    try:
+        for start in range(0, count, batch):
+            if ahead is not None:
+                await until(
+                    "the subscriber to keep up",
+                    lambda: run.published.get(subject, 0) - len(run.delivered(subject)) <= ahead,
+                    30,
+                )
+            if start and step.get("interval"):
+                await asyncio.sleep(step["interval"])
+            first = run.published.get(subject, 0)
+            size = min(batch, count - start)
+            await api.publish_batch([(subject, first + i) for i in range(size)])
+            run.published[subject] = first + size
+    finally:
+        await api.aclose()
+
+
+def _subscription(run: Run, subject: str) -> Subscription:
+    sub = run.c.get_subscription(subject)
+    assert sub is not None, f"{subject} is not subscribed"
+    return sub
+
+
+def _cut_every(run: Run, step: Dict[str, Any]) -> None:
+    proxy = run.proxies[step["proxy"]]
+    subject, every, total = step["subject"], step["publications"], step["total"]
+    loop = asyncio.get_running_loop()
+    # Cut once per connection: what the client had read from a cut socket may still come in.
+    mark = {"next": len(run.delivered(subject)) + every, "connection": -1}
+
+    def on_publication(_: Publication) -> None:
+        n = len(run.delivered(subject))
+        if n >= mark["next"] and n < total and run.c.state == "connected" and mark["connection"] != proxy.accepted:
+            run.cuts += 1
+            mark["next"] = n + every
+            mark["connection"] = proxy.accepted
+            loop.call_soon(proxy.cut)
+
+    _subscription(run, subject).on("publication", on_publication)
+
+
+async def _step(run: Run, step: Dict[str, Any]) -> None:
+    do = step["do"]
+    timeout = step.get("timeout", 10.0)
+    if do == "connect":
+        run.c.connect()
+    elif do == "subscribe":
+        _record(run, run.c.subscribe(step["subject"]))
+    elif do == "ready":
+        await asyncio.wait_for(_subscription(run, step["subject"]).ready(), timeout)
+    elif do == "cut_every":
+        _cut_every(run, step)
+    elif do == "publish":
+        await _publish(run, step)
+    elif do == "client_publish":
+        subject = step["subject"]
+        result = await run.c.publish(subject, _next_data(run, subject))
+        assert result.reached is not None and result.reached >= 1, result
+    elif do == "client_send":
+        result = await run.c.send(_next_data(run, step["subject"]))
+        assert result.reached is not None and result.reached >= 1, result
+    elif do == "publish_as":
+        async with AsyncApiClient(run.nodes[step["node"]].api) as api:
+            outcome = await api.publish_as(step["user"], _next_data(run, step["subject"]))
+        assert outcome.reached >= 1, outcome
+    elif do == "follow":
+        async with AsyncApiClient(run.nodes[step["node"]].api) as api:
+            assert await api.follow([(a, b) for a, b in step["edges"]]) == len(step["edges"])
+    elif do == "history":
+        await _history(run, step)
+    elif do == "await_subscribed":
+        subject = step["subject"]
+        await until(
+            f"{subject} subscribed",
+            lambda: (held := run.c.get_subscription(subject)) is not None and held.state == "subscribed",
+            timeout,
+        )
+    elif do == "await_delivered":
+        subject, count = step["subject"], step["count"]
+        await until(f"{count} publications of {subject}", lambda: len(run.delivered(subject)) >= count, timeout)
+    elif do == "await_state":
+        await until(f"state {step['state']}", lambda: run.c.state == step["state"], timeout)
+    elif do == "await_resubscribed":
+        subject, holes = step["subject"], step["discontinuities"]
+        held = _subscription(run, subject)
+        await until(
+            f"{subject} resubscribed after {holes} discontinuities",
+            lambda: len(run.holes(subject)) == holes and held.state == "subscribed",
+            timeout,
+        )
+    elif do == "kill":
+        await run.nodes[step["node"]].kill()
+    elif do == "start":
+        await _start_node(run, step["node"])
+    elif do == "retarget":
+        run.proxies[step["proxy"]].target = run.nodes[step["node"]].ws
+    elif do == "sleep":
+        await asyncio.sleep(step["seconds"])
+    else:
+        raise AssertionError(f"unknown step {do!r}")
+
+
+async def _history(run: Run, step: Dict[str, Any]) -> None:
+    since = None
+    if "since_delivered" in step:
+        p = run.delivered(step["subject"])[step["since_delivered"] - 1]
+        since = Position(p.epoch, p.offset)
+    result = await run.c.history(step["subject"], limit=step.get("limit"), since=since)
+    assert [p.data for p in result.publications] == step["data"], result
+    if "recovered" in step:
+        assert result.recovered is step["recovered"], result
+
+
+def _within(what: str, value: int, bounds: Dict[str, int]) -> None:
+    assert value >= bounds.get("min", value), f"{what}: {value} < {bounds['min']}"
+    assert value <= bounds.get("max", value), f"{what}: {value} > {bounds['max']}"
+
+
+def _check_continuity(subject: str, events: List[Event]) -> None:
+    """The delivery promise: each publication follows the last position at the next offset."""
+    last: Optional[Position] = None
+    for e in events:
+        if isinstance(e, Discontinuity):
+            if last is not None:
+                assert e.previous == last, f"{subject}: {e} does not start at the last delivered {last}"
+            last = e.position
+        else:
+            if last is not None:
+                assert (e.epoch, e.offset) == (last.epoch, last.offset + 1), f"{subject}: {e} after {last}"
+            last = Position(e.epoch, e.offset)
+
+
+def _check(run: Run) -> None:
+    expect = run.scenario["expect"]
+    for subject, events in run.events.items():
+        _check_continuity(subject, events)
+    for subject, what in expect.get("delivered", {}).items():
+        assert what == "all"
+        got = [p.data for p in run.delivered(subject)]
+        assert got == list(range(run.published.get(subject, 0))), f"{subject}: every publication once, in order"
+    for subject in expect.get("offsets_from_one", []):
+        offsets = [p.offset for p in run.delivered(subject)]
+        assert offsets == list(range(1, len(offsets) + 1)), f"{subject}: offsets 1 to n"
+    for subject, wanted in expect.get("discontinuities", {}).items():
+        got_holes = []
+        delivered = 0
+        for e in run.events.get(subject, []):
+            if isinstance(e, Discontinuity):
+                new_epoch = e.previous is not None and e.position.epoch != e.previous.epoch
+                got_holes.append({"cause": e.cause, "after": delivered, "new_epoch": new_epoch})
+            else:
+                delivered += 1
+        assert got_holes == wanted, f"{subject}: discontinuities"
+    if "cuts" in expect:
+        _within("cuts", run.cuts, expect["cuts"])
+        assert all(p.accepted >= run.cuts for p in run.proxies.values()), "a connection for each cut"
+    if "states" in expect:
+        assert [s.state for s in run.states] == expect["states"]
+    if "final_state" in expect:
+        assert run.c.state == expect["final_state"]
+    if "terminal" in expect:
+        cause = run.states[-1].cause
+        assert cause.type == "token", cause
+        assert type(cause.error).__name__ == expect["terminal"]["type"], cause.error
+        assert cause.error is not None and cause.error.code == expect["terminal"]["code"]
+    if "get_token_calls" in expect:
+        _within("get_token calls", run.get_token_calls, expect["get_token_calls"])
+    for name, bounds in expect.get("proxy_accepted", {}).items():
+        _within(f"connections through {name}", run.proxies[name].accepted, bounds)
+    for subject in expect.get("server_held", []):
+        held = run.c.get_subscription(subject)
+        assert held is not None and held.server, f"{subject} held as a feed the node made"
+    if "opened" in expect:
+        assert run.opened == expect["opened"]
+    if "errors" in expect:
+        assert len(run.errors) == expect["errors"], run.errors
+    for counter in expect.get("counters_zero", []):
+        assert getattr(run.c.counters, counter) == 0, counter
+
+
+@pytest.mark.parametrize("path", _scenario_files(), ids=lambda p: p.stem)
+async def test_scenario(path: Path) -> None:
+    scenario = json.loads(path.read_text())
+    assert scenario["name"] == path.stem
+    if scenario["name"] in SKIPPED:
+        pytest.skip(f"known gap (docs/sdk.md, Status): {SKIPPED[scenario['name']]}")
+    run = Run(scenario)
+    try:
+        if scenario.get("redis"):
+            run.redis = await start_redis()
+            run.cleanup.append(run.redis.kill)
+        for name, spec in scenario["nodes"].items():
+            if spec.get("start", True):
+                await _start_node(run, name)
+        for name, target in scenario["proxies"].items():
+            proxy = Proxy(run.nodes[target].ws)
+            run.cleanup.append(proxy.close)
+            run.proxies[name] = proxy
+            run.names[await proxy.listen()] = name
+        run.client = _make_client(run)
+        for step in scenario["steps"]:
+            await _step(run, step)
+        _check(run)
+    finally:
+        for f in reversed(run.cleanup):
+            await f()
