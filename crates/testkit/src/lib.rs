@@ -6,7 +6,10 @@
 //! Besides lone servers, [`SentinelSetup`] starts the Sentinel shape: a
 //! master, a replica of it and three Sentinels (`redis-server --sentinel`,
 //! the program Debian's `redis-sentinel` package runs), for the engine's
-//! and graph store's Sentinel tests and their failovers.
+//! and graph store's Sentinel tests and their failovers. [`ClusterSetup`]
+//! starts a Redis Cluster: three masters and a replica of each, joined
+//! with `redis-cli --cluster create` (Debian's redis-tools, which
+//! redis-server depends on).
 //!
 //! Needs `redis-server` on `PATH` (scripts/install-test-deps.sh installs
 //! Debian's). Every server is killed when its [`RedisServer`] is dropped.
@@ -44,6 +47,12 @@ enum Role {
     Sentinel {
         name: String,
         master: u16,
+    },
+    /// A node of a Redis Cluster, its cluster bus on `bus` (ephemeral
+    /// ports run past 55535, so the default bus port, port + 10000,
+    /// may not exist).
+    ClusterNode {
+        bus: u16,
     },
 }
 
@@ -133,6 +142,15 @@ impl RedisServer {
             );
             std::fs::write(&conf, text).expect("a Sentinel's configuration file");
             command.arg(&conf).arg("--sentinel");
+        }
+        if let Role::ClusterNode { bus } = &self.role {
+            // The node writes what it learns of the cluster to this file,
+            // in its own directory.
+            command
+                .args(["--cluster-enabled", "yes"])
+                .args(["--cluster-config-file", "nodes.conf"])
+                .args(["--cluster-port", &bus.to_string()])
+                .args(["--cluster-node-timeout", "2000"]);
         }
         if let Role::ReplicaOf(master) = &self.role {
             command.args(["--replicaof", "127.0.0.1", &master.to_string()]);
@@ -406,7 +424,122 @@ impl SentinelSetup {
     }
 }
 
-/// Polls `done` every 50 ms, up to [`SentinelSetup::SETTLE_WITHIN`].
+/// A Redis Cluster on loopback: three masters, each with one replica,
+/// every slot covered. [`ClusterSetup::start`] returns once every node
+/// says `cluster_state:ok` and knows all six, and each replica has synced.
+/// Every process is killed when the setup is dropped.
+pub struct ClusterSetup {
+    pub nodes: Vec<RedisServer>,
+}
+
+/// One line of `CLUSTER NODES`, the parts the tests read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterNode {
+    pub id: String,
+    pub port: u16,
+    /// The id of the master it replicates; `None` for a master.
+    pub master: Option<String>,
+    /// The slot ranges it serves, inclusive (a master's; empty for a
+    /// replica).
+    pub slots: Vec<(u16, u16)>,
+}
+
+impl ClusterSetup {
+    /// Masters, and a replica for each.
+    const MASTERS: usize = 3;
+
+    pub fn start() -> ClusterSetup {
+        let nodes: Vec<RedisServer> = (0..2 * ClusterSetup::MASTERS)
+            .map(|_| RedisServer::launch_as(false, None, Role::ClusterNode { bus: free_port() }))
+            .collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        let output = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("cannot run redis-cli ({e}); scripts/install-test-deps.sh installs it")
+            });
+        let setup = ClusterSetup { nodes };
+        assert!(
+            output.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        wait_for("the cluster to agree and the replicas to sync", || {
+            setup.nodes.iter().all(|n| {
+                n.command(&["CLUSTER", "INFO"]).is_ok_and(|info| {
+                    info.contains("cluster_state:ok") && info.contains("cluster_known_nodes:6")
+                }) && n.command(&["INFO", "replication"]).is_ok_and(|info| {
+                    info.contains("role:master") || info.contains("master_link_status:up")
+                })
+            })
+        });
+        setup
+    }
+
+    /// `redis://127.0.0.1:<port>` of every node, masters and replicas.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// The cluster as the node on `port` sees it now.
+    pub fn topology(&self, port: u16) -> Vec<ClusterNode> {
+        let node = self
+            .nodes
+            .iter()
+            .find(|n| n.port() == port)
+            .expect("a node of this setup");
+        let text = node.command(&["CLUSTER", "NODES"]).expect("CLUSTER NODES");
+        text.lines().filter_map(parse_cluster_node).collect()
+    }
+
+    /// The node of this setup on `port`.
+    pub fn node(&self, port: u16) -> &RedisServer {
+        self.nodes
+            .iter()
+            .find(|n| n.port() == port)
+            .expect("a node of this setup")
+    }
+}
+
+/// A `CLUSTER NODES` line: `id ip:port@bus flags master-id ping pong epoch
+/// link slot...`, where a slot is `N`, `N-M`, or a migration in brackets
+/// (not served yet, so skipped).
+fn parse_cluster_node(line: &str) -> Option<ClusterNode> {
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let (id, address, master) = (fields.first()?, fields.get(1)?, fields.get(3)?);
+    let port = address
+        .split('@')
+        .next()?
+        .rsplit(':')
+        .next()?
+        .parse()
+        .ok()?;
+    let slots = fields
+        .iter()
+        .skip(8)
+        .filter(|s| !s.starts_with('['))
+        .filter_map(|s| match s.split_once('-') {
+            Some((from, to)) => Some((from.parse().ok()?, to.parse().ok()?)),
+            None => s.parse().ok().map(|n| (n, n)),
+        })
+        .collect();
+    Some(ClusterNode {
+        id: (*id).to_owned(),
+        port,
+        master: (*master != "-").then(|| (*master).to_owned()),
+        slots,
+    })
+}
+
+/// Polls `done` every 50 ms, up to [`SentinelSetup::SETTLE_WITHIN`]
+/// (which bounds a cluster's settling too).
 fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + SentinelSetup::SETTLE_WITHIN;
     while !done() {
@@ -438,6 +571,111 @@ mod tests {
         let new = setup.wait_for_failover_from(old);
         assert_eq!(new, setup.replica.port());
         assert_eq!(setup.replica.command(&["GET", "k"]).unwrap(), "v");
+    }
+
+    #[test]
+    fn a_cluster_setup_serves_every_slot_from_three_replicated_masters_and_leaves_nothing_running()
+    {
+        let setup = ClusterSetup::start();
+        let first = setup.nodes[0].port();
+        let nodes = setup.topology(first);
+        assert_eq!(nodes.len(), 6);
+        let masters: Vec<&ClusterNode> = nodes.iter().filter(|n| n.master.is_none()).collect();
+        assert_eq!(masters.len(), 3);
+        for master in &masters {
+            let replicas = nodes
+                .iter()
+                .filter(|n| n.master.as_deref() == Some(master.id.as_str()))
+                .count();
+            assert_eq!(replicas, 1, "one replica of {}", master.port);
+        }
+        // Every slot served once: the ranges, in order, run 0..=16383
+        // without a gap or an overlap.
+        let mut ranges: Vec<(u16, u16)> = masters.iter().flat_map(|m| m.slots.clone()).collect();
+        ranges.sort();
+        let mut next = 0;
+        for (from, to) in ranges {
+            assert_eq!(from, next, "slots from {next} on");
+            next = to + 1;
+        }
+        assert_eq!(next, 16384);
+
+        // A hash tag puts a subject's keys and its channel in one slot.
+        let slot = |key: &str| {
+            setup.nodes[0]
+                .command(&["CLUSTER", "KEYSLOT", key])
+                .unwrap()
+        };
+        assert_eq!(slot("p:s:{news}"), slot("p:c:{news}"));
+        let number: u16 = slot("p:s:{news}")[1..].parse().unwrap();
+        let owner = masters
+            .iter()
+            .find(|m| m.slots.iter().any(|&(a, b)| (a..=b).contains(&number)))
+            .expect("an owner");
+        let other = masters.iter().find(|m| m.id != owner.id).unwrap();
+        assert_eq!(
+            setup
+                .node(owner.port)
+                .command(&["SET", "p:s:{news}", "v"])
+                .unwrap(),
+            "+OK"
+        );
+        assert_eq!(
+            setup
+                .node(other.port)
+                .command(&["SET", "p:s:{news}", "v"])
+                .unwrap(),
+            format!("-MOVED {number} 127.0.0.1:{}", owner.port)
+        );
+        // Sharded pub/sub: published where the slot lives, refused elsewhere.
+        assert_eq!(
+            setup
+                .node(owner.port)
+                .command(&["SPUBLISH", "p:c:{news}", "x"])
+                .unwrap(),
+            ":0"
+        );
+        assert!(setup
+            .node(other.port)
+            .command(&["SPUBLISH", "p:c:{news}", "x"])
+            .unwrap()
+            .starts_with("-MOVED "));
+
+        let ports: Vec<u16> = setup.nodes.iter().map(RedisServer::port).collect();
+        drop(setup);
+        for port in ports {
+            let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+            assert!(
+                TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err(),
+                "a node still answers on {port}"
+            );
+        }
+    }
+
+    #[test]
+    fn cluster_nodes_lines_are_read_with_their_slots_and_masters() {
+        let master =
+            "07c3 127.0.0.1:30001@40001 myself,master - 0 0 1 connected 0-5460 7000 [5461->-e7d1]";
+        assert_eq!(
+            parse_cluster_node(master),
+            Some(ClusterNode {
+                id: "07c3".into(),
+                port: 30001,
+                master: None,
+                slots: vec![(0, 5460), (7000, 7000)],
+            })
+        );
+        let replica = "e7d1 127.0.0.1:30004@40004 slave 07c3 0 1426238317239 4 connected";
+        assert_eq!(
+            parse_cluster_node(replica),
+            Some(ClusterNode {
+                id: "e7d1".into(),
+                port: 30004,
+                master: Some("07c3".into()),
+                slots: vec![],
+            })
+        );
+        assert_eq!(parse_cluster_node(""), None);
     }
 
     #[test]
