@@ -36,5 +36,5 @@ bash scripts/sdk-python.sh "$TARGET_DIR/release/myriad"
 step "scale proof, smoke size: 2,000 subscribers over 2 nodes and Redis; 0 lost, nothing left running"
 python3 scripts/scale_smoke.py "$TARGET_DIR/release/myriad" "$TARGET_DIR/scale-smoke"
 
-step "Autobahn conformance, sections 1-10, against the real server"
+step "Autobahn conformance, sections 1-10, 12 and 13 (permessage-deflate), against the real server"
 MYRIAD_BIN="$TARGET_DIR/release/myriad" bash scripts/autobahn.sh

@@ -9,7 +9,8 @@
 //! code; a delivery a client reads re-encodes to the same delivery.
 
 use myriad_protocol::message::{
-    encode_error, encode_history_request, encode_publish, encode_send, encode_subscribe,
+    encode_error, encode_history_request, encode_presence_request, encode_presence_stats_request,
+    encode_publish, encode_send, encode_subscribe,
     encode_subscribe_since, encode_unsubscribe, parse_command, parse_server_message,
     write_publication, Command, ServerMessage,
 };
@@ -78,6 +79,19 @@ fn check_command(text: &str) {
         } => {
             assert_valid(subject);
             encode_history_request(subject, *since, *limit, *id)
+        }
+        Command::Presence {
+            id,
+            subject,
+            cursor,
+            limit,
+        } => {
+            assert_valid(subject);
+            encode_presence_request(subject, cursor.as_deref(), *limit, *id)
+        }
+        Command::PresenceStats { id, subject } => {
+            assert_valid(subject);
+            encode_presence_stats_request(subject, *id)
         }
         Command::Connect { id, token } => token_command("connect", token, *id),
         Command::Refresh { id, token } => token_command("refresh", token, *id),

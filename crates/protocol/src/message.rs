@@ -65,6 +65,20 @@ pub enum Command<'a> {
         id: Option<u64>,
         token: Cow<'a, str>,
     },
+    /// List a presence subject's members, ordered by member id: at most
+    /// `limit` of them, those after the member id `cursor` (the `next` of
+    /// the previous page) when it is given.
+    Presence {
+        id: Option<u64>,
+        subject: Cow<'a, str>,
+        cursor: Option<Cow<'a, str>>,
+        limit: Option<u64>,
+    },
+    /// Count a presence subject's members: connections and distinct users.
+    PresenceStats {
+        id: Option<u64>,
+        subject: Cow<'a, str>,
+    },
 }
 
 impl Command<'_> {
@@ -78,6 +92,8 @@ impl Command<'_> {
             | Command::Send { id, .. }
             | Command::Connect { id, .. }
             | Command::Refresh { id, .. }
+            | Command::Presence { id, .. }
+            | Command::PresenceStats { id, .. }
             | Command::Ping { id } => *id,
         }
     }
@@ -115,11 +131,14 @@ pub enum ErrorCode {
     AlreadyConnected,
     /// The connection is over its publish or subscribe rate.
     RateLimited,
+    /// A subscribe to a presence subject that already has its namespace's
+    /// `presence_max_members` members: the connection is not subscribed.
+    PresenceFull,
 }
 
 impl ErrorCode {
     /// Every code, for metrics registration and documentation.
-    pub const ALL: [ErrorCode; 14] = [
+    pub const ALL: [ErrorCode; 15] = [
         ErrorCode::InvalidJson,
         ErrorCode::UnknownOp,
         ErrorCode::MissingField,
@@ -134,6 +153,7 @@ impl ErrorCode {
         ErrorCode::InvalidToken,
         ErrorCode::AlreadyConnected,
         ErrorCode::RateLimited,
+        ErrorCode::PresenceFull,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -152,6 +172,7 @@ impl ErrorCode {
             ErrorCode::InvalidToken => "invalid_token",
             ErrorCode::AlreadyConnected => "already_connected",
             ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::PresenceFull => "presence_full",
         }
     }
 }
@@ -201,6 +222,8 @@ struct RawCommand<'a> {
     limit: Option<u64>,
     #[serde(default, borrow)]
     token: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    cursor: Option<Cow<'a, str>>,
 }
 
 /// Deserializes a field that is present as `Some`, even when it is `null`
@@ -275,6 +298,23 @@ pub fn parse_command(text: &str, max_subject_len: usize) -> Result<Command<'_>, 
                 subject,
                 since,
                 limit: raw.limit,
+            })
+        }
+        "presence" | "presence_stats" => {
+            let subject = raw.subject.ok_or_else(|| {
+                CommandError::new(id, ErrorCode::MissingField, "\"subject\" is required")
+            })?;
+            subject::validate(&subject, max_subject_len)
+                .map_err(|e| CommandError::subject(id, e))?;
+            Ok(if raw.op == "presence" {
+                Command::Presence {
+                    id,
+                    subject,
+                    cursor: raw.cursor,
+                    limit: raw.limit,
+                }
+            } else {
+                Command::PresenceStats { id, subject }
             })
         }
         "ping" => Ok(Command::Ping { id }),
@@ -470,6 +510,86 @@ pub fn encode_history<'a>(
     out
 }
 
+/// One member of a presence subject, as `presence` lists it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PresenceMember<'a> {
+    /// The member's id: one connection, unique in the cluster while it lives.
+    pub conn: &'a str,
+    /// The user the connection acts as; `None` for an anonymous one.
+    pub user: Option<&'a str>,
+    /// The token's `info` claim, raw JSON, when it carried one.
+    pub info: Option<&'a str>,
+}
+
+/// `{"op":"presence","id":N,"subject":S,"members":[{"conn":C,"user":U[,"info":I]}…],"next":C|null}`:
+/// one page of a presence subject's members, ordered by `conn`; `next` is
+/// the cursor of the page after it, `null` on the last page.
+pub fn encode_presence<'a>(
+    id: Option<u64>,
+    subject: &str,
+    members: impl IntoIterator<Item = PresenceMember<'a>>,
+    next: Option<&str>,
+) -> Vec<u8> {
+    let quote = |s: &str| serde_json::to_string(s).expect("a str always serializes");
+    let mut out = Vec::with_capacity(256);
+    out.extend_from_slice(b"{\"op\":\"presence\"");
+    if let Some(id) = id {
+        write!(out, ",\"id\":{id}").expect("writing to a Vec cannot fail");
+    }
+    write!(out, ",\"subject\":{},\"members\":[", quote(subject))
+        .expect("writing to a Vec cannot fail");
+    for (i, member) in members.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_member(&mut out, member);
+    }
+    let next = next.map_or_else(|| "null".to_owned(), quote);
+    write!(out, "],\"next\":{next}}}").expect("writing to a Vec cannot fail");
+    out
+}
+
+/// `{"conn":C,"user":U[,"info":I]}`: one member as every presence message
+/// writes it.
+fn write_member(out: &mut Vec<u8>, member: PresenceMember<'_>) {
+    let quote = |s: &str| serde_json::to_string(s).expect("a str always serializes");
+    let user = member.user.map_or_else(|| "null".to_owned(), quote);
+    write!(out, "{{\"conn\":{},\"user\":{user}", quote(member.conn))
+        .expect("writing to a Vec cannot fail");
+    if let Some(info) = member.info {
+        write!(out, ",\"info\":{info}").expect("writing to a Vec cannot fail");
+    }
+    out.push(b'}');
+}
+
+/// `{"op":"join"|"leave","subject":S,"member":{…}}`: a member joined or
+/// left a subject whose namespace has `join_leave`, sent to its
+/// subscribers; no position (presence changes are not publications).
+pub fn encode_presence_change(joined: bool, subject: &str, member: PresenceMember<'_>) -> Vec<u8> {
+    let op = if joined { "join" } else { "leave" };
+    let subject = serde_json::to_string(subject).expect("a str always serializes");
+    let mut out = Vec::with_capacity(96);
+    write!(out, "{{\"op\":\"{op}\",\"subject\":{subject},\"member\":")
+        .expect("writing to a Vec cannot fail");
+    write_member(&mut out, member);
+    out.push(b'}');
+    out
+}
+
+/// `{"op":"presence_stats","id":N,"subject":S,"connections":C,"users":U}`.
+pub fn encode_presence_stats(
+    id: Option<u64>,
+    subject: &str,
+    connections: u64,
+    users: u64,
+) -> String {
+    let subject = serde_json::to_string(subject).expect("a str always serializes");
+    let id = id.map_or_else(String::new, |id| format!(",\"id\":{id}"));
+    format!(
+        "{{\"op\":\"presence_stats\"{id},\"subject\":{subject},\"connections\":{connections},\"users\":{users}}}"
+    )
+}
+
 /// `{"op":"ok","id":N,"epoch":E,"offset":O,"reached":R}`: a publish's or
 /// send's answer. `reached` counts the connections on this node it was
 /// handed to; the position is left out when it got none (no subscriber and
@@ -604,6 +724,12 @@ pub fn encode_history_request(
     if let Some(since) = since {
         out.push_str(&format!(",\"since\":{}", since.to_json()));
     }
+    end_read_request(out, limit, id)
+}
+
+/// Ends a read command (`history`, `presence`): its optional `limit` and
+/// `id`, then the closing brace.
+fn end_read_request(mut out: String, limit: Option<u64>, id: Option<u64>) -> String {
     if let Some(limit) = limit {
         out.push_str(&format!(",\"limit\":{limit}"));
     }
@@ -612,6 +738,30 @@ pub fn encode_history_request(
     }
     out.push('}');
     out
+}
+
+/// `{"op":"presence","subject":S[,"cursor":C][,"limit":L],"id":N}`.
+pub fn encode_presence_request(
+    subject: &str,
+    cursor: Option<&str>,
+    limit: Option<u64>,
+    id: Option<u64>,
+) -> String {
+    let quote = |s: &str| serde_json::to_string(s).expect("a str always serializes");
+    let mut out = format!("{{\"op\":\"presence\",\"subject\":{}", quote(subject));
+    if let Some(cursor) = cursor {
+        out.push_str(&format!(",\"cursor\":{}", quote(cursor)));
+    }
+    end_read_request(out, limit, id)
+}
+
+/// `{"op":"presence_stats","subject":S,"id":N}`.
+pub fn encode_presence_stats_request(subject: &str, id: Option<u64>) -> String {
+    let subject = serde_json::to_string(subject).expect("a str always serializes");
+    match id {
+        Some(id) => format!("{{\"op\":\"presence_stats\",\"subject\":{subject},\"id\":{id}}}"),
+        None => format!("{{\"op\":\"presence_stats\",\"subject\":{subject}}}"),
+    }
 }
 
 /// `{"op":"unsubscribe","subjects":[..],"id":N}`.
@@ -801,7 +951,8 @@ mod tests {
             Forbidden,
             InvalidToken,
             AlreadyConnected,
-            RateLimited
+            RateLimited,
+            PresenceFull
         );
         assert_eq!(every, ErrorCode::ALL);
     }
@@ -962,6 +1113,61 @@ mod tests {
             r#"{"op":"msg","subject":"/p/s1","epoch":"000000000000beef","offset":42,"data":"hello"}"#
         );
         assert_eq!(out.len(), publication_len("/p/s1", 42, r#""hello""#));
+    }
+
+    #[test]
+    fn presence_commands_parse_and_replies_encode() {
+        let c = parse_command(
+            r#"{"op":"presence","id":3,"subject":"room.1","cursor":"a.1","limit":2}"#,
+            MAX,
+        )
+        .unwrap();
+        assert!(matches!(
+            &c,
+            Command::Presence { id: Some(3), subject, cursor: Some(cursor), limit: Some(2) }
+                if subject == "room.1" && cursor == "a.1"
+        ));
+        let c = parse_command(r#"{"op":"presence_stats","subject":"room.1"}"#, MAX).unwrap();
+        assert!(matches!(&c, Command::PresenceStats { id: None, subject } if subject == "room.1"));
+        let again = encode_presence_request("room.1", Some("a.1"), Some(2), Some(3));
+        assert!(matches!(
+            parse_command(&again, MAX).unwrap(),
+            Command::Presence { id: Some(3), cursor: Some(cursor), limit: Some(2), .. } if cursor == "a.1"
+        ));
+        let again = encode_presence_stats_request("room.1", None);
+        assert!(matches!(
+            parse_command(&again, MAX).unwrap(),
+            Command::PresenceStats { id: None, subject } if subject == "room.1"
+        ));
+        let missing = parse_command(r#"{"op":"presence_stats","id":4}"#, MAX).unwrap_err();
+        assert_eq!(
+            (missing.id, missing.code),
+            (Some(4), ErrorCode::MissingField)
+        );
+        let members = [
+            PresenceMember {
+                conn: "n.0.1.1",
+                user: Some("7"),
+                info: Some(r#"{"name":"ann"}"#),
+            },
+            PresenceMember {
+                conn: "n.0.2.1",
+                user: None,
+                info: None,
+            },
+        ];
+        assert_eq!(
+            encode_presence(Some(3), "room.1", members, Some("n.0.2.1")),
+            br#"{"op":"presence","id":3,"subject":"room.1","members":[{"conn":"n.0.1.1","user":"7","info":{"name":"ann"}},{"conn":"n.0.2.1","user":null}],"next":"n.0.2.1"}"#
+        );
+        assert_eq!(
+            encode_presence_change(false, "room.1", members[1]),
+            br#"{"op":"leave","subject":"room.1","member":{"conn":"n.0.2.1","user":null}}"#
+        );
+        assert_eq!(
+            encode_presence_stats(None, "room.1", 3, 2),
+            r#"{"op":"presence_stats","subject":"room.1","connections":3,"users":2}"#
+        );
     }
 
     #[test]

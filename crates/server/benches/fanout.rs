@@ -78,6 +78,7 @@ fn publish_to_10k(c: &mut Criterion) {
                 to,
                 token: u64::from(id),
                 can_wait: false,
+                join: None,
             };
             engine.attach(attach, &mut wakeups);
             registry.subscribe(&subject, id);

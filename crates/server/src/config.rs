@@ -17,7 +17,7 @@ use thiserror::Error;
 
 use crate::engine::{RedisSettings, SentinelSettings};
 use crate::history::HistoryPolicy;
-use crate::namespace::{history_policy, Namespace, Namespaces};
+use crate::namespace::{history_policy, presence_policy, Namespace, Namespaces, PresencePolicy};
 use crate::redis_tls::{RedisTls, RedisTlsFiles};
 use crate::span::Span;
 use crate::tls::TlsFiles;
@@ -293,6 +293,23 @@ pub struct Config {
     /// oldest publications on the node are evicted first.
     #[arg(long, env = "MYRIAD_HISTORY_MAX_BYTES", default_value_t = 256 << 20)]
     pub history_max_bytes: usize,
+
+    /// Members a presence subject may hold (a namespace may set its own):
+    /// a subscribe past it is refused with `presence_full`.
+    #[arg(long, env = "MYRIAD_PRESENCE_MAX_MEMBERS", default_value_t = 1000)]
+    pub presence_max_members: usize,
+
+    /// Bytes a token's `info` claim may take (as compact JSON): it is shown
+    /// with each presence membership of the connection. A token with more
+    /// is refused (`invalid_token`, counted as `token_info`).
+    #[arg(long, env = "MYRIAD_PRESENCE_INFO_MAX_BYTES", default_value_t = 512)]
+    pub presence_info_max_bytes: usize,
+
+    /// With `engine = redis`: how long a node's presence members outlive
+    /// its last lease renewal (renewed every third of it), so the bound
+    /// within which a dead node's members vanish. 3s to 10m.
+    #[arg(long, env = "MYRIAD_PRESENCE_LEASE", default_value = "15s")]
+    pub presence_lease: Span,
 
     /// Directory of the node's persistent state (the follow graph), created
     /// if missing. One node at a time may use it.
@@ -755,6 +772,17 @@ impl Config {
         Ok(())
     }
 
+    /// Which subjects keep presence: off outside the namespaces that turn
+    /// it on.
+    pub fn presence_policies(&self) -> Namespaces<PresencePolicy> {
+        let node = PresencePolicy {
+            on: false,
+            max_members: self.presence_max_members,
+            join_leave: false,
+        };
+        Namespaces::new(node, &self.namespace, presence_policy)
+    }
+
     fn validate_redis(&self) -> Result<(), ConfigError> {
         let invalid = |what: String| Err(ConfigError::Invalid(what));
         let sentinel = !self.redis_sentinels.is_empty();
@@ -789,6 +817,24 @@ impl Config {
             ) {
                 return invalid(e.to_string());
             }
+        }
+        if let Some(ns) = self.namespace.iter().find(|ns| {
+            ns.join_leave == Some(true)
+                && (ns.presence != Some(true) || self.engine == EngineKind::Redis)
+        }) {
+            return invalid(format!(
+                "namespace {:?} has join_leave = true: it needs presence = true, and the memory \
+                 engine (join/leave events over Redis are not built yet)",
+                ns.prefix
+            ));
+        }
+        let lease = Duration::from(self.presence_lease);
+        if !(Duration::from_secs(3)..=Duration::from_secs(600)).contains(&lease) {
+            return invalid(format!(
+                "presence_lease ({}) must be from 3s to 10m: renewed every third of it, \
+                 it bounds how long a dead node's members are listed",
+                self.presence_lease
+            ));
         }
         match self.engine {
             EngineKind::Redis if self.redis_urls.is_empty() && !sentinel => {
@@ -940,6 +986,7 @@ impl Config {
             queue_high_water: self.redis_queue_high_water,
             linger: self.redis_linger.into(),
             feed_backlog: self.redis_feed_backlog,
+            presence_lease: self.presence_lease.into(),
         }
     }
 
@@ -1032,6 +1079,56 @@ mod tests {
         assert_eq!(config.echo_path.as_deref(), Some("/e"));
         assert_eq!(config.max_subject_len, 128, "default stays");
         std::fs::remove_file(&file.0).unwrap();
+    }
+
+    #[test]
+    fn presence_is_per_namespace_and_its_lease_bounded() {
+        let mut file = tempfile();
+        writeln!(
+            file.1,
+            "presence_max_members = 50\n[[namespace]]\nprefix = \"room.\"\npresence = true\n\
+             [[namespace]]\nprefix = \"room.big.\"\npresence = true\npresence_max_members = 900"
+        )
+        .unwrap();
+        let config = Config::assemble(&matches(&["myriad"]), Some(&file.0)).unwrap();
+        let presence = config.presence_policies();
+        let policy = |s: &str| presence.policy_for(s);
+        assert_eq!(
+            (policy("room.1").on, policy("room.1").max_members),
+            (true, 50)
+        );
+        assert_eq!(policy("room.big.1").max_members, 900);
+        assert!(!policy("news").on, "off outside the namespaces");
+        std::fs::remove_file(&file.0).unwrap();
+        for (table, engine) in [
+            ("presence = false\njoin_leave = true", "memory"),
+            ("presence = true\njoin_leave = true", "redis"),
+        ] {
+            let mut file = tempfile();
+            writeln!(file.1, "[[namespace]]\nprefix = \"live.\"\n{table}").unwrap();
+            let args = [
+                "myriad",
+                "--engine",
+                engine,
+                "--redis-url",
+                "redis://127.0.0.1:1",
+                "--graph-store",
+                "sqlite",
+            ];
+            let args = if engine == "memory" {
+                &args[..1]
+            } else {
+                &args[..]
+            };
+            let why = Config::assemble(&matches(args), Some(&file.0))
+                .unwrap_err()
+                .to_string();
+            assert!(why.contains("join_leave = true"), "{engine}: {why}");
+            std::fs::remove_file(&file.0).unwrap();
+        }
+        let why = refusal(&["myriad", "--presence-lease", "2s"]);
+        assert!(why.contains("presence_lease (2s)"), "{why}");
+        assert!(assembled(&["myriad", "--presence-lease", "3s"]).is_ok());
     }
 
     #[test]

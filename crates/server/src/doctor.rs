@@ -37,6 +37,14 @@ use network::{accept_path, conntrack, ports, spread};
 /// whole because load tests put both ends on the node's host.
 pub const KERNEL_BYTES_PER_CONNECTION: u64 = 8_400;
 
+/// TCP bytes one connection queues at the peak of a node alone, which
+/// `tcp_mem` counts: a broadcast puts one small message in every socket at
+/// once, and a small loopback skb's truesize is ~2.3 KB (docs/benchmarks.md,
+/// "The million"). `tcp_mem` counts only queued data, never the sockets'
+/// own kernel memory (`KERNEL_BYTES_PER_CONNECTION`, which the memory row
+/// counts), so idle connections alone never fill it.
+pub const QUEUED_BYTES_PER_CONNECTION: u64 = 2_304;
+
 /// The node's resident memory per idle subscribed connection, rounded up
 /// from the ~371-421 B measured (docs/benchmarks.md).
 pub const USERLAND_BYTES_PER_CONNECTION: u64 = 512;
@@ -122,7 +130,7 @@ impl HostLoad {
             sources: 1,
             extra_files: 0,
             extra_memory: 0,
-            queued_bytes: KERNEL_BYTES_PER_CONNECTION,
+            queued_bytes: QUEUED_BYTES_PER_CONNECTION,
             memory_available: false,
         }
     }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
 
-use crate::messages::engine::{Attached, Broken, ConnAnswer};
+use crate::messages::engine::{Attached, Broken, ConnAnswer, PresenceChange};
 use crate::messages::feeds::FeedChange;
 use crate::publication::Publication;
 
@@ -37,6 +37,9 @@ pub enum Event {
     /// A connection's user follows or unfollows someone, or has just
     /// connected: feeds to add or drop (from the graph keeper).
     Feeds(Box<FeedChange>),
+    /// A member joined or left a subject with join/leave events: for the
+    /// worker's live subscribers of it.
+    Presence(Arc<PresenceChange>),
 }
 
 /// A worker's inbound queue and the means to wake it.
@@ -249,6 +252,14 @@ impl Hub {
     pub fn send(&self, worker: usize, event: Event, wakeups: &mut Wakeups) {
         self.mailboxes[worker].push(event);
         wakeups.add(worker);
+    }
+
+    /// Queues `change` for every worker: any may hold subscribers of its
+    /// subject, and one without ignores it.
+    pub fn send_to_all(&self, change: &Arc<PresenceChange>, wakeups: &mut Wakeups) {
+        for worker in 0..self.mailboxes.len() {
+            self.send(worker, Event::Presence(Arc::clone(change)), wakeups);
+        }
     }
 
     /// True while some worker has more than the high-water mark of

@@ -203,6 +203,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let feeds = open_feeds(&config, Arc::clone(&hub), redis_tls.as_ref())?;
     let shared = Arc::new(Shared {
         auth,
+        presence: config.presence_policies(),
         peers: peers::PeerCounts::default(),
         token_failures: peers::TokenFailures::new(config.token_failures_per_ip),
         feeds,

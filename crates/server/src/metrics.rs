@@ -86,10 +86,21 @@ struct HistoryGauges {
     routed_bytes: Gauge,
 }
 
+/// What presence holds and has done, mirrored from the engine when
+/// metrics are read.
+struct PresenceMetrics {
+    members: Gauge,
+    joined: Counter<u64, AtomicU64>,
+    left: Counter<u64, AtomicU64>,
+    refused: Counter<u64, AtomicU64>,
+    expired: Counter<u64, AtomicU64>,
+}
+
 /// All metrics of a node.
 pub struct Metrics {
     registry: Registry,
     history: HistoryGauges,
+    presence: PresenceMetrics,
     workers: Vec<WorkerMetrics>,
     closes: Family<ReasonLabel, Counter>,
     errors: Family<KindLabel, Counter>,
@@ -348,6 +359,29 @@ impl Metrics {
                 "Bytes the engine keeps for subjects with subscribers on this node",
             ),
         };
+        let presence = PresenceMetrics {
+            members: registered(
+                r,
+                "presence_members",
+                "Members of presence subjects held by this node's engine",
+            ),
+            joined: registered(
+                r,
+                "presence_joined",
+                "Connections that joined a presence subject",
+            ),
+            left: registered(r, "presence_left", "Members that left a presence subject"),
+            refused: registered(
+                r,
+                "presence_refused",
+                "Subscribes refused because the subject had presence_max_members members",
+            ),
+            expired: registered(
+                r,
+                "presence_expired",
+                "Members removed because their node's presence_lease ended (cluster-wide, Redis engine)",
+            ),
+        };
         let feeds = FeedMetrics {
             sends: registered(
                 r,
@@ -446,6 +480,7 @@ impl Metrics {
             compression,
             registry,
             history,
+            presence,
             workers,
             closes,
             errors,
@@ -555,6 +590,12 @@ impl Metrics {
         catch_up(&self.history.evicted_positions, history.evicted_positions);
         self.history.routed.set(gauge(stats.subjects));
         self.history.routed_bytes.set(gauge(stats.subject_bytes));
+        let presence = &stats.presence;
+        self.presence.members.set(gauge(presence.members));
+        catch_up(&self.presence.joined, presence.joined);
+        catch_up(&self.presence.left, presence.left);
+        catch_up(&self.presence.refused, presence.refused);
+        catch_up(&self.presence.expired, presence.expired);
         for (kind, total) in stats.failures.by_kind() {
             catch_up(
                 &self.engine_failures.get_or_create(&KindLabel { kind }),

@@ -8,7 +8,8 @@
 //! subject's stream is created (a scan of the prefixes); a subject that
 //! keeps no history and has no subscriber has no stream, so each publish to
 //! it resolves it again. The access policy is resolved per client command
-//! by the worker (see `crate::auth`).
+//! by the worker (see `crate::auth`), and so is the presence policy, per
+//! subscribe and unsubscribe.
 
 use std::time::Duration;
 
@@ -43,6 +44,18 @@ pub struct Namespace {
     /// node's `client_history` when unset.
     #[serde(default)]
     pub history: Option<bool>,
+    /// Whether a connection subscribed here is a member of the subject's
+    /// presence (`presence`, `presence_stats`); off when unset.
+    #[serde(default)]
+    pub presence: Option<bool>,
+    /// Members a presence subject may hold; the node's
+    /// `presence_max_members` when unset.
+    #[serde(default)]
+    pub presence_max_members: Option<usize>,
+    /// Whether the subscribers of a presence subject here are told of each
+    /// join and leave; off when unset.
+    #[serde(default)]
+    pub join_leave: Option<bool>,
 }
 
 /// What clients may do in a namespace, before their token's grants are
@@ -52,6 +65,16 @@ pub struct AccessPolicy {
     pub anonymous: bool,
     pub publish: bool,
     pub history: bool,
+}
+
+/// Whether subscribers of a namespace's subjects are their members, and how
+/// many a subject may hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PresencePolicy {
+    pub on: bool,
+    pub max_members: usize,
+    /// Join and leave events to subscribers (only where `on`).
+    pub join_leave: bool,
 }
 
 /// A namespace, by its place in [`Namespaces`]; 0 is the default.
@@ -122,6 +145,15 @@ pub fn access_policy(ns: &Namespace, node: AccessPolicy) -> AccessPolicy {
         anonymous: ns.anonymous.unwrap_or(node.anonymous),
         publish: ns.publish.unwrap_or(node.publish),
         history: ns.history.unwrap_or(node.history),
+    }
+}
+
+/// The presence policy a namespace table makes, over the node's.
+pub fn presence_policy(ns: &Namespace, node: PresencePolicy) -> PresencePolicy {
+    PresencePolicy {
+        on: ns.presence.unwrap_or(node.on),
+        max_members: ns.presence_max_members.unwrap_or(node.max_members),
+        join_leave: ns.join_leave.unwrap_or(node.join_leave),
     }
 }
 

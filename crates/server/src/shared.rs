@@ -15,6 +15,7 @@ use crate::engine::Engine;
 use crate::feeds::Feeds;
 use crate::hub::Hub;
 use crate::metrics::Metrics;
+use crate::namespace::{Namespaces, PresencePolicy};
 use crate::peers::{PeerCounts, TokenFailures};
 use crate::tls::Certificates;
 
@@ -25,6 +26,8 @@ pub struct Shared {
     pub engine: Arc<dyn Engine>,
     /// Token verification and who may do what with each subject.
     pub auth: Auth,
+    /// Which subjects keep presence, and their caps.
+    pub presence: Namespaces<PresencePolicy>,
     /// Open connections per source address (`max_connections_per_ip`).
     pub peers: PeerCounts,
     /// Failed token checks per source address (`token_failures_per_ip`).

@@ -1,7 +1,8 @@
 //! Who may call what on the admin listener.
 //!
 //! Two keys. The publish key opens the message API that backends call:
-//! `/api/publish`, `/api/publish_as` and `/api/history`. The admin key opens
+//! `/api/publish`, `/api/publish_as`, `/api/history` and the presence reads
+//! (`/api/presence`, `/api/presence_stats`). The admin key opens
 //! everything else (`/stats`, `/metrics`, `/status`, `/status/events`, the
 //! follow graph's API) and, as the superset, the message API too, so a
 //! node may run with the admin key alone. `/healthz` needs no key: probes
@@ -42,11 +43,13 @@ pub enum KeyNeeded {
 }
 
 /// Every endpoint of the admin listener and what it asks of a caller.
-const ENDPOINTS: [(&str, KeyNeeded); 13] = [
+const ENDPOINTS: [(&str, KeyNeeded); 15] = [
     ("/healthz", KeyNeeded::Open),
     ("/api/publish", KeyNeeded::Publish),
     ("/api/publish_as", KeyNeeded::Publish),
     ("/api/history", KeyNeeded::Publish),
+    ("/api/presence", KeyNeeded::Publish),
+    ("/api/presence_stats", KeyNeeded::Publish),
     ("/stats", KeyNeeded::Admin),
     ("/metrics", KeyNeeded::Admin),
     ("/status", KeyNeeded::Admin),

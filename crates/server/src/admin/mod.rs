@@ -1,5 +1,6 @@
 //! The admin/API listener: the HTTP publish and history API for backends,
-//! the follow graph's API ([`graph`]), with every body and query read by
+//! the follow graph's API ([`graph`]), presence reads ([`presence`]), with
+//! every body and query read by
 //! [`body`],
 //! `/stats`, `/metrics`, `/healthz`, and the routes to the live status page
 //! (`/status`, `/status/events`, served by [`status`]). Which key opens
@@ -37,6 +38,7 @@ mod access;
 pub mod body;
 mod conn;
 mod graph;
+mod presence;
 
 use crate::engine::{Published, Reply};
 use crate::feeds::{Direction, Relation};
@@ -185,6 +187,8 @@ async fn whole_reply(req: Request<Incoming>, shared: &Shared, started: Instant) 
         (&Method::GET, "/api/followers") => graph::read(req, shared, Relation::Followers).await,
         (&Method::GET, "/api/following") => graph::read(req, shared, Relation::Following).await,
         (&Method::GET, "/api/history") => history(req, shared).await,
+        (&Method::GET, "/api/presence") => presence::read(req, shared).await,
+        (&Method::GET, "/api/presence_stats") => presence::stats(req, shared).await,
         (&Method::GET, "/stats") => json_reply(StatusCode::OK, &stats(shared, started)),
         (&Method::GET, "/status") => status::page(),
         (&Method::GET, "/metrics") => {
@@ -489,6 +493,13 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
             "max_bytes": shared.config.history_max_bytes,
             "evictions": history.evictions,
             "evicted_positions": history.evicted_positions,
+        },
+        "presence": {
+            "members": engine.presence.members,
+            "joined": engine.presence.joined,
+            "left": engine.presence.left,
+            "refused": engine.presence.refused,
+            "expired": engine.presence.expired,
         },
         "memory": shared.memory(&usage, &engine, &s),
         "slow_consumer_disconnects": s.closed(CloseReason::SlowConsumer),

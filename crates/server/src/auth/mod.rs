@@ -106,6 +106,7 @@ impl Auth {
             issuer: config.token_issuer.clone(),
             leeway: u64::from(config.token_leeway),
             max_subject_len: config.max_subject_len,
+            max_info_bytes: config.presence_info_max_bytes,
         };
         let verifier = (!keys.is_empty())
             .then(|| Reloadable::new(Arc::new(Verifier::new(keys, expect.clone()))));
@@ -232,6 +233,7 @@ mod tests {
         Access {
             grants: Grants::parse(&owned(subscribe), &owned(publish), "7", 128).unwrap(),
             expires: u64::MAX,
+            info: None,
         }
     }
 

@@ -7,6 +7,8 @@
 //! [`super::grants`]). Every refusal is a [`TokenError`], whose code the
 //! client is told and whose label the node counts.
 
+use std::sync::Arc;
+
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use jsonwebtoken::errors::ErrorKind as JwtErrorKind;
@@ -25,6 +27,9 @@ pub struct Access {
     /// The Unix second from which the connection is closed: `exp` plus the
     /// configured leeway.
     pub expires: u64,
+    /// The token's `info` claim as compact JSON: what the connection shows
+    /// as a presence member (at most `presence_info_max_bytes`).
+    pub info: Option<Arc<str>>,
 }
 
 /// A verified token.
@@ -65,6 +70,8 @@ pub enum TokenError {
     UserChanged { held: UserId, new: UserId },
     #[error("refresh replaces a token and this connection has none: use connect")]
     NoneToRefresh,
+    #[error("the info claim is {bytes} bytes, past presence_info_max_bytes ({max})")]
+    Info { bytes: usize, max: usize },
     /// Refused before its signature was checked: a limit on token checks
     /// was reached. The client is told `rate_limited` (HTTP 429), not
     /// `invalid_token`: the token may be good, and worth sending later.
@@ -86,7 +93,7 @@ pub enum TokenLimit {
 
 impl TokenError {
     /// Every metric label, `token_` and the reason.
-    pub const LABELS: [&'static str; 16] = [
+    pub const LABELS: [&'static str; 17] = [
         "token_disabled",
         "token_malformed",
         "token_algorithm",
@@ -101,6 +108,7 @@ impl TokenError {
         "token_grant",
         "token_user_changed",
         "token_none_to_refresh",
+        "token_info",
         "token_rate_limited",
         "token_address_limited",
     ];
@@ -122,6 +130,7 @@ impl TokenError {
             TokenError::Grant(_) => "token_grant",
             TokenError::UserChanged { .. } => "token_user_changed",
             TokenError::NoneToRefresh => "token_none_to_refresh",
+            TokenError::Info { .. } => "token_info",
             TokenError::RateLimited(TokenLimit::Connection) => "token_rate_limited",
             TokenError::RateLimited(TokenLimit::Address) => "token_address_limited",
         }
@@ -139,6 +148,8 @@ pub struct Expectations {
     pub leeway: u64,
     /// Grant patterns longer than this match nothing and are refused.
     pub max_subject_len: usize,
+    /// An `info` claim longer than this (as compact JSON) is refused.
+    pub max_info_bytes: usize,
 }
 
 /// Checks tokens against the configured keys.
@@ -162,6 +173,9 @@ struct Claims {
     subscribe: Vec<String>,
     #[serde(default)]
     publish: Vec<String>,
+    /// Shown with the connection's presence memberships.
+    #[serde(default)]
+    info: Option<serde_json::Value>,
 }
 
 impl Verifier {
@@ -210,9 +224,25 @@ impl Verifier {
             &user.to_string(),
             self.expect.max_subject_len,
         )?;
+        let info = match claims.info {
+            None => None,
+            Some(info) => {
+                let json = info.to_string();
+                let max = self.expect.max_info_bytes;
+                if json.len() > max {
+                    let bytes = json.len();
+                    return Err(TokenError::Info { bytes, max });
+                }
+                Some(Arc::from(json))
+            }
+        };
         Ok(Verified {
             user,
-            access: Access { grants, expires },
+            access: Access {
+                grants,
+                expires,
+                info,
+            },
         })
     }
 
@@ -318,6 +348,18 @@ mod tests {
         assert_eq!(verified.access.expires, exp + 5);
         assert!(verified.access.grants.may_subscribe("user.42.x"));
         assert!(!verified.access.grants.may_publish("user.42.x"));
+        assert_eq!(verified.access.info, None);
+        let with_info = sign(json!({"sub": "42", "exp": exp, "info": {"name": "Ann", "n": 1}}));
+        let v = verifier(Expectations {
+            max_info_bytes: 20,
+            ..Default::default()
+        });
+        let info = v.verify(&with_info).unwrap().access.info;
+        assert_eq!(
+            info.as_deref(),
+            Some(r#"{"n":1,"name":"Ann"}"#),
+            "compact JSON"
+        );
     }
 
     #[test]
@@ -338,6 +380,10 @@ mod tests {
         assert_eq!(with("iss", json!("other")), TokenError::Issuer);
         assert_eq!(with("exp", json!(now() - 10)), TokenError::Expired);
         assert_eq!(with("nbf", json!(now() + 100)), TokenError::NotYetValid);
+        assert_eq!(
+            with("info", json!({"name": "x"})),
+            TokenError::Info { bytes: 12, max: 0 }
+        );
         assert!(matches!(
             with("sub", json!("alice")),
             TokenError::Subject(_)

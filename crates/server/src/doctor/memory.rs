@@ -18,8 +18,8 @@ pub(super) fn memory(host: &Host, target: &Target, out: &mut Vec<Check>) {
             let queued = load.connections.saturating_mul(load.queued_bytes);
             let need = in_use.saturating_add(queued);
             let pages = need.div_ceil(host.page_size.max(1));
-            let each = if load.queued_bytes == KERNEL_BYTES_PER_CONNECTION {
-                "~8.4 KB per idle loopback pair".to_owned()
+            let each = if load.queued_bytes == QUEUED_BYTES_PER_CONNECTION {
+                "~2.3 KB, one small message queued in every socket at once".to_owned()
             } else {
                 format!("{} queued", size(load.queued_bytes))
             };

@@ -334,7 +334,7 @@ fn the_operations_guide_gives_each_host_flag_the_default_a_node_alone_has() {
         (
             "--queued-bytes",
             format!(
-                "{} (the kernel cost of an idle loopback pair)",
+                "{} (one small message queued in every socket at once)",
                 thousands(alone.queued_bytes)
             ),
         ),
@@ -410,14 +410,19 @@ fn a_short_netdev_queue_and_no_syncookies_warn() {
 #[test]
 fn tcp_mem_warns_past_pressure_and_fails_past_its_max() {
     let (_dir, host) = healthy();
-    // 383,868 pages of pressure: ~1.57 GB, ~187,000 connections at 8.4 KB.
+    // 383,868 pages of pressure: ~1.57 GB, ~682,000 connections with one
+    // small message (2,304 B) queued in each; 575,802 pages of max: ~1.02 M.
     let at = |connections| check(&host, &sized(connections), "net.ipv4.tcp_mem");
-    assert_eq!(at(180_000).verdict, Verdict::Ok);
-    assert_eq!(at(200_000).verdict, Verdict::Warn);
-    let c = at(1_000_000);
+    assert_eq!(at(600_000).verdict, Verdict::Ok);
+    assert_eq!(at(800_000).verdict, Verdict::Warn);
+    let c = at(2_000_000);
     assert_eq!(c.verdict, Verdict::Fail);
-    // 8.4 GB is 2,050,782 pages; the max a quarter above it.
-    assert_eq!(c.fix, "sysctl -w net.ipv4.tcp_mem='287901 1922607 2563477'");
+    assert_eq!(
+        c.needs,
+        "max > 4.3 GiB (2,000,000 x ~2.3 KB, one small message queued in every socket at once)"
+    );
+    // 4.6 GB is 1,125,000 pages; the max a quarter above it.
+    assert_eq!(c.fix, "sysctl -w net.ipv4.tcp_mem='287901 1054687 1406250'");
 }
 
 #[test]
@@ -732,7 +737,7 @@ fn a_node_alone_is_what_serve_checks_and_the_table_names_a_shared_host() {
     let shared = examine(&host, &sharing(million_here())).to_text();
     assert!(
         shared.contains(
-            "2 workers): 15 ok, 0 warn, 2 fail\nthe host holds 1,000,051 connections in all, \
+            "2 workers): 15 ok, 1 warn, 1 fail\nthe host holds 1,000,051 connections in all, \
              their clients here too\n\n"
         ),
         "{shared}"

@@ -22,7 +22,7 @@ use tokio::sync::oneshot;
 
 pub use self::harness::Harness;
 use self::harness::Sim;
-use super::{EngineError, HistoryQuery, Published, Reply};
+use super::{EngineError, HistoryQuery, Join, Published, Reply};
 use crate::history::HistoryPolicy;
 use crate::hub::Wakeups;
 use crate::namespace::{Namespace, Namespaces};
@@ -77,6 +77,18 @@ macro_rules! conformance_suite {
             #[test]
             fn shutdown_refuses_everything() {
                 c::shutdown_refuses_everything(&$make);
+            }
+            #[test]
+            fn presence_join_and_leave() {
+                c::presence_join_and_leave(&$make);
+            }
+            #[test]
+            fn presence_cap_refuses_the_join_over_it() {
+                c::presence_cap_refuses_the_join_over_it(&$make);
+            }
+            #[test]
+            fn presence_stats_stay_exact_under_churn() {
+                c::presence_stats_stay_exact_under_churn(&$make);
             }
         }
     };
@@ -560,4 +572,118 @@ pub fn shutdown_refuses_everything(make: Make<'_>) {
     let attached = h.attached();
     assert!(matches!(attached.outcome, Err(EngineError::ShuttingDown)));
     h.engine.detach("before", 0, true);
+}
+
+fn join(user: Option<&str>, max_members: usize) -> Join {
+    Join {
+        user: user.map(Arc::from),
+        info: user.map(|u| Arc::from(format!("{{\"name\":\"{u}\"}}"))),
+        max_members,
+        events: false,
+    }
+}
+
+/// Clause 8: a connection joins with its attach and leaves with `leave`;
+/// pages list every member once, in id order; counts are exact.
+pub fn presence_join_and_leave(make: Make<'_>) {
+    let h = make(2, namespaces(), usize::MAX);
+    let mut sim = Sim::new();
+    sim.attach_joining(&h, 0, 1, "room", join(Some("u1"), 10));
+    sim.attach_joining(&h, 0, 2, "room", join(Some("u1"), 10));
+    sim.attach_joining(&h, 1, 3, "room", join(Some("u2"), 10));
+    sim.attach_joining(&h, 1, 4, "room", join(None, 10));
+    sim.attach(&h, 1, 5, "room", None);
+    sim.drain(&h);
+    assert_eq!(h.presence_stats("room"), (4, 2), "anonymous is no user");
+    assert_eq!(h.presence_stats("elsewhere"), (0, 0));
+    let members = h.members("room", 3);
+    assert_eq!(members.len(), 4, "connection 5 did not join");
+    let mut ids: Vec<&str> = members.iter().map(|m| &*m.conn).collect();
+    let listed = ids.clone();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids, listed, "in id order, each once");
+    let users: Vec<Option<&str>> = members.iter().map(|m| m.user.as_deref()).collect();
+    assert_eq!(users.iter().filter(|u| **u == Some("u1")).count(), 2);
+    let info = members.iter().find(|m| m.user.as_deref() == Some("u2"));
+    assert_eq!(info.unwrap().info.as_deref(), Some(r#"{"name":"u2"}"#));
+    sim.part(&h, 0, 1, "room");
+    assert_eq!(h.presence_stats("room"), (3, 2), "u1 has another member");
+    sim.part(&h, 0, 2, "room");
+    assert_eq!(h.presence_stats("room"), (2, 1), "u1 left with its last");
+    h.engine
+        .leave("room", harness::request(0, 2), &mut Wakeups::default());
+    assert_eq!(
+        h.presence_stats("room"),
+        (2, 1),
+        "a second leave is no change"
+    );
+    // A detach without a leave keeps the member (the worker sends both).
+    sim.detach(&h, 1, 5, "room");
+    assert_eq!(h.members("room", 10).len(), 2);
+    sim.part(&h, 1, 3, "room");
+    sim.part(&h, 1, 4, "room");
+    assert_eq!(h.presence_stats("room"), (0, 0));
+    assert!(h.presence("room", None, 10).members.is_empty());
+}
+
+/// Clause 8: the join over `max_members` fails its attach with
+/// `PresenceFull` and joins nothing; a place freed by a leave is taken.
+pub fn presence_cap_refuses_the_join_over_it(make: Make<'_>) {
+    let h = make(1, namespaces(), usize::MAX);
+    let mut sim = Sim::new();
+    for conn in 1..=3 {
+        sim.attach_joining(&h, 0, conn, "capped", join(Some("u"), 3));
+    }
+    sim.attach_joining(&h, 0, 4, "capped", join(Some("v"), 3));
+    sim.drain(&h);
+    assert_eq!(
+        sim.seen(4, "capped").refused,
+        Some(EngineError::PresenceFull { max: 3 })
+    );
+    assert!(sim.seen(3, "capped").refused.is_none());
+    assert_eq!(h.presence_stats("capped"), (3, 1), "v never joined");
+    sim.detach(&h, 0, 4, "capped");
+    sim.part(&h, 0, 1, "capped");
+    sim.attach_joining(&h, 0, 4, "capped", join(Some("v"), 3));
+    sim.drain(&h);
+    assert!(sim.seen(4, "capped").refused.is_none());
+    assert_eq!(h.presence_stats("capped"), (3, 2));
+}
+
+/// Clause 8: under joins and leaves of many connections of several
+/// workers, interleaved, counts and pages stay exactly as a model says.
+pub fn presence_stats_stay_exact_under_churn(make: Make<'_>) {
+    use std::collections::{HashMap, HashSet};
+    const WORKERS: usize = 3;
+    const CONNS: u32 = 40;
+    let h = make(WORKERS, namespaces(), usize::MAX);
+    let mut sim = Sim::new();
+    // The model: member (worker, conn) → its user.
+    let mut model: HashMap<(usize, u32), u32> = HashMap::new();
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    for step in 1..=600 {
+        // A fixed-seed LCG: the same churn on every engine and every run.
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        let worker = (seed >> 33) as usize % WORKERS;
+        let conn = (seed >> 40) as u32 % CONNS;
+        if model.remove(&(worker, conn)).is_some() {
+            sim.part(&h, worker, conn, "churn");
+        } else {
+            let user = (seed >> 50) as u32 % 9;
+            let name = format!("u{user}");
+            sim.attach_joining(&h, worker, conn, "churn", join(Some(&name), 10_000));
+            model.insert((worker, conn), user);
+        }
+        if step % 50 == 0 {
+            sim.drain(&h);
+            let users: HashSet<&u32> = model.values().collect();
+            assert_eq!(
+                h.presence_stats("churn"),
+                (model.len() as u64, users.len() as u64),
+                "after {step} changes"
+            );
+            assert_eq!(h.members("churn", 7).len(), model.len());
+        }
+    }
 }

@@ -28,10 +28,18 @@
 //! applied whenever a subject is touched and by a once-a-second sweep on
 //! its own thread, so idle subjects free their memory too.
 //!
+//! Presence (contract clause 8) is a [`Roster`] beside the streams, under
+//! locks of its own; a join is made before the attach takes its stream's
+//! lock, so no thread holds both. Members are named by this engine's node
+//! id (random per start) and the connection's worker, slot and life.
+//!
 //! Submodules: [`stream`] (one subject's stream and the shard of them one
-//! lock covers), `tests`.
+//! lock covers), [`roster`] (presence subjects' members), `tests`.
 
+pub mod roster;
 mod stream;
+
+use self::roster::Roster;
 
 use self::stream::{stream_bytes, Shard, Stream};
 
@@ -44,8 +52,8 @@ use foldhash::fast::RandomState;
 use myriad_protocol::position::{Epoch, Position};
 
 use super::{
-    Attach, Attached, Attachment, Engine, EngineError, EngineStats, HistoryPage, HistoryQuery,
-    HistoryStats, Published, Reply,
+    Attach, Attached, Attachment, ConnRequest, Engine, EngineError, EngineStats, HistoryPage,
+    HistoryQuery, HistoryStats, PresencePage, PresenceQuery, PresenceStats, Published, Reply,
 };
 use crate::history::{Freed, Recovery};
 use crate::hub::{Event, Hub, Route, Wakeups};
@@ -93,6 +101,10 @@ struct Inner {
     epoch_base: u64,
     epochs_made: AtomicU64,
     clock: Instant,
+    roster: Roster,
+    /// Starts every member id: the node's, so that ids stay unique when
+    /// members of several nodes are listed together.
+    node: String,
 }
 
 /// The engine of a node that is the whole world.
@@ -129,6 +141,8 @@ impl MemoryEngine {
             epoch_base: super::random_epoch().0,
             epochs_made: AtomicU64::new(0),
             clock: Instant::now(),
+            roster: Roster::default(),
+            node: super::random_node_id(),
         });
         let stop = Arc::new(AtomicBool::new(false));
         spawn_expiry_sweep(Arc::downgrade(&inner), Arc::clone(&stop));
@@ -215,6 +229,11 @@ impl Inner {
         shard.streams.insert(Arc::clone(&subject), stream);
         self.settle(index, shard, &subject, Footprint::default(), after);
         subject
+    }
+
+    /// The member id of the connection `to` names.
+    fn member_id(&self, to: &ConnRequest) -> Arc<str> {
+        super::member_id(&self.node, to)
     }
 
     fn forgettable(&self, stream: &Stream, now_ms: u64) -> bool {
@@ -516,7 +535,18 @@ impl Engine for MemoryEngine {
 
     fn attach(&self, attach: Attach, wakeups: &mut Wakeups) {
         let inner = &*self.inner;
-        let refused = self.closed.load(Ordering::Acquire);
+        let refused = if self.closed.load(Ordering::Acquire) {
+            Some(EngineError::ShuttingDown)
+        } else if let Some(join) = &attach.join {
+            // Before the stream's lock: the roster's locks are never taken
+            // under it.
+            let conn = inner.member_id(&attach.to);
+            let hub = &inner.hub;
+            let told = |change| hub.send_to_all(&Arc::new(change), wakeups);
+            inner.roster.join(&attach.subject, conn, join, told).err()
+        } else {
+            None
+        };
         let now = inner.now_ms();
         let index = inner.shard_index(&attach.subject);
         let mut guard = inner.lock(index);
@@ -530,9 +560,10 @@ impl Engine for MemoryEngine {
         };
         inner.expire(index, shard, &name, now);
         let stream = &shard.streams[&name];
-        let outcome = if refused {
-            // Joined all the same: the worker detaches every attach.
-            Err(EngineError::ShuttingDown)
+        let outcome = if let Some(refused) = refused {
+            // Joined to the route all the same: the worker detaches every
+            // attach.
+            Err(refused)
         } else {
             let (recovered, replay) = match attach.since {
                 None => (None, Vec::new()),
@@ -653,6 +684,40 @@ impl Engine for MemoryEngine {
         reply.send(&inner.hub, Ok(page), wakeups);
     }
 
+    fn leave(&self, subject: &str, to: ConnRequest, wakeups: &mut Wakeups) {
+        let inner = &*self.inner;
+        let told = |change| inner.hub.send_to_all(&Arc::new(change), wakeups);
+        inner.roster.leave(subject, &inner.member_id(&to), told);
+    }
+
+    fn presence(&self, query: PresenceQuery, reply: Reply<PresencePage>, wakeups: &mut Wakeups) {
+        let inner = &*self.inner;
+        if self.closed.load(Ordering::Acquire) {
+            reply.send(&inner.hub, Err(EngineError::ShuttingDown), wakeups);
+            return;
+        }
+        // Answered under the subject's lock: in line with its changes.
+        let answer = |page| reply.send(&inner.hub, Ok(page), wakeups);
+        inner
+            .roster
+            .page(query.subject, query.after.as_deref(), query.limit, answer);
+    }
+
+    fn presence_stats(
+        &self,
+        subject: Arc<str>,
+        reply: Reply<PresenceStats>,
+        wakeups: &mut Wakeups,
+    ) {
+        let inner = &*self.inner;
+        let result = if self.closed.load(Ordering::Acquire) {
+            Err(EngineError::ShuttingDown)
+        } else {
+            Ok(inner.roster.stats(subject))
+        };
+        reply.send(&inner.hub, result, wakeups);
+    }
+
     fn congested(&self) -> bool {
         self.inner.hub.congested()
     }
@@ -681,6 +746,7 @@ impl Engine for MemoryEngine {
                 evictions: inner.evictions.load(Ordering::Relaxed),
                 evicted_positions: inner.evicted_positions.load(Ordering::Relaxed),
             },
+            presence: inner.roster.counts(),
             failures: super::EngineFailures::default(),
         }
     }

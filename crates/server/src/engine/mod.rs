@@ -40,10 +40,24 @@
 //! 6. **Shutdown.** After `shut_down`, every request is answered with
 //!    [`EngineError::ShuttingDown`]; an attach refused so is still matched
 //!    by its detach.
-//! 7. **Answers may come later.** `publish` and `history` answer through a
+//! 7. **Answers may come later.** `publish`, `history`, `presence` and
+//!    `presence_stats` answer through a
 //!    [`Reply`], attach through the worker's mailbox. A caller never blocks
 //!    on an engine: an engine that must make a network round trip answers
 //!    when it is done. `publish` never waits on a slow subscriber.
+//! 8. **Presence.** An attach with a [`Join`] makes its connection a member
+//!    of the subject before it is answered, unless the subject holds the
+//!    join's `max_members` already: then the attach fails with
+//!    [`EngineError::PresenceFull`] and nothing joins. `leave` ends the
+//!    membership (a connection that is not a member is no change).
+//!    `presence` pages the members in member-id order; `presence_stats`
+//!    counts every member and every distinct user, exactly. An engine
+//!    that keeps leases (Redis) removes a dead node's members within one
+//!    lease. A join with `events` makes its subject tell every worker of
+//!    each join and leave ([`Event::Presence`]), and a page of that subject
+//!    is answered in line with them: in a worker's mailbox a change comes
+//!    before a page exactly when the page holds it (the memory engine; the
+//!    config keeps `join_leave` off the Redis engine).
 //!
 //! Submodules: [`memory`] (the single-node engine), [`redis`] (nodes
 //! joined over Redis).
@@ -64,12 +78,24 @@ use crate::hub::{Event, Hub, Wakeups};
 // The mailbox messages are defined below the hub (see `crate::messages`);
 // to the engine's callers they are part of its API.
 pub use crate::messages::engine::{
-    Answer, Attached, Attachment, Broken, ConnAnswer, ConnRequest, EngineError, HistoryPage,
-    Published,
+    Answer, Attached, Attachment, Broken, ConnAnswer, ConnRequest, EngineError, HistoryPage, Join,
+    Member, PresenceChange, PresencePage, PresenceQuery, PresenceStats, Published,
 };
 
 pub use memory::MemoryEngine;
 pub use redis::{RedisEngine, RedisEngineError, RedisSettings, SentinelSettings};
+
+/// The member id of the connection `to` names on node `node`: unique in
+/// the cluster while the connection lives (its slot's life tells it from a
+/// later connection in the same slot).
+pub(crate) fn member_id(node: &str, to: &ConnRequest) -> Arc<str> {
+    Arc::from(format!("{node}.{}.{}.{}", to.worker, to.conn, to.life))
+}
+
+/// A node id: random per start, as an epoch is.
+pub(crate) fn random_node_id() -> String {
+    format!("{:016x}", random_epoch().0)
+}
 
 /// A new epoch: random, so that a stream created again, on any node or
 /// after any restart, never continues an old one's offsets.
@@ -115,6 +141,9 @@ pub struct Attach {
     /// for room there instead of refusing it at once: a refusal is an error
     /// to a client that asked for nothing, and a retry from the keeper.
     pub can_wait: bool,
+    /// The subject is a presence subject: the connection joins it
+    /// (contract clause 8).
+    pub join: Option<Join>,
 }
 
 /// Where an engine sends an answer.
@@ -178,7 +207,23 @@ pub struct EngineStats {
     /// full queue towards the store (none on the memory engine).
     pub waiting_attaches: u64,
     pub history: HistoryStats,
+    pub presence: PresenceCounts,
     pub failures: EngineFailures,
+}
+
+/// What presence holds and has done, on the node's part.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PresenceCounts {
+    /// Members held now.
+    pub members: u64,
+    pub joined: u64,
+    pub left: u64,
+    /// Joins refused by `presence_max_members`.
+    pub refused: u64,
+    /// Members removed because their node's lease ended (its node died),
+    /// by anyone in the cluster (none on the memory engine, whose members
+    /// end with their node).
+    pub expired: u64,
 }
 
 /// Requests an engine could not serve, by the error they got (always none
@@ -249,6 +294,16 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Reads history.
     fn history(&self, query: HistoryQuery, reply: Reply<HistoryPage>, wakeups: &mut Wakeups);
+
+    /// Ends the membership of the connection `to` names in `subject`
+    /// (clause 8).
+    fn leave(&self, subject: &str, to: ConnRequest, wakeups: &mut Wakeups);
+
+    /// Reads one page of a presence subject's members (clause 8).
+    fn presence(&self, query: PresenceQuery, reply: Reply<PresencePage>, wakeups: &mut Wakeups);
+
+    /// Counts a presence subject's members and users (clause 8).
+    fn presence_stats(&self, subject: Arc<str>, reply: Reply<PresenceStats>, wakeups: &mut Wakeups);
 
     /// True while the node cannot keep up with deliveries (or, for an
     /// engine with a store behind it, while requests pile up towards that

@@ -1,5 +1,6 @@
 //! What the engine sends a connection's worker: attach answers, answers to
-//! publishes and history reads, broken streams, and the errors they carry.
+//! publishes, history and presence reads, broken streams, and the errors
+//! they carry.
 //!
 //! These ride in a worker's mailbox (`crate::hub::Event`), so they sit
 //! below the hub that carries them and the engine that makes them; the
@@ -9,6 +10,7 @@
 
 use std::sync::Arc;
 
+use myriad_protocol::message::{encode_presence, PresenceMember};
 use myriad_protocol::position::Position;
 use thiserror::Error;
 
@@ -47,6 +49,9 @@ pub enum EngineError {
     /// Redis answered with an error.
     #[error("redis_error: {0}")]
     Redis(String),
+    /// A join to a presence subject that holds `max` members already.
+    #[error("presence_full: the subject already has its {max} members (presence_max_members)")]
+    PresenceFull { max: usize },
 }
 
 impl EngineError {
@@ -57,9 +62,10 @@ impl EngineError {
     pub fn outcome_unknown(&self) -> bool {
         match self {
             EngineError::RedisLost | EngineError::RedisTimeout | EngineError::Redis(_) => true,
-            EngineError::ShuttingDown | EngineError::RedisUnavailable | EngineError::RedisBusy => {
-                false
-            }
+            EngineError::ShuttingDown
+            | EngineError::RedisUnavailable
+            | EngineError::RedisBusy
+            | EngineError::PresenceFull { .. } => false,
         }
     }
 }
@@ -103,6 +109,108 @@ impl HistoryPage {
             .count();
         &self.publications[..fit.max(self.publications.len().min(1))]
     }
+}
+
+/// What a connection joining a presence subject brings (see
+/// `crate::engine::Attach::join`): the member is the connection itself,
+/// named by the engine from the attach's `to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Join {
+    /// The user the connection acts as; `None` for an anonymous one.
+    pub user: Option<Arc<str>>,
+    /// The token's `info` claim, raw JSON.
+    pub info: Option<Arc<str>>,
+    /// The namespace's `presence_max_members`: a join past it is refused.
+    pub max_members: usize,
+    /// The namespace's `join_leave`: the subject's subscribers are told of
+    /// every join and leave ([`PresenceChange`]).
+    pub events: bool,
+}
+
+/// A member joined or left a subject whose namespace has `join_leave`:
+/// for the subject's live subscribers, in line with presence answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PresenceChange {
+    pub subject: Arc<str>,
+    pub joined: bool,
+    pub member: Member,
+}
+
+/// One member of a presence subject.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// The connection's member id: the node's id, then worker, slot and
+    /// life, so unique in the cluster while the connection lives.
+    pub conn: Arc<str>,
+    pub user: Option<Arc<str>>,
+    pub info: Option<Arc<str>>,
+}
+
+/// A read of a presence subject's members.
+#[derive(Debug, Clone)]
+pub struct PresenceQuery {
+    pub subject: Arc<str>,
+    /// Only members whose id sorts after this one (the previous page's
+    /// `next`).
+    pub after: Option<Arc<str>>,
+    pub limit: usize,
+}
+
+/// One page of a presence subject's members, ordered by member id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PresencePage {
+    pub subject: Arc<str>,
+    pub members: Vec<Member>,
+    /// The cursor of the next page (the last member's id) when more
+    /// members follow.
+    pub next: Option<Arc<str>>,
+}
+
+/// Bytes a member's entry in a `presence` reply takes besides its fields.
+const MEMBER_OVERHEAD: usize = 32;
+
+impl PresencePage {
+    /// The `presence` reply (request `id`), cut to the members that fit
+    /// `budget` bytes (at least one), so that it does not make its reader a
+    /// slow consumer; when cut, `next` is the last member sent.
+    pub fn reply(&self, id: Option<u64>, budget: usize) -> Vec<u8> {
+        let mut used = 0;
+        let fit = self
+            .members
+            .iter()
+            .take_while(|m| {
+                used += MEMBER_OVERHEAD
+                    + m.conn.len()
+                    + m.user.as_deref().map_or(0, str::len)
+                    + m.info.as_deref().map_or(0, str::len);
+                used <= budget
+            })
+            .count()
+            .max(self.members.len().min(1));
+        let sent = &self.members[..fit];
+        let next = if fit < self.members.len() {
+            sent.last().map(|m| &*m.conn)
+        } else {
+            self.next.as_deref()
+        };
+        let members = sent.iter().map(|m| PresenceMember {
+            conn: &m.conn,
+            user: m.user.as_deref(),
+            info: m.info.as_deref(),
+        });
+        encode_presence(id, &self.subject, members, next)
+    }
+}
+
+/// A presence subject's counts, exact: every member, however many a page
+/// holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PresenceStats {
+    pub subject: Arc<str>,
+    pub connections: u64,
+    /// Distinct users among the members (anonymous members count as
+    /// connections only).
+    pub users: u64,
 }
 
 /// A request made on behalf of one connection.
@@ -164,6 +272,20 @@ pub struct ConnAnswer {
 pub enum Answer {
     Published(Result<Published, EngineError>),
     History(Result<HistoryPage, EngineError>),
+    Presence(Result<PresencePage, EngineError>),
+    PresenceStats(Result<PresenceStats, EngineError>),
+}
+
+impl From<Result<PresencePage, EngineError>> for Answer {
+    fn from(result: Result<PresencePage, EngineError>) -> Answer {
+        Answer::Presence(result)
+    }
+}
+
+impl From<Result<PresenceStats, EngineError>> for Answer {
+    fn from(result: Result<PresenceStats, EngineError>) -> Answer {
+        Answer::PresenceStats(result)
+    }
 }
 
 impl From<Result<Published, EngineError>> for Answer {

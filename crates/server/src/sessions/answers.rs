@@ -51,6 +51,7 @@ impl Sessions {
         self.metrics.subscriptions.inc();
         let session = &self.by_conn[id as usize];
         let can_wait = request.is_none() && session.is_graph_feed(&name);
+        let join = self.join_for(id, &name);
         let attach = Attach {
             subject: name,
             since,
@@ -58,6 +59,7 @@ impl Sessions {
             to: self.request_of(id, request),
             token,
             can_wait,
+            join,
         };
         self.shared.engine.attach(attach, &mut self.wakeups);
     }
@@ -159,7 +161,7 @@ impl Sessions {
 
     /// What a replay or history reply sent to `id` may take: half the
     /// outbound limit (live traffic comes behind it) less what is queued.
-    fn reply_room(&self, id: ConnId, out: &impl Wire) -> usize {
+    pub(super) fn reply_room(&self, id: ConnId, out: &impl Wire) -> usize {
         let queued = out.pending_bytes(id);
         (self.shared.config.max_outbound_bytes / 2).saturating_sub(queued)
     }
@@ -192,10 +194,13 @@ impl Sessions {
             let me = self.request_of(id, None);
             self.shared.feeds.refused(user, me);
         }
-        self.detach(subject);
+        self.detach(id, subject);
         // Named: a subscribe of several subjects (an HTTP transport's,
         // without an id) fails subject by subject.
-        let code = ErrorCode::Unavailable;
+        let code = match error {
+            EngineError::PresenceFull { .. } => ErrorCode::PresenceFull,
+            _ => ErrorCode::Unavailable,
+        };
         self.shared.metrics.error(ErrorKind::Command(code));
         let reply = encode_subject_error(request, code, subject, &error.to_string());
         self.send_reply(id, reply.as_bytes(), out);
@@ -248,6 +253,9 @@ impl Sessions {
                 );
             }
             Answer::History(Ok(page)) => self.send_history(to, page, out),
+            answer @ (Answer::Presence(_) | Answer::PresenceStats(_)) => {
+                self.on_presence_answer(to, answer, out);
+            }
             Answer::History(Err(e)) => {
                 self.refuse(
                     to.conn,
@@ -299,12 +307,13 @@ impl Sessions {
             let change = self.registry.unsubscribe(name, id);
             debug_assert_ne!(change, Change::Unchanged, "registry and session disagree");
         }
-        self.detach(name);
+        self.detach(id, name);
         self.metrics.subscriptions.dec();
     }
 
-    /// Tells the engine one subscription of this worker ended.
-    fn detach(&mut self, name: &str) {
+    /// Tells the engine one subscription of this worker, `id`'s, ended.
+    fn detach(&mut self, id: ConnId, name: &str) {
+        self.leave_for(id, name);
         let last_local =
             self.registry.subscribers(name).is_empty() && !self.attaching.contains(name);
         self.shared.engine.detach(name, self.worker, last_local);

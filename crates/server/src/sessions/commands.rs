@@ -118,6 +118,15 @@ impl Sessions {
                     return self.send_as_user(id, request, data, out);
                 }
             }
+            Command::Presence {
+                subject,
+                cursor,
+                limit,
+                ..
+            } => self.ask_presence(id, request, &subject, cursor.as_deref(), limit, out),
+            Command::PresenceStats { subject, .. } => {
+                self.ask_presence_stats(id, request, &subject, out);
+            }
             Command::Ping { .. } => self.send_reply(id, encode_pong(request).as_bytes(), out),
             Command::Connect { token, .. } => self.connect(id, request, &token, out),
             Command::Refresh { token, .. } => self.refresh(id, request, &token, out),
@@ -161,7 +170,7 @@ impl Sessions {
 
     /// Where the engine answers a request of `id`; one with an id is owed
     /// its answer (counted until [`Sessions::on_answer`] has it).
-    fn owed_reply<T>(&mut self, id: ConnId, request: Option<u64>) -> Reply<T> {
+    pub(super) fn owed_reply<T>(&mut self, id: ConnId, request: Option<u64>) -> Reply<T> {
         if request.is_some() {
             self.answers_owed += 1;
         }

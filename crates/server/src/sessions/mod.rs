@@ -21,8 +21,9 @@
 //! Submodules: `commands` (protocol v1 commands), `answers` (the engine's
 //! answers and the subscription bookkeeping they drive), `auth` (a
 //! connection's token: connect, refresh, permission checks), `feeds`
-//! (connections acting as users), `attaching` (subscriptions waiting for
-//! their attach answer) and `abuse` (connections per address, publish,
+//! (connections acting as users), `presence` (joins, leaves and the
+//! presence commands), `attaching` (subscriptions waiting for their attach
+//! answer) and `abuse` (connections per address, publish,
 //! subscribe and token rates).
 
 mod abuse;
@@ -31,6 +32,7 @@ mod attaching;
 mod auth;
 mod commands;
 mod feeds;
+mod presence;
 #[cfg(test)]
 mod tests;
 

@@ -147,6 +147,7 @@ impl Harness {
         );
         let shared = Arc::new(Shared {
             auth: Auth::from_config(&config).unwrap(),
+            presence: config.presence_policies(),
             peers: PeerCounts::default(),
             token_failures: TokenFailures::new(config.token_failures_per_ip),
             feeds,
@@ -204,6 +205,7 @@ impl Harness {
                 Event::Answer(a) => s.on_answer(*a, out),
                 Event::Feeds(f) => s.on_feed_change(*f, out),
                 Event::Broken(b) => s.on_stream_broken(&b, out),
+                Event::Presence(c) => s.on_presence_change(&c, out),
             }
         }
         self.sessions.hand_out_cursors(&mut self.lines);

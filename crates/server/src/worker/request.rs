@@ -265,17 +265,24 @@ impl Worker {
         match command {
             Command::Publish { id: None, .. }
             | Command::Send { id: None, .. }
-            | Command::History { id: None, .. } => {
+            | Command::History { id: None, .. }
+            | Command::Presence { id: None, .. }
+            | Command::PresenceStats { id: None, .. } => {
                 let detail = "a posted command needs an id: its reply is the answer";
                 sessions.refuse(id, None, ErrorCode::MissingField, detail, &mut out);
             }
-            Command::Publish { .. } | Command::Send { .. } | Command::History { .. } => {
+            Command::Publish { .. }
+            | Command::Send { .. }
+            | Command::History { .. }
+            | Command::Presence { .. }
+            | Command::PresenceStats { .. } => {
                 // A congested engine pauses a WebSocket's reading; here the
                 // held answer already keeps one command in flight.
                 let _ = sessions.run_command(id, command, &mut out);
             }
             other => {
-                let detail = "only publish, send and history are posted; \
+                let detail =
+                    "only publish, send, history, presence and presence_stats are posted; \
                               a stream changes its subjects by reopening with its cursor";
                 sessions.refuse(id, other.id(), ErrorCode::UnknownOp, detail, &mut out);
             }

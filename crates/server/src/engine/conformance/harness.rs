@@ -21,7 +21,8 @@ use myriad_protocol::position::Position;
 use tokio::sync::oneshot;
 
 use crate::engine::{
-    Attach, Attached, ConnRequest, Engine, HistoryPage, HistoryQuery, Published, Reply,
+    Attach, Attached, ConnRequest, Engine, EngineError, HistoryPage, HistoryQuery, Join,
+    PresencePage, PresenceQuery, PresenceStats, Published, Reply,
 };
 use crate::hub::{Event, Hub, Wakeups};
 use crate::registry::ConnId;
@@ -96,21 +97,69 @@ impl Harness {
         rx.blocking_recv().expect("answered").expect("read")
     }
 
+    /// One page of `subject`'s members.
+    pub fn presence(&self, subject: &str, after: Option<&str>, limit: usize) -> PresencePage {
+        let (tx, rx) = oneshot::channel();
+        let mut wakeups = Wakeups::default();
+        let query = PresenceQuery {
+            subject: Arc::from(subject),
+            after: after.map(Arc::from),
+            limit,
+        };
+        self.engine.presence(query, Reply::Task(tx), &mut wakeups);
+        self.hub.wake(wakeups);
+        rx.blocking_recv().expect("answered").expect("read")
+    }
+
+    /// Every member of `subject`, read page by page (`page` at a time).
+    pub fn members(&self, subject: &str, page: usize) -> Vec<crate::engine::Member> {
+        let mut all = Vec::new();
+        let mut after: Option<Arc<str>> = None;
+        loop {
+            let read = self.presence(subject, after.as_deref(), page);
+            assert!(read.members.len() <= page, "a page holds at most its limit");
+            all.extend(read.members);
+            match read.next {
+                Some(next) => after = Some(next),
+                None => return all,
+            }
+        }
+    }
+
+    /// `subject`'s counts: (connections, users).
+    pub fn presence_stats(&self, subject: &str) -> (u64, u64) {
+        let (tx, rx) = oneshot::channel();
+        let mut wakeups = Wakeups::default();
+        self.engine
+            .presence_stats(Arc::from(subject), Reply::Task(tx), &mut wakeups);
+        self.hub.wake(wakeups);
+        let PresenceStats {
+            connections, users, ..
+        } = rx.blocking_recv().expect("answered").expect("read");
+        (connections, users)
+    }
+
     /// Attaches connection `conn` of worker 0 to `subject`, live from now;
     /// the answer is [`Harness::attached`]'s.
     pub fn attach(&self, subject: &str, conn: ConnId, can_wait: bool) {
+        self.attach_as(subject, conn, can_wait, None);
+    }
+
+    /// Attaches connection `conn` of worker 0 to `subject`, joining its
+    /// members with `join`; the answer is [`Harness::attached`]'s.
+    pub fn attach_joining(&self, subject: &str, conn: ConnId, join: Join) {
+        self.attach_as(subject, conn, false, Some(join));
+    }
+
+    fn attach_as(&self, subject: &str, conn: ConnId, can_wait: bool, join: Option<Join>) {
         let attach = Attach {
             subject: Arc::from(subject),
             since: None,
             max_replay_bytes: usize::MAX,
-            to: ConnRequest {
-                worker: 0,
-                conn,
-                life: 0,
-                request: None,
-            },
+            to: request(0, conn),
             token: 1,
             can_wait,
+            join,
         };
         let mut wakeups = Wakeups::default();
         self.engine.attach(attach, &mut wakeups);
@@ -133,6 +182,17 @@ impl Harness {
     }
 }
 
+/// The request of connection `conn` of `worker`, as the suite's workers
+/// make it (every connection in its first life).
+pub(super) fn request(worker: usize, conn: ConnId) -> ConnRequest {
+    ConnRequest {
+        worker,
+        conn,
+        life: 0,
+        request: None,
+    }
+}
+
 /// What one simulated connection saw of one subject.
 #[derive(Debug, Default, Clone)]
 pub(super) struct Seen {
@@ -140,6 +200,8 @@ pub(super) struct Seen {
     pub(super) attached_at: Option<(Position, Option<bool>)>,
     /// Offsets received (replay, then live), in order.
     pub(super) offsets: Vec<u64>,
+    /// Why the attach was refused, when it was.
+    pub(super) refused: Option<EngineError>,
 }
 
 /// The workers' side: applies mailbox events the way a worker does.
@@ -183,6 +245,39 @@ impl Sim {
         since: Option<Position>,
         max_replay_bytes: usize,
     ) {
+        self.attach_as(h, (worker, conn), subject, since, max_replay_bytes, None);
+    }
+
+    /// An attach that joins `subject`'s members with `join`.
+    pub(super) fn attach_joining(
+        &mut self,
+        h: &Harness,
+        worker: usize,
+        conn: ConnId,
+        subject: &str,
+        join: Join,
+    ) {
+        self.attach_as(h, (worker, conn), subject, None, usize::MAX, Some(join));
+    }
+
+    /// Ends connection `conn`'s subscription of presence subject
+    /// `subject` as a worker does: it leaves, then detaches.
+    pub(super) fn part(&mut self, h: &Harness, worker: usize, conn: ConnId, subject: &str) {
+        let mut wakeups = Wakeups::default();
+        h.engine.leave(subject, request(worker, conn), &mut wakeups);
+        h.hub.wake(wakeups);
+        self.detach(h, worker, conn, subject);
+    }
+
+    fn attach_as(
+        &mut self,
+        h: &Harness,
+        (worker, conn): (usize, ConnId),
+        subject: &str,
+        since: Option<Position>,
+        max_replay_bytes: usize,
+        join: Option<Join>,
+    ) {
         let subject: Arc<str> = Arc::from(subject);
         let token = self.next_token;
         self.next_token += 1;
@@ -196,14 +291,10 @@ impl Sim {
                 subject,
                 since,
                 max_replay_bytes,
-                to: ConnRequest {
-                    worker,
-                    conn,
-                    life: 0,
-                    request: None,
-                },
+                to: request(worker, conn),
                 token,
                 can_wait: false,
+                join,
             },
             &mut wakeups,
         );
@@ -303,11 +394,19 @@ impl Sim {
                     return; // a stale answer: detached meanwhile
                 }
                 self.pending.remove(&key);
-                let attachment = a.outcome.expect("attached");
                 let seen = self
                     .seen
                     .get_mut(&(a.to.conn, Arc::clone(&a.subject)))
                     .unwrap();
+                let attachment = match a.outcome {
+                    Ok(attachment) => attachment,
+                    Err(e @ EngineError::PresenceFull { .. }) => {
+                        // Refused by the cap: the worker would detach it.
+                        seen.refused = Some(e);
+                        return;
+                    }
+                    Err(e) => panic!("attach failed: {e}"),
+                };
                 seen.attached_at = Some((attachment.position, attachment.recovered));
                 seen.offsets
                     .extend(attachment.replay.iter().map(|p| p.position.offset));
@@ -319,6 +418,7 @@ impl Sim {
             Event::Answer(_) => panic!("no connection request asked for an answer"),
             Event::Feeds(_) => panic!("engines never send feed changes"),
             Event::Broken(b) => panic!("no stream breaks while the engine is up: {b:?}"),
+            Event::Presence(c) => panic!("no join asked for events: {c:?}"),
         }
     }
 

@@ -197,3 +197,71 @@ fn every_change_keeps_the_totals_exact() {
 
 // The engine contract, clause by clause.
 conformance::conformance_suite!(keeps_the_contract, memory);
+
+/// With `events`, a join and a leave reach every worker's mailbox, and a
+/// page read is answered in line with them: after the join it holds.
+#[test]
+fn presence_changes_reach_every_worker_in_line_with_pages() {
+    use crate::engine::{Answer, Join, PresenceQuery};
+    let (hub, mailboxes, _polls) = crate::hub::test_hub(2, 64);
+    let off = HistoryPolicy {
+        size: 0,
+        ttl: Duration::ZERO,
+    };
+    let namespaces = Namespaces::new(off, &[], history_policy);
+    let engine = MemoryEngine::new(Arc::clone(&hub), namespaces, 1 << 20);
+    let to = |conn, request| ConnRequest {
+        worker: 0,
+        conn,
+        life: 1,
+        request,
+    };
+    let join = |conn, events| Attach {
+        subject: Arc::from("room"),
+        since: None,
+        max_replay_bytes: usize::MAX,
+        to: to(conn, None),
+        token: 1,
+        can_wait: false,
+        join: Some(Join {
+            user: None,
+            info: None,
+            max_members: 10,
+            events,
+        }),
+    };
+    let mut wakeups = Wakeups::default();
+    engine.attach(join(1, true), &mut wakeups);
+    let query = PresenceQuery {
+        subject: Arc::from("room"),
+        after: None,
+        limit: 10,
+    };
+    engine.presence(query, Reply::Conn(to(1, Some(7))), &mut wakeups);
+    engine.leave("room", to(1, None), &mut wakeups);
+    hub.wake(std::mem::take(&mut wakeups));
+    let kinds = |worker: usize| -> Vec<String> {
+        mailboxes[worker]
+            .try_iter()
+            .map(|event| match event {
+                Event::Presence(c) => format!(
+                    "{} {}",
+                    if c.joined { "join" } else { "leave" },
+                    c.member.conn.rsplit('.').nth(1).unwrap()
+                ),
+                Event::Attached(_) => "attached".to_owned(),
+                Event::Answer(a) => match a.answer {
+                    Answer::Presence(Ok(page)) => format!("page of {}", page.members.len()),
+                    other => panic!("{other:?}"),
+                },
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    };
+    assert_eq!(kinds(0), ["join 1", "attached", "page of 1", "leave 1"]);
+    assert_eq!(kinds(1), ["join 1", "leave 1"], "every worker hears");
+    // A join without events tells nobody.
+    engine.attach(join(2, false), &mut wakeups);
+    hub.wake(wakeups);
+    assert_eq!(kinds(1), Vec::<String>::new());
+}

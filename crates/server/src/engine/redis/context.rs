@@ -12,6 +12,7 @@ use std::sync::Arc;
 use redis::Value;
 
 use super::codec;
+use super::members::{self, Members};
 use super::ops::{Op, PublishOp, Read, ReadOp, ScriptCall, ScriptReply, Totals};
 use super::router::Router;
 use super::scripts::{self, publish_call, Scripts};
@@ -76,6 +77,8 @@ pub struct Context {
     pub(super) round_trips: AtomicU64,
     /// `<prefix>:c:`: what channel names start with.
     pub(super) channel_prefix: String,
+    /// This node's presence members, for its lease renewals.
+    pub(super) members: Members,
 }
 
 impl Context {
@@ -92,6 +95,7 @@ impl Context {
             router: Router::new(hub),
             namespaces,
             channel_prefix: format!("{}:c:", settings.prefix),
+            members: Members::new(instances),
             settings,
             max_bytes,
             scripts: Scripts::new(),
@@ -116,6 +120,12 @@ impl Context {
                 self.router.answered(attach, life, Err(error), wakeups)
             }
             Op::Read(ReadOp::History { reply, .. }) => reply.send(hub, Err(error), wakeups),
+            // Sent again with the next renewal.
+            Op::Read(ReadOp::Leave { subject, member }) => {
+                self.members.lost_leave(subject, member);
+            }
+            Op::Read(ReadOp::Presence { reply, .. }) => reply.send(hub, Err(error), wakeups),
+            Op::Read(ReadOp::PresenceStats { reply, .. }) => reply.send(hub, Err(error), wakeups),
         }
     }
 
@@ -129,7 +139,7 @@ impl Context {
             EngineError::RedisTimeout => &self.failures.timeout,
             EngineError::RedisBusy => &self.failures.busy,
             EngineError::Redis(_) => &self.failures.error,
-            EngineError::ShuttingDown => return,
+            EngineError::ShuttingDown | EngineError::PresenceFull { .. } => return,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -189,6 +199,37 @@ impl Context {
                     max_bytes: attach.max_replay_bytes,
                 };
                 self.add_read(pipe, &attach.subject, read, epoch, replid);
+                if let Some(join) = &attach.join {
+                    // read.lua's join arguments, after its own (the last
+                    // of which is the replication id).
+                    let id = crate::engine::member_id(&self.members.node, &attach.to);
+                    pipe.arg(&self.members.node)
+                        .arg(&*id)
+                        .arg(join.user.as_deref().unwrap_or(""))
+                        .arg(join.info.as_deref().unwrap_or(""))
+                        .arg(join.max_members)
+                        .arg(self.settings.presence_lease.as_millis() as u64);
+                }
+            }
+            ScriptCall::Read(ReadOp::Leave { subject, member }) => {
+                let prefix = &self.settings.prefix;
+                let mut call = members::call(&self.scripts.presence, prefix, "leave");
+                call.arg(&**subject).arg(&self.members.node).arg(&**member);
+                pipe.add_command(call);
+            }
+            ScriptCall::Read(ReadOp::Presence { query, .. }) => {
+                let prefix = &self.settings.prefix;
+                let mut call = members::call(&self.scripts.presence, prefix, "page");
+                call.arg(&*query.subject)
+                    .arg(query.after.as_deref().unwrap_or(""))
+                    .arg(query.limit);
+                pipe.add_command(call);
+            }
+            ScriptCall::Read(ReadOp::PresenceStats { subject, .. }) => {
+                let prefix = &self.settings.prefix;
+                let mut call = members::call(&self.scripts.presence, prefix, "stats");
+                call.arg(&**subject);
+                pipe.add_command(call);
             }
             ScriptCall::Read(ReadOp::History { query, .. }) => {
                 let read = ReadScript {
@@ -295,10 +336,53 @@ impl Context {
                     self.totals[instance].set(read.totals);
                     read.into_attachment()
                 });
+                let outcome = match (outcome, &attach.join) {
+                    (Ok(attachment), Some(_)) => {
+                        self.members.joined();
+                        Ok(attachment)
+                    }
+                    (Err(e), Some(join)) => {
+                        let id = crate::engine::member_id(&self.members.node, &attach.to);
+                        self.members.release(&attach.subject, &id);
+                        if members::is_full(&e) {
+                            self.members.refused();
+                            Err(EngineError::PresenceFull {
+                                max: join.max_members,
+                            })
+                        } else {
+                            Err(e)
+                        }
+                    }
+                    (outcome, None) => outcome,
+                };
                 if let Err(e) = &outcome {
                     self.count_failure(e);
                 }
                 self.router.answered(attach, life, outcome, wakeups);
+            }
+            ReadOp::Leave { subject, member } => {
+                match ScriptReply::new(value).and_then(|mut r| r.int()) {
+                    Ok(1) => self.members.left(),
+                    Ok(_) => {}
+                    Err(e) => {
+                        self.count_failure(&e);
+                        self.members.lost_leave(subject, member);
+                    }
+                }
+            }
+            ReadOp::Presence { query, reply } => {
+                let outcome = members::page(query.subject, value);
+                if let Err(e) = &outcome {
+                    self.count_failure(e);
+                }
+                reply.send(hub, outcome, wakeups);
+            }
+            ReadOp::PresenceStats { subject, reply } => {
+                let outcome = members::stats(subject, value);
+                if let Err(e) = &outcome {
+                    self.count_failure(e);
+                }
+                reply.send(hub, outcome, wakeups);
             }
             ReadOp::History { query, reply } => {
                 let outcome = Read::parse(&query.subject, value).map(|read| {

@@ -47,6 +47,7 @@ use tokio::time::Instant;
 
 use super::backlog::Backlog;
 use super::context::{Context, ReadMode, ReadScript};
+use super::members::{self, RENEW_BATCH};
 use super::ops::{script_calls, Op, Read, ReadOp, ScriptCall};
 use super::target::{ConnectError, Master, Target};
 use crate::engine::EngineError;
@@ -401,6 +402,8 @@ impl Instance {
     pub async fn run(mut self) {
         let mut sweep = tokio::time::interval(Duration::from_secs(1));
         self.switches = self.target.watch_switches();
+        // A third of a lease: two renewals may fail before members lapse.
+        let mut renew = tokio::time::interval(self.ctx.settings.presence_lease / 3);
         loop {
             // The backlog's wake-up is one stored permit however many were
             // held meanwhile: while it holds any, the next batch is due now.
@@ -435,6 +438,10 @@ impl Instance {
                 }
                 _ = sweep.tick(), if self.conn.is_some() => {
                     self.sweep().await;
+                    continue;
+                }
+                _ = renew.tick(), if self.conn.is_some() => {
+                    self.renew().await;
                     continue;
                 }
             };
@@ -631,6 +638,50 @@ impl Instance {
             || error.code() == Some("READONLY")
         {
             self.disconnect(error);
+        }
+    }
+
+    /// Renews this node's lease on its members of every subject of this
+    /// instance: one script call per [`RENEW_BATCH`] subjects, however many
+    /// members they hold. A failure is left to the next renewal (a third
+    /// of a lease later).
+    async fn renew(&mut self) {
+        let Some(mut conn) = self.conn.clone() else {
+            return;
+        };
+        let (index, instances) = (self.index, self.ctx.instances);
+        let ours = |s: &str| super::ring::instance_of(s, instances) == index;
+        let members = &self.ctx.members;
+        let prefix = &self.ctx.settings.prefix;
+        let mut lost = members.take_lost(ours).into_iter();
+        while let Some((subject, member)) = lost.next() {
+            let mut call = members::call(&self.ctx.scripts.presence, prefix, "leave");
+            call.arg(&*subject).arg(&members.node).arg(&*member);
+            if let Err(e) = call.query_async::<Value>(&mut conn).await {
+                tracing::warn!(error = %e, "a lost presence leave failed again");
+                members.lost_leave(subject, member);
+                lost.for_each(|(s, m)| members.lost_leave(s, m));
+                return;
+            }
+        }
+        let subjects = members.subjects(ours);
+        let lease = self.ctx.settings.presence_lease.as_millis() as u64;
+        for batch in subjects.chunks(RENEW_BATCH) {
+            let mut call = members::call(&self.ctx.scripts.presence, prefix, "renew");
+            call.arg(&self.ctx.members.node).arg(lease);
+            for subject in batch {
+                call.arg(&**subject);
+            }
+            match call.query_async::<Vec<u64>>(&mut conn).await {
+                Ok(expired) => {
+                    let total = expired.first().copied().unwrap_or(0);
+                    self.ctx.members.expired_on(index, total);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "a presence lease renewal failed");
+                    return;
+                }
+            }
         }
     }
 

@@ -314,3 +314,75 @@ local function recover(s, epoch, offset, se, so, limit, max_cost)
   end
   return 1, entries
 end
+
+-- Presence (engine contract clause 8), per subject s, on the subject's Redis:
+--   P:pz:<s>         zset: member ids, all scored 0, so a page is a
+--                    ZRANGEBYLEX after the cursor (member-id order)
+--   P:pm:<s>         hash: member id -> user .. "\31" .. info ('' = none)
+--   P:pu:<s>         hash: user -> its members in s (HLEN = distinct users)
+--   P:pl:<s>         zset: node id -> when its lease on its members of s
+--                    ends (ms); a node renews it for all its subjects at
+--                    once every third of a lease
+--   P:pn:<s>:<node>  set: that node's members of s
+-- A node whose lease has ended is pruned (its members removed, the user
+-- counts with them, and counted in P:totals presence_expired) before any
+-- join, page, count or renewal reads s, so a
+-- dead node's members are never seen past its lease. Every key of s is
+-- given three leases to live at each join and renewal: a subject whose
+-- every node died is dropped by Redis itself.
+local function pz(s) return P .. ':pz:' .. s end
+local function pm(s) return P .. ':pm:' .. s end
+local function pu(s) return P .. ':pu:' .. s end
+local function pl(s) return P .. ':pl:' .. s end
+local function pn(s, node) return P .. ':pn:' .. s .. ':' .. node end
+
+-- Removes member id from s (not from its node's set); whether it was one.
+local function presence_drop(s, id)
+  local entry = redis.call('HGET', pm(s), id)
+  if not entry then return false end
+  redis.call('HDEL', pm(s), id)
+  redis.call('ZREM', pz(s), id)
+  local user = string.sub(entry, 1, string.find(entry, '\31', 1, true) - 1)
+  if user ~= '' and redis.call('HINCRBY', pu(s), user, -1) <= 0 then
+    redis.call('HDEL', pu(s), user)
+  end
+  return true
+end
+
+-- Removes the members of every node whose lease on s ended by now;
+-- returns how many.
+local function presence_prune(s, now)
+  local expired = 0
+  for _, node in ipairs(redis.call('ZRANGEBYSCORE', pl(s), '-inf', now)) do
+    for _, id in ipairs(redis.call('SMEMBERS', pn(s, node))) do
+      if presence_drop(s, id) then expired = expired + 1 end
+    end
+    redis.call('DEL', pn(s, node))
+    redis.call('ZREM', pl(s), node)
+  end
+  if expired > 0 then redis.call('HINCRBY', TOTALS, 'presence_expired', expired) end
+  return expired
+end
+
+-- Extends node's lease on s, and every key of s's life.
+local function presence_keep(s, node, now, lease)
+  redis.call('ZADD', pl(s), now + lease, node)
+  for _, key in ipairs({pz(s), pm(s), pu(s), pl(s), pn(s, node)}) do
+    redis.call('PEXPIRE', key, lease * 3)
+  end
+end
+
+-- Makes id (of node, acting as user, with info) a member of s unless s
+-- holds max members; whether it is one now.
+local function presence_join(s, node, id, user, info, max, now, lease)
+  presence_prune(s, now)
+  if redis.call('HEXISTS', pm(s), id) == 0 then
+    if redis.call('ZCARD', pz(s)) >= max then return false end
+    redis.call('ZADD', pz(s), 0, id)
+    redis.call('HSET', pm(s), id, user .. '\31' .. info)
+    if user ~= '' then redis.call('HINCRBY', pu(s), user, 1) end
+    redis.call('SADD', pn(s, node), id)
+  end
+  presence_keep(s, node, now, lease)
+  return true
+end

@@ -32,11 +32,15 @@
 //!   a Redis that lost its data starts new ones;
 //! - `Published::subscribers` counts this node's subscribers only;
 //! - the history figures of [`Engine::stats`] are the instances' totals as
-//!   of the node's last round trip to each.
+//!   of the node's last round trip to each;
+//! - presence (clause 8) is the cluster's: members are held in Redis under
+//!   each node's lease (`presence_lease`, renewed every third of it), so a
+//!   dead node's members are gone within one lease.
 //!
 //! Submodules: [`instance`] (one instance: its queue, batching and
 //! connection), [`backlog`] (feed attaches waiting for room in a full
-//! queue), [`router`] (local interest and the attach switch), [`codec`]
+//! queue), [`router`] (local interest and the attach switch), [`members`]
+//! (this node's presence members and its lease renewals), [`codec`]
 //! (what the scripts write), [`ring`], [`scripts`], [`target`] (where an
 //! instance is: a URL, or the master the Sentinels name); below the instance
 //! task, so that it never calls back up into this file: [`context`] (what
@@ -47,6 +51,7 @@ mod backlog;
 mod codec;
 mod context;
 mod instance;
+mod members;
 mod ops;
 mod ring;
 mod router;
@@ -68,8 +73,8 @@ pub use self::scripts::{publish_call, PUBLISH_SCRIPT};
 pub use self::settings::{RedisSettings, SentinelSettings};
 use self::target::{ConnectError, Target};
 use super::{
-    Attach, Engine, EngineError, EngineFailures, EngineStats, HistoryPage, HistoryQuery,
-    HistoryStats, Published, Reply,
+    Attach, ConnRequest, Engine, EngineError, EngineFailures, EngineStats, HistoryPage,
+    HistoryQuery, HistoryStats, PresencePage, PresenceQuery, PresenceStats, Published, Reply,
 };
 use crate::hub::{Hub, Wakeups};
 use crate::namespace::Namespaces;
@@ -235,6 +240,10 @@ impl Engine for RedisEngine {
                 .answered(attach, life, Err(EngineError::ShuttingDown), wakeups);
             return;
         }
+        if attach.join.is_some() {
+            let id = super::member_id(&ctx.members.node, &attach.to);
+            ctx.members.hold(&attach.subject, id);
+        }
         let queue = self.queue(&attach.subject);
         queue.send(Op::Read(ReadOp::Attach { attach, life }), ctx, wakeups);
     }
@@ -254,6 +263,45 @@ impl Engine for RedisEngine {
         }
         let queue = self.queue(&query.subject);
         queue.send(Op::Read(ReadOp::History { query, reply }), ctx, wakeups);
+    }
+
+    fn leave(&self, subject: &str, to: ConnRequest, wakeups: &mut Wakeups) {
+        let ctx = &*self.ctx;
+        let member = super::member_id(&ctx.members.node, &to);
+        // Sent even when the join's answer has not come: Redis runs the
+        // subject's requests in order, so the leave follows the join.
+        ctx.members.release(subject, &member);
+        let op = ReadOp::Leave {
+            subject: Arc::from(subject),
+            member,
+        };
+        self.queue(subject).send(Op::Read(op), ctx, wakeups);
+    }
+
+    fn presence(&self, query: PresenceQuery, reply: Reply<PresencePage>, wakeups: &mut Wakeups) {
+        let ctx = &*self.ctx;
+        if self.closed.load(Ordering::Acquire) {
+            reply.send(ctx.router.hub(), Err(EngineError::ShuttingDown), wakeups);
+            return;
+        }
+        let queue = self.queue(&query.subject);
+        queue.send(Op::Read(ReadOp::Presence { query, reply }), ctx, wakeups);
+    }
+
+    fn presence_stats(
+        &self,
+        subject: Arc<str>,
+        reply: Reply<PresenceStats>,
+        wakeups: &mut Wakeups,
+    ) {
+        let ctx = &*self.ctx;
+        if self.closed.load(Ordering::Acquire) {
+            reply.send(ctx.router.hub(), Err(EngineError::ShuttingDown), wakeups);
+            return;
+        }
+        let queue = self.queue(&subject);
+        let op = ReadOp::PresenceStats { subject, reply };
+        queue.send(Op::Read(op), ctx, wakeups);
     }
 
     fn congested(&self) -> bool {
@@ -277,6 +325,7 @@ impl Engine for RedisEngine {
             failovers: ctx.failovers.load(Ordering::Relaxed),
             unavailable_ms: ctx.unavailable_ms.load(Ordering::Relaxed),
             waiting_attaches: self.queues.iter().map(|q| q.waiting() as u64).sum(),
+            presence: ctx.members.counts(),
             history: HistoryStats {
                 subjects: sum(|t| &t.subjects),
                 messages: sum(|t| &t.messages),
@@ -348,6 +397,7 @@ mod tests {
             queue_high_water: 0,
             linger: Duration::ZERO,
             feed_backlog: 1_000,
+            presence_lease: Duration::from_secs(15),
         }
     }
 
@@ -505,5 +555,116 @@ mod tests {
     }
 
     // The engine contract, clause by clause, each over a Redis of its own.
+    /// Joins connection `conn` of worker 0 of `h` to `subject` as `user`,
+    /// and waits for the answer.
+    fn join(h: &Harness, subject: &str, conn: u32, user: &str) {
+        let join = crate::engine::Join {
+            user: Some(Arc::from(user)),
+            info: None,
+            max_members: 100,
+            events: false,
+        };
+        h.attach_joining(subject, conn, join);
+        assert!(h.attached().outcome.is_ok());
+    }
+
+    /// A leave Redis could not take (it was down) is sent again with the
+    /// next renewal once it is back: the node's lease, renewed for its other
+    /// member, would otherwise keep the departed one listed.
+    #[test]
+    fn a_leave_lost_while_redis_is_down_is_made_on_its_return() {
+        let mut server = RedisServer::start_persistent();
+        let settings = RedisSettings {
+            presence_lease: Duration::from_secs(3),
+            timeout: Duration::from_millis(500),
+            ..settings(server.url())
+        };
+        let h = harness(settings, 1, ten_kept(), 1 << 20);
+        join(&h, "room", 1, "ann");
+        join(&h, "room", 2, "bob");
+        server.kill();
+        let to = ConnRequest {
+            worker: 0,
+            conn: 1,
+            life: 0,
+            request: None,
+        };
+        let mut wakeups = Wakeups::default();
+        h.engine.leave("room", to, &mut wakeups);
+        h.hub.wake(wakeups);
+        // Refused while Redis is down (counted as unavailable).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while h.engine.stats().failures.unavailable == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the leave never failed"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server.restart();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let mut wakeups = Wakeups::default();
+            h.engine
+                .presence_stats(Arc::from("room"), Reply::Task(tx), &mut wakeups);
+            h.hub.wake(wakeups);
+            if let Ok(Ok(stats)) = rx.blocking_recv() {
+                if (stats.connections, stats.users) == (1, 1) {
+                    break;
+                }
+                assert_eq!(stats.connections, 2, "only ann's leave is owed");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the lost leave was never made"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(h.members("room", 10)[0].user.as_deref(), Some("bob"));
+    }
+
+    /// A node that dies without a word (its engine dropped: no leave, no
+    /// more renewals) loses its members within one lease, on the other
+    /// node's reads and by its renewals, with the user counts kept exact.
+    #[test]
+    fn a_dead_nodes_members_lapse_within_a_lease() {
+        let server = RedisServer::start();
+        let lease = Duration::from_millis(900);
+        let shared = || RedisSettings {
+            presence_lease: lease,
+            ..settings(server.url())
+        };
+        let alive = harness(shared(), 1, ten_kept(), 1 << 20);
+        let doomed = harness(shared(), 1, ten_kept(), 1 << 20);
+        join(&alive, "room", 1, "ann");
+        join(&doomed, "room", 1, "bob");
+        join(&doomed, "room", 2, "ann");
+        assert_eq!(alive.presence_stats("room"), (3, 2));
+        // Past several renewals, everyone is still there.
+        std::thread::sleep(lease * 2);
+        assert_eq!(alive.presence_stats("room"), (3, 2), "renewed");
+        drop(doomed);
+        let died = std::time::Instant::now();
+        // Read by the survivor until the dead node's members are gone.
+        while alive.presence_stats("room") != (1, 1) {
+            assert!(
+                died.elapsed() < lease + Duration::from_secs(2),
+                "a dead node's members outlived their lease"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let members = alive.members("room", 10);
+        assert_eq!(members.len(), 1);
+        assert_eq!(members[0].user.as_deref(), Some("ann"));
+        // The survivor's renewals read Redis's count of expired members.
+        let mut expired = 0;
+        while expired != 2 {
+            assert!(died.elapsed() < lease * 3, "expiries never counted");
+            std::thread::sleep(Duration::from_millis(50));
+            expired = alive.engine.stats().presence.expired;
+        }
+    }
+
     conformance::conformance_suite!(keeps_the_contract, over(RedisServer::start()));
 }

@@ -13,7 +13,10 @@ use myriad_protocol::position::{Epoch, Position};
 use redis::Value;
 
 use super::codec;
-use crate::engine::{Attach, Attachment, EngineError, HistoryPage, HistoryQuery, Published, Reply};
+use crate::engine::{
+    Attach, Attachment, EngineError, HistoryPage, HistoryQuery, PresencePage, PresenceQuery,
+    PresenceStats, Published, Reply,
+};
 
 /// Publishes one publish.lua call carries at most, and about how many
 /// bytes of data: Redis runs nothing else while a script runs, so a call
@@ -44,6 +47,19 @@ pub enum ReadOp {
         query: HistoryQuery,
         reply: Reply<HistoryPage>,
     },
+    /// A member of this node leaves (a call of presence.lua); nobody
+    /// waits on it: a leave that fails is made by the lease.
+    Leave { subject: Arc<str>, member: Arc<str> },
+    /// A page of a presence subject's members.
+    Presence {
+        query: PresenceQuery,
+        reply: Reply<PresencePage>,
+    },
+    /// A presence subject's counts.
+    PresenceStats {
+        subject: Arc<str>,
+        reply: Reply<PresenceStats>,
+    },
 }
 
 impl ReadOp {
@@ -51,6 +67,8 @@ impl ReadOp {
         match self {
             ReadOp::Attach { attach, .. } => &attach.subject,
             ReadOp::History { query, .. } => &query.subject,
+            ReadOp::Leave { subject, .. } | ReadOp::PresenceStats { subject, .. } => subject,
+            ReadOp::Presence { query, .. } => &query.subject,
         }
     }
 }
@@ -142,6 +160,18 @@ impl ScriptReply {
             Value::ServerError(e) => Err(EngineError::Redis(e.to_string())),
             other => Err(EngineError::Redis(format!(
                 "unexpected script reply {other:?}"
+            ))),
+        }
+    }
+
+    /// The next string, or `None` at the reply's end.
+    pub fn next_bytes(&mut self) -> Result<Option<Vec<u8>>, EngineError> {
+        match self.values.next() {
+            None => Ok(None),
+            Some(Value::BulkString(bytes)) => Ok(Some(bytes)),
+            Some(Value::SimpleString(s)) => Ok(Some(s.into_bytes())),
+            Some(other) => Err(EngineError::Redis(format!(
+                "expected a string, got {other:?}"
             ))),
         }
     }

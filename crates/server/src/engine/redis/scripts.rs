@@ -43,6 +43,7 @@ pub struct Scripts {
     pub read: Script,
     pub forget: Script,
     pub sweep: Script,
+    pub presence: Script,
 }
 
 impl Scripts {
@@ -52,10 +53,20 @@ impl Scripts {
             read: Script::new(concat!(include_str!("lib.lua"), include_str!("read.lua"))),
             forget: Script::new(concat!(include_str!("lib.lua"), include_str!("forget.lua"))),
             sweep: Script::new(concat!(include_str!("lib.lua"), include_str!("sweep.lua"))),
+            presence: Script::new(concat!(
+                include_str!("lib.lua"),
+                include_str!("presence.lua")
+            )),
         }
     }
 
-    pub fn all(&self) -> [&Script; 4] {
-        [&self.publish, &self.read, &self.forget, &self.sweep]
+    pub fn all(&self) -> [&Script; 5] {
+        [
+            &self.publish,
+            &self.read,
+            &self.forget,
+            &self.sweep,
+            &self.presence,
+        ]
     }
 }

@@ -36,6 +36,9 @@ pub struct RedisSettings {
     /// Attaches that can wait ([`Attach::can_wait`](crate::engine::Attach::can_wait)) held per instance for
     /// room past a full `queue`; past it they are refused too.
     pub feed_backlog: usize,
+    /// How long a node's presence members outlive its last renewal: a
+    /// dead node's members are gone within it. Renewed every third.
+    pub presence_lease: Duration,
 }
 
 /// Where the master of the Sentinel shape is found.

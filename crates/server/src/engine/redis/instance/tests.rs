@@ -60,6 +60,7 @@ impl Rig {
             queue_high_water: 0,
             linger: Duration::ZERO,
             feed_backlog: 0,
+            presence_lease: Duration::from_secs(15),
         });
         let (hub, mut mailboxes, polls) = crate::hub::test_hub(1, usize::MAX);
         let policy = HistoryPolicy {
@@ -136,6 +137,7 @@ impl Rig {
             },
             token,
             can_wait: false,
+            join: None,
         };
         self.send(Op::Read(ReadOp::Attach { attach, life }));
     }

@@ -100,6 +100,7 @@ impl Bench {
             },
             token: self.tokens,
             can_wait: false,
+            join: None,
         };
         Pending { attach, life }
     }

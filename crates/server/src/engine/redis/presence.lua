@@ -1,0 +1,53 @@
+-- Presence but the join (which read.lua makes with its attach):
+-- ARGV = prefix, mode, then by mode
+--   'leave', subject, node, member id           -> {left (0 or 1)}
+--   'page', subject, after ('' = from the start), limit
+--                                               -> {more (0 or 1), id, entry, ...}
+--   'stats', subject                            -> {connections, users}
+--   'renew', node, lease ms, subject...         -> {members ever expired on
+--                                                   this Redis}
+-- Pruning a node whose lease ended comes first in each (lib.lua).
+local mode = ARGV[2]
+local now = now_ms()
+if mode == 'leave' then
+  local s, node, id = ARGV[3], ARGV[4], ARGV[5]
+  local left = presence_drop(s, id)
+  redis.call('SREM', pn(s, node), id)
+  if redis.call('SCARD', pn(s, node)) == 0 then redis.call('ZREM', pl(s), node) end
+  if left then return {1} end
+  return {0}
+elseif mode == 'page' then
+  local s, limit = ARGV[3], tonumber(ARGV[5])
+  presence_prune(s, now)
+  local from = '-'
+  if ARGV[4] ~= '' then from = '(' .. ARGV[4] end
+  local ids = redis.call('ZRANGEBYLEX', pz(s), from, '+', 'LIMIT', 0, limit + 1)
+  local reply = {0}
+  if #ids > limit then
+    reply[1] = 1
+    ids[#ids] = nil
+  end
+  -- HMGET in chunks: unpack has a bound on how many values it spreads.
+  for first = 1, #ids, 1000 do
+    local chunk = {unpack(ids, first, math.min(first + 999, #ids))}
+    local entries = redis.call('HMGET', pm(s), unpack(chunk))
+    for i, id in ipairs(chunk) do
+      reply[#reply + 1] = id
+      reply[#reply + 1] = entries[i]
+    end
+  end
+  return reply
+elseif mode == 'stats' then
+  local s = ARGV[3]
+  presence_prune(s, now)
+  return {redis.call('ZCARD', pz(s)), redis.call('HLEN', pu(s))}
+elseif mode == 'renew' then
+  local node, lease = ARGV[3], tonumber(ARGV[4])
+  for i = 5, #ARGV do
+    local s = ARGV[i]
+    presence_prune(s, now)
+    if redis.call('EXISTS', pn(s, node)) == 1 then presence_keep(s, node, now, lease) end
+  end
+  return {tonumber(redis.call('HGET', TOTALS, 'presence_expired') or '0')}
+end
+return redis.error_reply('unknown presence mode ' .. tostring(mode))
