@@ -69,7 +69,13 @@ $why CANNOT run. Install $package so '$command' is on PATH."
 
 ensure_package chromium chromium "the status page test (a real browser)"
 ensure_package openssl openssl "the token tests (they make their keys with openssl)"
-ensure_package redis-server redis-server "the Redis engine, graph store and cluster tests and the SDKs' shared scenarios (real redis-server processes)"
+# The Sentinel tests run Sentinels as `redis-server --sentinel`: the program
+# Debian's redis-sentinel package starts (it adds only a service and a
+# config file), so redis-server is all they need.
+ensure_package redis-server redis-server "the Redis engine, graph store, Sentinel and cluster tests and the SDKs' shared scenarios (real redis-server processes)"
+# ClusterSetup joins its nodes with `redis-cli --cluster create`; redis-server
+# depends on redis-tools, named here so a lone redis-server is not enough.
+ensure_package redis-cli redis-tools "the testkit's Redis Cluster test (redis-cli --cluster create)"
 # Debian's python3 has no ensurepip, so no `python3 -m venv`, without
 # python3-venv: scripts/sdk-python.sh makes the Python SDK's venv with it.
 if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then

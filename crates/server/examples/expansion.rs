@@ -35,7 +35,14 @@ static DATA: LazyLock<String> = LazyLock::new(|| "x".repeat(512));
 /// size 1, no age limit, a 256 MiB budget, a fixed fresh epoch.
 fn publish(script: &Script, subject: &str) -> redis::Cmd {
     let publication = (subject, DATA.as_str(), 1, 0);
-    publish_call(script, PREFIX, 256 << 20, "00000000000000e1", [publication])
+    publish_call(
+        script,
+        PREFIX,
+        256 << 20,
+        "00000000000000e1",
+        "",
+        [publication],
+    )
 }
 
 /// Redis's own CPU time so far (user + system).

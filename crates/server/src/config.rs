@@ -15,7 +15,7 @@ use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::engine::RedisSettings;
+use crate::engine::{RedisSettings, SentinelSettings};
 use crate::history::HistoryPolicy;
 use crate::namespace::{history_policy, presence_policy, Namespace, Namespaces, PresencePolicy};
 use crate::redis_tls::{RedisTls, RedisTlsFiles};
@@ -331,6 +331,23 @@ pub struct Config {
     /// Comma-separated in the environment.
     #[arg(long = "redis-url", env = "MYRIAD_REDIS_URLS", value_delimiter = ',')]
     pub redis_urls: Vec<String>,
+
+    /// A Sentinel of the Redis master the engine uses, instead of
+    /// `redis_url` (the Sentinel shape): `redis[s]://[user:password@]host:port`,
+    /// with the Sentinel's own credentials and TLS. Repeatable; asked in
+    /// order. Comma-separated in the environment.
+    #[arg(
+        long = "redis-sentinel",
+        env = "MYRIAD_REDIS_SENTINELS",
+        value_delimiter = ','
+    )]
+    pub redis_sentinels: Vec<String>,
+
+    /// The name the Sentinels know the master by, or
+    /// `redis[s]://[user:password@]NAME[/db]` for the master's credentials,
+    /// TLS and database.
+    #[arg(long, env = "MYRIAD_REDIS_SENTINEL_MASTER")]
+    pub redis_sentinel_master: Option<String>,
 
     /// PEM file of the certificate authorities a `rediss://` Redis's
     /// certificate is checked against, instead of the system's roots.
@@ -768,6 +785,39 @@ impl Config {
 
     fn validate_redis(&self) -> Result<(), ConfigError> {
         let invalid = |what: String| Err(ConfigError::Invalid(what));
+        let sentinel = !self.redis_sentinels.is_empty();
+        if sentinel && !self.redis_urls.is_empty() {
+            return invalid(
+                "redis_url and redis_sentinel are two shapes of Redis (instances the node \
+                 spreads subjects over, or one master found through Sentinels): give one or the other"
+                    .into(),
+            );
+        }
+        if sentinel != self.redis_sentinel_master.is_some() {
+            return invalid(
+                "redis_sentinel and redis_sentinel_master go together: the Sentinels, and \
+                 the name of the master they watch"
+                    .into(),
+            );
+        }
+        if sentinel
+            && self.engine == EngineKind::Memory
+            && self.graph_store == GraphStoreKind::Sqlite
+        {
+            return invalid(
+                "redis_sentinel is set but engine is memory: add --engine redis".into(),
+            );
+        }
+        if let Some(settings) = &self.redis_settings(None).sentinel {
+            if let Err(e) = myriad_graph::redis_store::sentinel::Sentinels::new(
+                &settings.sentinels,
+                &settings.master,
+                None,
+                self.redis_timeout.into(),
+            ) {
+                return invalid(e.to_string());
+            }
+        }
         if let Some(ns) = self.namespace.iter().find(|ns| {
             ns.join_leave == Some(true)
                 && (ns.presence != Some(true) || self.engine == EngineKind::Redis)
@@ -787,8 +837,10 @@ impl Config {
             ));
         }
         match self.engine {
-            EngineKind::Redis if self.redis_urls.is_empty() => {
-                return invalid("engine = redis needs at least one redis_url".into());
+            EngineKind::Redis if self.redis_urls.is_empty() && !sentinel => {
+                return invalid(
+                    "engine = redis needs at least one redis_url, or redis_sentinel".into(),
+                );
             }
             EngineKind::Memory
                 if !self.redis_urls.is_empty() && self.graph_store == GraphStoreKind::Sqlite =>
@@ -797,9 +849,13 @@ impl Config {
             }
             _ => {}
         }
-        if self.graph_store == GraphStoreKind::Redis && self.graph_redis_url().is_none() {
+        if self.graph_store == GraphStoreKind::Redis
+            && self.graph_redis_url().is_none()
+            && !sentinel
+        {
             return invalid(
-                "graph_store = redis needs graph_redis_url or a redis_url to keep the graph in"
+                "graph_store = redis needs graph_redis_url, a redis_url or redis_sentinel to keep \
+                 the graph in"
                     .into(),
             );
         }
@@ -817,17 +873,20 @@ impl Config {
         }
         // The URLs the node will connect to: the engine's shards, the
         // graph's Redis.
-        let engine_urls = match self.engine {
-            EngineKind::Redis => &self.redis_urls[..],
-            EngineKind::Memory => &[],
+        let sentinel_master = self.redis_sentinel_master.iter().map(String::as_str);
+        let engine_urls: Vec<&str> = match self.engine {
+            EngineKind::Redis => (self.redis_urls.iter().chain(&self.redis_sentinels))
+                .map(String::as_str)
+                .chain(sentinel_master)
+                .collect(),
+            EngineKind::Memory => Vec::new(),
         };
         let graph_url = match self.graph_store {
             GraphStoreKind::Redis => self.graph_redis_url(),
             GraphStoreKind::Sqlite => None,
         };
         let tls_urls = engine_urls
-            .iter()
-            .map(String::as_str)
+            .into_iter()
             .chain(graph_url)
             .filter(|url| {
                 redis::IntoConnectionInfo::into_connection_info(*url)
@@ -913,6 +972,13 @@ impl Config {
         RedisSettings {
             tls,
             urls: self.redis_urls.clone(),
+            sentinel: self
+                .redis_sentinel_master
+                .as_ref()
+                .map(|master| SentinelSettings {
+                    sentinels: self.redis_sentinels.clone(),
+                    master: master.clone(),
+                }),
             prefix: self.redis_prefix.clone(),
             timeout: self.redis_timeout.into(),
             queue: self.redis_queue,
@@ -1225,9 +1291,60 @@ mod tests {
     }
 
     #[test]
+    fn the_sentinel_shape_is_refused_mixed_incomplete_or_malformed_by_name() {
+        let sentinel = [
+            "myriad",
+            "--engine",
+            "redis",
+            "--redis-sentinel",
+            "redis://127.0.0.1:26379",
+        ];
+        let with = |more: &[&str]| refusal(&[&sentinel[..], more].concat());
+        let why = with(&[
+            "--redis-sentinel-master",
+            "m",
+            "--redis-url",
+            "redis://127.0.0.1:1",
+        ]);
+        assert!(
+            why.contains("redis_url and redis_sentinel are two shapes"),
+            "{why}"
+        );
+        let why = with(&[]);
+        assert!(
+            why.contains("redis_sentinel and redis_sentinel_master go together"),
+            "{why}"
+        );
+        let why = with(&["--redis-sentinel-master", "redis://u:secret@a:b"]);
+        assert!(
+            why.starts_with("redis_sentinel_master")
+                || why.contains("redis_sentinel_master \"redis://u:***@a:b\""),
+            "{why}"
+        );
+        assert!(!why.contains("secret"), "{why}");
+        let why = refusal(&[
+            "myriad",
+            "--redis-sentinel",
+            "redis://h:1",
+            "--redis-sentinel-master",
+            "m",
+        ]);
+        assert!(why.contains("--engine redis"), "{why}");
+        let config =
+            assembled(&[&sentinel[..], &["--redis-sentinel-master", "m"]].concat()).unwrap();
+        let settings = config.redis_settings(None);
+        assert!(settings.urls.is_empty());
+        let shape = settings.sentinel.expect("the Sentinel shape");
+        assert_eq!((shape.sentinels.len(), shape.master.as_str()), (1, "m"));
+    }
+
+    #[test]
     fn the_graph_in_redis_needs_a_redis_and_defaults_to_the_first_redis_url() {
         let why = refusal(&["myriad", "--graph-store", "redis"]);
-        assert!(why.contains("graph_redis_url or a redis_url"), "{why}");
+        assert!(
+            why.contains("graph_redis_url, a redis_url or redis_sentinel"),
+            "{why}"
+        );
         let why = refusal(&["myriad", "--graph-redis-url", "redis://127.0.0.1:1"]);
         assert!(why.contains("--graph-store redis"), "{why}");
         let why = refusal(&[

@@ -95,7 +95,11 @@ use crate::metrics::Metrics;
 use crate::redis_tls::RedisTls;
 use crate::shared::Shared;
 use crate::worker::Worker;
-use myriad_graph::{ChangeStream, DataDir, RedisStore, RedisTimeouts, SqliteStore, StoreOptions};
+use myriad_graph::redis_store::sentinel::Sentinels;
+use myriad_graph::redis_store::Reach;
+use myriad_graph::{
+    ChangeStream, DataDir, RedisStore, RedisTimeouts, SqliteStore, StoreError, StoreOptions,
+};
 use std::time::Duration;
 
 /// Why the node could not start or stopped abnormally.
@@ -330,8 +334,20 @@ fn open_feeds(
                 ..RedisTimeouts::default()
             };
             let tls = redis_tls.map(RedisTls::certificates);
-            let store = RedisStore::open_with(&urls, &prefix, options, timeouts, tls.clone())?;
-            let changes = ChangeStream::new(&urls, &prefix, timeouts, tls)?;
+            let (store, changes) = match config.redis_settings(None).sentinel {
+                // Behind Sentinels, unless graph_redis_url names a Redis.
+                Some(shape) if urls.is_empty() => {
+                    let sentinels = Sentinels::new(&shape.sentinels, &shape.master, tls, timeout)
+                        .map_err(|e| StoreError::Config(e.to_string()))?;
+                    let reach = Reach::Sentinels(sentinels);
+                    let store = RedisStore::open_at(reach.clone(), &prefix, options, timeouts)?;
+                    (store, ChangeStream::at(reach, &prefix, timeouts))
+                }
+                _ => (
+                    RedisStore::open_with(&urls, &prefix, options, timeouts, tls.clone())?,
+                    ChangeStream::new(&urls, &prefix, timeouts, tls)?,
+                ),
+            };
             Keeper::start(None, Box::new(store), Some(changes), hub, max_following)?
         }
     })

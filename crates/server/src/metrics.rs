@@ -108,6 +108,8 @@ pub struct Metrics {
     publishes: Counter<u64, AtomicU64>,
     publishes_unrouted: Counter<u64, AtomicU64>,
     engine_round_trips: Counter<u64, AtomicU64>,
+    engine_failovers: Counter<u64, AtomicU64>,
+    engine_unavailable_ms: Counter<u64, AtomicU64>,
     engine_waiting_attaches: Gauge,
     tls_reloads: Counter<u64, AtomicU64>,
     token_key_reloads: Counter<u64, AtomicU64>,
@@ -296,6 +298,16 @@ impl Metrics {
             "engine_round_trips",
             "Round trips to Redis carrying publishes, attaches and reads (a pipeline of scripts each; 0 on the memory engine)",
         );
+        let engine_failovers = registered(
+            r,
+            "engine_failovers",
+            "Failovers the Redis engine followed: connects that reached another master than the one before (redis_sentinel)",
+        );
+        let engine_unavailable_ms = registered(
+            r,
+            "engine_redis_unavailable_milliseconds",
+            "Milliseconds the Redis engine's instances spent without a connection (no master during a failover, or unreachable), summed over instances",
+        );
         let engine_waiting_attaches = registered(
             r,
             "engine_waiting_attaches",
@@ -476,6 +488,8 @@ impl Metrics {
             publishes,
             publishes_unrouted,
             engine_round_trips,
+            engine_failovers,
+            engine_unavailable_ms,
             engine_waiting_attaches,
             tls_reloads,
             token_key_reloads,
@@ -563,6 +577,8 @@ impl Metrics {
         catch_up(&self.publishes, stats.publishes);
         catch_up(&self.publishes_unrouted, stats.publishes_unrouted);
         catch_up(&self.engine_round_trips, stats.round_trips);
+        catch_up(&self.engine_failovers, stats.failovers);
+        catch_up(&self.engine_unavailable_ms, stats.unavailable_ms);
         self.engine_waiting_attaches
             .set(gauge(stats.waiting_attaches));
         let history = &stats.history;

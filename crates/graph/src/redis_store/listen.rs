@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use redis::{RedisError, TlsCertificates};
 
-use super::{client, RedisTimeouts, CHANGES};
+use super::{client, Reach, RedisTimeouts, CHANGES};
 use crate::announce::{Announcement, ParseError};
 use crate::store::StoreError;
 
@@ -40,7 +40,7 @@ pub enum Heard {
 
 /// A store's announcements, heard over a connection of their own.
 pub struct ChangeStream {
-    client: redis::Client,
+    reach: Reach,
     channel: String,
     timeouts: RedisTimeouts,
 }
@@ -55,11 +55,17 @@ impl ChangeStream {
         timeouts: RedisTimeouts,
         tls: Option<TlsCertificates>,
     ) -> Result<ChangeStream, StoreError> {
-        Ok(ChangeStream {
-            client: client(urls, prefix, timeouts, tls)?,
+        let reach = Reach::Client(client(urls, prefix, timeouts, tls)?);
+        Ok(ChangeStream::at(reach, prefix, timeouts))
+    }
+
+    /// [`ChangeStream::new`] for a Redis reached as `reach`.
+    pub fn at(reach: Reach, prefix: &str, timeouts: RedisTimeouts) -> ChangeStream {
+        ChangeStream {
+            reach,
             channel: format!("{prefix}{CHANGES}"),
             timeouts,
-        })
+        }
     }
 
     /// Subscribes and tells `heard` of it, then of every announcement in
@@ -73,14 +79,7 @@ impl ChangeStream {
         mut heard: impl FnMut(Heard),
     ) -> Result<(), StoreError> {
         let unreachable = |e: RedisError| StoreError::Unreachable(e.to_string());
-        let mut con = self
-            .client
-            .get_connection_with_timeout(self.timeouts.connect)
-            .map_err(unreachable)?;
-        con.set_write_timeout(Some(self.timeouts.response))
-            .map_err(unreachable)?;
-        con.set_read_timeout(Some(self.timeouts.response))
-            .map_err(unreachable)?;
+        let mut con = self.reach.connect(self.timeouts).map_err(unreachable)?;
         let no_answer = |e: RedisError| StoreError::NoAnswer(e.to_string());
         // Named, so an operator (or a test) can tell it in CLIENT LIST.
         redis::cmd("CLIENT")

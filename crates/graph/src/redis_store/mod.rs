@@ -86,6 +86,7 @@
 mod bulk;
 mod listen;
 mod scripts;
+pub mod sentinel;
 
 pub use listen::{ChangeStream, Heard};
 
@@ -155,9 +156,31 @@ struct Changed {
     change: u64,
 }
 
+/// Where the store's Redis is: one URL, or the master a deployment's
+/// Sentinels name, asked again for every new connection (so a store
+/// follows a failover once its connection fails).
+#[derive(Clone)]
+pub enum Reach {
+    Client(redis::Client),
+    Sentinels(sentinel::Sentinels),
+}
+
+impl Reach {
+    /// A connection with `timeouts`' connect and response bounds.
+    fn connect(&self, timeouts: RedisTimeouts) -> RedisResult<Connection> {
+        let con = match self {
+            Reach::Client(client) => client.get_connection_with_timeout(timeouts.connect)?,
+            Reach::Sentinels(sentinels) => sentinels.master_connection(timeouts.connect)?,
+        };
+        con.set_read_timeout(Some(timeouts.response))?;
+        con.set_write_timeout(Some(timeouts.response))?;
+        Ok(con)
+    }
+}
+
 /// The one connection to Redis, opened when needed.
 struct Link {
-    client: redis::Client,
+    reach: Reach,
     con: Option<Connection>,
     connect: Duration,
     response: Duration,
@@ -169,15 +192,12 @@ impl Link {
             Some(con) => con,
             None => {
                 let unreachable = |e: RedisError| StoreError::Unreachable(e.to_string());
-                let con = self
-                    .client
-                    .get_connection_with_timeout(self.connect)
-                    .map_err(unreachable)?;
-                con.set_read_timeout(Some(self.response))
-                    .map_err(unreachable)?;
-                con.set_write_timeout(Some(self.response))
-                    .map_err(unreachable)?;
-                con
+                let timeouts = RedisTimeouts {
+                    connect: self.connect,
+                    response: self.response,
+                    ..RedisTimeouts::default()
+                };
+                self.reach.connect(timeouts).map_err(unreachable)?
             }
         };
         Ok(self.con.insert(con))
@@ -247,13 +267,25 @@ impl RedisStore {
         timeouts: RedisTimeouts,
         tls: Option<TlsCertificates>,
     ) -> Result<RedisStore, StoreError> {
-        let client = client(urls, prefix, timeouts, tls)?;
+        let reach = Reach::Client(client(urls, prefix, timeouts, tls)?);
+        RedisStore::open_at(reach, prefix, options, timeouts)
+    }
+
+    /// [`RedisStore::open_with`] for a Redis reached as `reach` (behind
+    /// Sentinels: [`Reach::Sentinels`]).
+    pub fn open_at(
+        reach: Reach,
+        prefix: &str,
+        options: StoreOptions,
+        timeouts: RedisTimeouts,
+    ) -> Result<RedisStore, StoreError> {
+        check(prefix, timeouts)?;
         let RedisTimeouts {
             connect, response, ..
         } = timeouts;
         let mut store = RedisStore {
             link: Link {
-                client,
+                reach,
                 con: None,
                 connect,
                 response,
@@ -389,6 +421,15 @@ fn client(
             )))
         }
     };
+    check(prefix, timeouts)?;
+    // The URL itself is not repeated: it may hold a password.
+    let bad = |e: RedisError| StoreError::Config(format!("the Redis URL: {e}"));
+    let info = url.as_str().into_connection_info().map_err(bad)?;
+    client_for(info, tls).map_err(bad)
+}
+
+/// Refuses an empty prefix and a zero timeout.
+fn check(prefix: &str, timeouts: RedisTimeouts) -> Result<(), StoreError> {
     if prefix.is_empty() {
         return Err(StoreError::Config(
             "the key prefix is empty: give one, such as \"myriad:graph:\"".into(),
@@ -402,10 +443,7 @@ fn client(
     if [connect, response, lease].iter().any(Duration::is_zero) {
         return Err(StoreError::Config("a Redis timeout of zero".into()));
     }
-    // The URL itself is not repeated: it may hold a password.
-    let bad = |e: RedisError| StoreError::Config(format!("the Redis URL: {e}"));
-    let info = url.as_str().into_connection_info().map_err(bad)?;
-    client_for(info, tls).map_err(bad)
+    Ok(())
 }
 
 /// A client for `info`: over TLS for a `rediss://` URL, with `tls`'s
@@ -666,6 +704,31 @@ pub(crate) mod testing {
             .with_chunk(chunk)
     }
 
+    thread_local! {
+        /// The Sentinel setup this test thread holds while it runs.
+        static SENTINELS: std::sync::Arc<myriad_testkit::SentinelSetup> =
+            myriad_testkit::SentinelSetup::shared();
+    }
+
+    /// An empty store on the master of the shared Sentinel setup, found
+    /// through its Sentinels, bulk changes in parts of `chunk`.
+    pub(crate) fn store_behind_sentinels(chunk: usize) -> RedisStore {
+        let sentinels = SENTINELS.with(|setup| {
+            sentinel::Sentinels::new(
+                &setup.sentinel_urls(),
+                setup.name(),
+                None,
+                Duration::from_secs(5),
+            )
+            .unwrap()
+        });
+        let reach = Reach::Sentinels(sentinels);
+        let options = crate::conformance::OPTIONS;
+        RedisStore::open_at(reach, &fresh_prefix(), options, RedisTimeouts::default())
+            .unwrap()
+            .with_chunk(chunk)
+    }
+
     /// The keys under `prefix` on the server at `url`.
     pub(crate) fn keys(url: &str, prefix: &str) -> Vec<String> {
         let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
@@ -684,7 +747,7 @@ mod tests {
 
     use myriad_testkit::RedisServer;
 
-    use super::testing::{fresh_prefix, keys, store, url};
+    use super::testing::{fresh_prefix, keys, store, store_behind_sentinels, url};
     use super::*;
     use crate::conformance::OPTIONS;
 
@@ -693,6 +756,9 @@ mod tests {
     // Every batch of more than 3 users and edges is a bulk change in parts
     // of 3: the journal keeps the same contract.
     crate::conformance_suite!(bulk_changes, store(3));
+    // The same, on a master found through three Sentinels.
+    crate::conformance_suite!(behind_sentinels, store_behind_sentinels(CHUNK));
+    crate::conformance_suite!(bulk_changes_behind_sentinels, store_behind_sentinels(3));
 
     fn user(id: u64) -> UserId {
         UserId::new(id).unwrap()
@@ -801,6 +867,44 @@ mod tests {
         );
     }
 
+    /// Fails unless `answer` is the error of a Redis that went away.
+    fn refused_as_gone<T: std::fmt::Debug>(answer: Result<T, StoreError>) {
+        assert!(
+            matches!(
+                answer,
+                Err(StoreError::NoAnswer(_) | StoreError::Unreachable(_))
+            ),
+            "{answer:?}"
+        );
+    }
+
+    #[test]
+    fn a_store_behind_sentinels_follows_a_failover_by_itself() {
+        let mut setup = myriad_testkit::SentinelSetup::start("graphs");
+        let sentinels =
+            sentinel::Sentinels::new(&setup.sentinel_urls(), "graphs", None, QUICK.connect)
+                .unwrap();
+        let reach = Reach::Sentinels(sentinels);
+        let mut store = RedisStore::open_at(reach, "p:", OPTIONS, QUICK).unwrap();
+        store.follow(&[edge(1, 2)]).unwrap();
+        assert_eq!(setup.master.command(&["WAIT", "1", "5000"]).unwrap(), ":1");
+        let old = setup.master.port();
+        setup.master.kill();
+        refused_as_gone(store.follow(&[edge(3, 2)]));
+        assert_eq!(setup.wait_for_failover_from(old), setup.replica.port());
+        // Each call asks the Sentinels again until one names a master that
+        // takes the write.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while store.follow(&[edge(3, 2)]).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the store never followed the failover"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(ids(store.followers(user(2), None, 10).unwrap()), [1, 3]);
+    }
+
     #[test]
     fn a_killed_redis_gives_typed_errors_and_a_restarted_one_serves_again() {
         let mut server = RedisServer::start();
@@ -808,14 +912,7 @@ mod tests {
         store.follow(&[edge(1, 2)]).unwrap();
         server.kill();
         let started = Instant::now();
-        let refused = store.follow(&[edge(3, 2)]);
-        assert!(
-            matches!(
-                refused,
-                Err(StoreError::NoAnswer(_) | StoreError::Unreachable(_))
-            ),
-            "{refused:?}"
-        );
+        refused_as_gone(store.follow(&[edge(3, 2)]));
         // Now the connection is gone: the next call cannot connect.
         let read = store.totals();
         assert!(matches!(read, Err(StoreError::Unreachable(_))), "{read:?}");

@@ -483,6 +483,8 @@ fn stats(shared: &Shared, started: Instant) -> serde_json::Value {
         "publishes": s.publishes,
         "publishes_unrouted": s.publishes_unrouted,
         "round_trips": engine.round_trips,
+        "failovers": engine.failovers,
+        "redis_unavailable_ms": engine.unavailable_ms,
         "history": {
             "subjects": history.subjects,
             "positions": history.positions,

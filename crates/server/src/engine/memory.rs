@@ -735,6 +735,8 @@ impl Engine for MemoryEngine {
             publishes: inner.publishes.load(Ordering::Relaxed),
             publishes_unrouted: inner.publishes_unrouted.load(Ordering::Relaxed),
             round_trips: 0,
+            failovers: 0,
+            unavailable_ms: 0,
             waiting_attaches: 0,
             history: HistoryStats {
                 subjects,

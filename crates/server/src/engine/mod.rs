@@ -83,7 +83,7 @@ pub use crate::messages::engine::{
 };
 
 pub use memory::MemoryEngine;
-pub use redis::{RedisEngine, RedisEngineError, RedisSettings};
+pub use redis::{RedisEngine, RedisEngineError, RedisSettings, SentinelSettings};
 
 /// The member id of the connection `to` names on node `node`: unique in
 /// the cluster while the connection lives (its slot's life tells it from a
@@ -197,6 +197,12 @@ pub struct EngineStats {
     /// and reads (a pipeline of Redis scripts each; none from the memory
     /// engine): with `publishes`, how well they share them.
     pub round_trips: u64,
+    /// Connects to a Redis master other than the one before: failovers
+    /// the engine followed (behind Sentinels; none on the memory engine).
+    pub failovers: u64,
+    /// Milliseconds the engine's Redis instances spent without a
+    /// connection (no master, or unreachable), summed over instances.
+    pub unavailable_ms: u64,
     /// Attaches that can wait ([`Attach::can_wait`]) waiting for room in a
     /// full queue towards the store (none on the memory engine).
     pub waiting_attaches: u64,

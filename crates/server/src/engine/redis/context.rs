@@ -68,6 +68,11 @@ pub struct Context {
     pub(super) failures: Failures,
     pub(super) publishes: AtomicU64,
     pub(super) publishes_unrouted: AtomicU64,
+    /// Connects that reached another master than the one before (behind
+    /// Sentinels: a failover followed).
+    pub(super) failovers: AtomicU64,
+    /// Milliseconds instances spent without a connection, summed.
+    pub(super) unavailable_ms: AtomicU64,
     /// Script pipelines sent, over every instance.
     pub(super) round_trips: AtomicU64,
     /// `<prefix>:c:`: what channel names start with.
@@ -99,6 +104,8 @@ impl Context {
             failures: Failures::default(),
             publishes: AtomicU64::new(0),
             publishes_unrouted: AtomicU64::new(0),
+            failovers: AtomicU64::new(0),
+            unavailable_ms: AtomicU64::new(0),
             round_trips: AtomicU64::new(0),
         }
     }
@@ -159,8 +166,15 @@ impl Context {
     }
 
     /// Adds `call` to a batch's pipeline; `epoch` is the one a stream
-    /// created by it starts.
-    pub(super) fn add_script(&self, pipe: &mut redis::Pipeline, call: &ScriptCall, epoch: &str) {
+    /// created (or renewed) by it starts, `replid` the master's (lib.lua,
+    /// "failover").
+    pub(super) fn add_script(
+        &self,
+        pipe: &mut redis::Pipeline,
+        call: &ScriptCall,
+        epoch: &str,
+        replid: &str,
+    ) {
         match call {
             ScriptCall::Publish(run) => {
                 let publications = run.iter().map(|PublishOp { subject, data, .. }| {
@@ -173,6 +187,7 @@ impl Context {
                     &self.settings.prefix,
                     self.max_bytes,
                     epoch,
+                    replid,
                     publications,
                 ));
             }
@@ -183,9 +198,10 @@ impl Context {
                     limit: usize::MAX,
                     max_bytes: attach.max_replay_bytes,
                 };
-                self.add_read(pipe, &attach.subject, read, epoch);
+                self.add_read(pipe, &attach.subject, read, epoch, replid);
                 if let Some(join) = &attach.join {
-                    // read.lua's join arguments, after its own.
+                    // read.lua's join arguments, after its own (the last
+                    // of which is the replication id).
                     let id = crate::engine::member_id(&self.members.node, &attach.to);
                     pipe.arg(&self.members.node)
                         .arg(&*id)
@@ -222,7 +238,7 @@ impl Context {
                     limit: query.limit,
                     max_bytes: usize::MAX,
                 };
-                self.add_read(pipe, &query.subject, read, epoch);
+                self.add_read(pipe, &query.subject, read, epoch, replid);
             }
         }
     }
@@ -234,6 +250,7 @@ impl Context {
         subject: &str,
         read: ReadScript,
         epoch: &str,
+        replid: &str,
     ) {
         let policy = self.namespaces.policy_for(subject);
         let (since_epoch, since_offset) = read
@@ -252,7 +269,8 @@ impl Context {
             .arg(since_epoch)
             .arg(since_offset)
             .arg(read.limit)
-            .arg(read.max_bytes);
+            .arg(read.max_bytes)
+            .arg(replid);
     }
 
     /// Answers the requests of `call` (see [`script_calls`](super::ops::script_calls)) with its

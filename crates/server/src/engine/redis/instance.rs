@@ -30,6 +30,10 @@
 //! it fails the task refuses everything (`redis_unavailable`) until it has
 //! connected again, loaded its scripts and resubscribed every subject this
 //! node still has interest in; the router restarts each subject's switch.
+//! Behind Sentinels ([`Target`]) every connect asks them for the master
+//! again, and a `-READONLY` answer (the master was demoted under the
+//! connection) fails the connection like a drop, so the task follows a
+//! failover by itself.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -45,6 +49,7 @@ use super::backlog::Backlog;
 use super::context::{Context, ReadMode, ReadScript};
 use super::members::{self, RENEW_BATCH};
 use super::ops::{script_calls, Op, Read, ReadOp, ScriptCall};
+use super::target::{ConnectError, Master, Target};
 use crate::engine::EngineError;
 use crate::hub::Wakeups;
 
@@ -191,7 +196,15 @@ impl AsyncPushSender for Inbox {
 /// The task owning one Redis.
 pub struct Instance {
     index: usize,
-    client: redis::Client,
+    target: Target,
+    /// What the last connect reached: a new address behind Sentinels is a
+    /// failover seen; the replication id goes to every script.
+    master: Option<Master>,
+    /// Since when the instance has had no connection, for the metric of
+    /// time without one (moved on at every attempt to connect).
+    down_since: Option<Instant>,
+    /// Behind Sentinels, the new masters they announce (`host:port`).
+    switches: Option<mpsc::UnboundedReceiver<String>>,
     ctx: Arc<Context>,
     rx: mpsc::Receiver<Op>,
     conn: Option<MultiplexedConnection>,
@@ -212,11 +225,7 @@ pub struct Instance {
 impl Instance {
     /// The task of instance `index` and its queue, bounded as
     /// `ctx.settings` says.
-    pub fn new(
-        index: usize,
-        client: redis::Client,
-        ctx: Arc<Context>,
-    ) -> (Instance, InstanceQueue) {
+    pub fn new(index: usize, target: Target, ctx: Arc<Context>) -> (Instance, InstanceQueue) {
         let (tx, rx) = mpsc::channel(ctx.settings.queue.max(1));
         let max_bytes = ctx.settings.queue_bytes;
         let high_water = ctx.settings.queue_high_water;
@@ -225,7 +234,10 @@ impl Instance {
         let backlog = Arc::new(Backlog::new(ctx.settings.feed_backlog));
         let instance = Instance {
             index,
-            client,
+            target,
+            master: None,
+            down_since: None,
+            switches: None,
             ctx,
             rx,
             conn: None,
@@ -249,9 +261,51 @@ impl Instance {
         (instance, queue)
     }
 
-    /// Connects, loads the scripts and subscribes to every subject this
-    /// node has interest in on this instance.
-    pub async fn connect(&mut self) -> Result<(), redis::RedisError> {
+    /// Finds the instance (behind Sentinels: asks them), opens a
+    /// connection to it ([`Instance::open`]), checks it is the master, and
+    /// catches live subscribers up. The master is recorded before the
+    /// catch-up, whose reads carry its replication id.
+    pub async fn connect(&mut self) -> Result<(), ConnectError> {
+        self.count_down_time();
+        let (client, at, addr) = self.target.client().await?;
+        let failed = |source| ConnectError::Redis {
+            at: at.clone(),
+            source,
+        };
+        let mut conn = self.open(&client).await.map_err(failed)?;
+        let master = self.target.check(&mut conn, at.clone(), addr).await?;
+        if self.master.as_ref().is_some_and(|m| m.at != master.at) {
+            self.ctx.failovers.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(instance = self.index, master = %master.at, "followed a failover");
+        }
+        self.master = Some(master);
+        self.catch_up(&mut conn).await.map_err(failed)?;
+        self.conn = Some(conn);
+        self.down_since = None;
+        self.backoff = MIN_BACKOFF;
+        Ok(())
+    }
+
+    /// Adds the time without a connection so far to its metric.
+    fn count_down_time(&mut self) {
+        if let Some(since) = self.down_since.replace(Instant::now()) {
+            let ms = since.elapsed().as_millis() as u64;
+            self.ctx.unavailable_ms.fetch_add(ms, Ordering::Relaxed);
+        }
+    }
+
+    /// The replication id the scripts compare streams with (see
+    /// [`Master::replid`]).
+    fn replid(&self) -> &str {
+        self.master.as_ref().map_or("", |m| &m.replid)
+    }
+
+    /// Opens a connection, loads the scripts and subscribes it to every
+    /// subject this node has interest in on this instance.
+    async fn open(
+        &mut self,
+        client: &redis::Client,
+    ) -> Result<MultiplexedConnection, redis::RedisError> {
         let timeout = self.ctx.settings.timeout;
         self.closed = Arc::new(AtomicBool::new(false));
         let inbox = Inbox {
@@ -263,8 +317,7 @@ impl Instance {
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout))
             .set_push_sender(inbox);
-        let mut conn = self
-            .client
+        let mut conn = client
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
         for script in self.ctx.scripts.all() {
@@ -281,10 +334,7 @@ impl Instance {
             conn.subscribe(&channels).await?;
         }
         self.subscribed = subjects.into_iter().collect();
-        self.catch_up(&mut conn).await?;
-        self.conn = Some(conn);
-        self.backoff = MIN_BACKOFF;
-        Ok(())
+        Ok(conn)
     }
 
     /// Brings the live subscribers of every resubscribed subject from where
@@ -308,7 +358,8 @@ impl Instance {
                     limit: usize::MAX,
                     max_bytes: usize::MAX,
                 };
-                self.ctx.add_read(&mut pipe, subject, read, &epoch);
+                self.ctx
+                    .add_read(&mut pipe, subject, read, &epoch, self.replid());
             }
             let values: Vec<Value> = pipe.query_async(conn).await?;
             let mut wakeups = Wakeups::default();
@@ -330,10 +381,11 @@ impl Instance {
     }
 
     /// The connection is gone: every subject of this instance starts over.
-    fn disconnect(&mut self, why: &redis::RedisError) {
+    fn disconnect(&mut self, why: &dyn std::fmt::Display) {
         if self.conn.take().is_some() {
             tracing::warn!(instance = self.index, error = %why, "lost the connection to Redis");
         }
+        self.down_since.get_or_insert_with(Instant::now);
         self.subscribed.clear();
         let (index, instances) = (self.index, self.ctx.instances);
         let mut wakeups = Wakeups::default();
@@ -349,6 +401,7 @@ impl Instance {
 
     pub async fn run(mut self) {
         let mut sweep = tokio::time::interval(Duration::from_secs(1));
+        self.switches = self.target.watch_switches();
         // A third of a lease: two renewals may fail before members lapse.
         let mut renew = tokio::time::interval(self.ctx.settings.presence_lease / 3);
         loop {
@@ -363,6 +416,16 @@ impl Instance {
                 _ = self.leaving.added.notified() => None,
                 _ = self.backlog.added.notified() => None,
                 () = std::future::ready(()), if backlogged => None,
+                switch = next_switch(&mut self.switches) => {
+                    if switched_away(&mut self.switches, self.master.as_ref(), switch) {
+                        if self.conn.is_some() {
+                            self.disconnect(&switched());
+                        }
+                        // Asked again at once, not after the back-off.
+                        self.next_attempt = Instant::now();
+                    }
+                    continue;
+                }
                 _ = self.lost.notified(), if self.conn.is_some() => {
                     if self.closed.load(Ordering::Acquire) {
                         self.disconnect(&connection_dropped());
@@ -478,7 +541,9 @@ impl Instance {
             scripted.push(op);
         }
         if !subscribe.is_empty() {
-            if let Err(e) = conn.subscribe(&subscribe).await {
+            let subscribed = conn.subscribe(&subscribe);
+            let master = self.master.as_ref();
+            if let Err(e) = unless_switched(&mut self.switches, master, subscribed).await {
                 return self.fail_all(scripted, &e, false, wakeups);
             }
         }
@@ -492,13 +557,21 @@ impl Instance {
         let epoch = crate::engine::random_epoch().to_string();
         let calls = script_calls(scripted);
         for call in &calls {
-            ctx.add_script(&mut pipe, call, &epoch);
+            ctx.add_script(&mut pipe, call, &epoch, self.replid());
         }
         ctx.round_trips.fetch_add(1, Ordering::Relaxed);
-        let failed = match pipe.query_async::<Vec<Value>>(&mut conn).await {
+        let replies = pipe.query_async::<Vec<Value>>(&mut conn);
+        let master = self.master.as_ref();
+        let failed = match unless_switched(&mut self.switches, master, replies).await {
             Ok(values) if values.len() == calls.len() => {
+                let demoted = values.iter().any(is_read_only);
                 for (call, value) in calls.into_iter().zip(values) {
                     ctx.finish(self.index, call, value, wakeups);
+                }
+                if demoted {
+                    // Answered `redis_unavailable` (ScriptReply); the next
+                    // connect asks the Sentinels where the master is now.
+                    self.disconnect(&"the master became a replica (-READONLY)");
                 }
                 return;
             }
@@ -559,7 +632,11 @@ impl Instance {
         for op in ops {
             self.ctx.fail(op, engine_error.clone(), wakeups);
         }
-        if error.is_unrecoverable_error() || error.is_timeout() || error.is_connection_dropped() {
+        if error.is_unrecoverable_error()
+            || error.is_timeout()
+            || error.is_connection_dropped()
+            || error.code() == Some("READONLY")
+        {
             self.disconnect(error);
         }
     }
@@ -614,7 +691,8 @@ impl Instance {
         };
         let mut invocation = self.ctx.scripts.sweep.prepare_invoke();
         invocation.arg(&self.ctx.settings.prefix).arg(SWEEP_BATCH);
-        match invocation.invoke_async::<Vec<Value>>(&mut conn).await {
+        let totals = invocation.invoke_async::<Vec<Value>>(&mut conn);
+        match unless_switched(&mut self.switches, self.master.as_ref(), totals).await {
             Ok(totals) => self.ctx.totals[self.index].store(totals),
             Err(e) => {
                 let mut wakeups = Wakeups::default();
@@ -635,6 +713,64 @@ fn classify(error: &redis::RedisError) -> EngineError {
     } else {
         EngineError::Redis(error.to_string())
     }
+}
+
+/// `reply`, unless the Sentinels first announce a master other than
+/// `master`: one cut off with its connection open (a partition, a stopped
+/// process) would hold the task until `redis_timeout`. Then the connection
+/// counts as lost, and what was sent on it is of unknown outcome.
+async fn unless_switched<T>(
+    switches: &mut Option<mpsc::UnboundedReceiver<String>>,
+    master: Option<&Master>,
+    reply: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> redis::RedisResult<T> {
+    tokio::pin!(reply);
+    loop {
+        tokio::select! {
+            answer = &mut reply => return answer,
+            switch = next_switch(switches) => {
+                if switched_away(switches, master, switch) {
+                    return Err(switched());
+                }
+            }
+        }
+    }
+}
+
+/// Whether `switch`, the next of `switches`, names a master other than
+/// `master`; a watch that ended is dropped.
+fn switched_away(
+    switches: &mut Option<mpsc::UnboundedReceiver<String>>,
+    master: Option<&Master>,
+    switch: Option<String>,
+) -> bool {
+    match switch {
+        Some(addr) => master.is_some_and(|m| m.addr != addr),
+        None => {
+            *switches = None;
+            false
+        }
+    }
+}
+
+fn switched() -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::ConnectionReset,
+        "the Sentinels announced a new master",
+    ))
+}
+
+/// The next master the Sentinels announce; never, without them.
+async fn next_switch(switches: &mut Option<mpsc::UnboundedReceiver<String>>) -> Option<String> {
+    match switches {
+        Some(switches) => switches.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A script's answer from a master demoted to a replica.
+fn is_read_only(value: &Value) -> bool {
+    matches!(value, Value::ServerError(e) if e.code() == "READONLY")
 }
 
 fn connection_dropped() -> redis::RedisError {

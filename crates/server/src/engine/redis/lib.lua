@@ -5,7 +5,8 @@
 --   P:s:<subject>  hash: e (epoch, 16 hex digits), o (last offset),
 --                  t (history age limit in ms, 0 = none), h (while the
 --                  subject holds history: the time of its oldest entry,
---                  or an earlier one)
+--                  or an earlier one), r (behind Sentinels: the master's
+--                  replication id the epoch was started or renewed under)
 --   P:h:<subject>  list: the subject's history, oldest first; each entry
 --                  "<epoch> <order> <offset> <ms> <data>" (the epoch is
 --                  the subject's, the same in every entry of the list)
@@ -235,15 +236,52 @@ local function settle()
   return tonumber(t[1] or 0), tonumber(t[2] or 0), tonumber(t[3] or 0), redis.call('ZCARD', OLDEST)
 end
 
+-- Failover. Replication is asynchronous: a replica promoted by Sentinel
+-- may lack the newest writes, so a stream there may hand out again
+-- offsets that named other publications on the old master, and a client
+-- recovering across it would be told `recovered: true` with the wrong
+-- messages. Promotion gives the new master a new replication id
+-- (`master_replid`), which the node reads at every connect and passes to
+-- the scripts (`replid`, '' outside the Sentinel shape: never compared).
+-- A stream records the id it was started under (r); one met under
+-- another id is renewed: a new epoch from offset 0, its history dropped,
+-- so every position handed out before names no publication of the new
+-- stream (recovering from one gives `recovered: false`). Streams the
+-- replica had whole are renewed too: the node cannot tell them apart.
+-- Answers the epoch the stream goes on in.
+local function renew_if_moved(s, epoch, r, new_epoch, replid)
+  if replid == '' or r == replid then return epoch end
+  local hist = hist_key(s)
+  for _, entry in ipairs(redis.call('LRANGE', hist, 0, -1)) do
+    dropped(s, entry)
+  end
+  redis.call('DEL', hist)
+  unindex(s)
+  redis.call('HSET', meta_key(s), 'e', new_epoch, 'o', 0, 'r', replid)
+  return new_epoch
+end
+
+-- Writes the replication id a new stream starts under.
+local function stamp(s, replid)
+  if replid ~= '' then redis.call('HSET', meta_key(s), 'r', replid) end
+end
+
 -- The subject's epoch and offset, creating its stream (in a new epoch)
--- when Redis has none.
-local function stream(s, new_epoch, ttl)
+-- when Redis has none, renewing it after a failover.
+local function stream(s, new_epoch, ttl, replid)
   local meta = meta_key(s)
-  local known = redis.call('HMGET', meta, 'e', 'o', 't', 'h')
+  local known = redis.call('HMGET', meta, 'e', 'o', 't', 'h', 'r')
   local epoch, offset = known[1], tonumber(known[2])
+  if epoch then
+    local renewed = renew_if_moved(s, epoch, known[5], new_epoch, replid)
+    if renewed ~= epoch then
+      epoch, offset, known[4] = renewed, 0, false
+    end
+  end
   if not epoch then
     epoch, offset = new_epoch, 0
     redis.call('HSET', meta, 'e', epoch, 'o', 0, 't', ttl)
+    stamp(s, replid)
   elseif tonumber(known[3]) ~= ttl then
     retime(s, ttl, tonumber(known[4]))
     redis.call('HSET', meta, 't', ttl)

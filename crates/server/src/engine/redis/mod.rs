@@ -13,6 +13,10 @@
 //! publications in the one order Redis gave them, and the [`router`] hands
 //! them out by offset.
 //!
+//! Or, in the Sentinel shape, one instance: the master Redis Sentinel
+//! names ([`target`]), followed across failovers, with every stream renewed
+//! in a new epoch when met under a new master (lib.lua, "failover").
+//!
 //! Standalone instances with client-side hashing, not Redis Cluster: a
 //! message goes only to the instance owning its subject, which is the
 //! broadcast sharded pub/sub (`SPUBLISH`) exists to avoid in a cluster, and
@@ -37,7 +41,8 @@
 //! connection), [`backlog`] (feed attaches waiting for room in a full
 //! queue), [`router`] (local interest and the attach switch), [`members`]
 //! (this node's presence members and its lease renewals), [`codec`]
-//! (what the scripts write), [`ring`], [`scripts`]; below the instance
+//! (what the scripts write), [`ring`], [`scripts`], [`target`] (where an
+//! instance is: a URL, or the master the Sentinels name); below the instance
 //! task, so that it never calls back up into this file: [`context`] (what
 //! the engine and its tasks share, and how a script call is sent and
 //! answered) and [`ops`] (the requests and the scripts' replies).
@@ -51,7 +56,10 @@ mod ops;
 mod ring;
 mod router;
 mod scripts;
+#[cfg(test)]
+mod sentinel_tests;
 mod settings;
+mod target;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -62,7 +70,8 @@ use self::context::{Context, TotalsCell};
 use self::instance::{Instance, InstanceQueue};
 use self::ops::{Op, PublishOp, ReadOp};
 pub use self::scripts::{publish_call, PUBLISH_SCRIPT};
-pub use self::settings::RedisSettings;
+pub use self::settings::{RedisSettings, SentinelSettings};
+use self::target::{ConnectError, Target};
 use super::{
     Attach, ConnRequest, Engine, EngineError, EngineFailures, EngineStats, HistoryPage,
     HistoryQuery, HistoryStats, PresencePage, PresenceQuery, PresenceStats, Published, Reply,
@@ -70,12 +79,19 @@ use super::{
 use crate::hub::{Hub, Wakeups};
 use crate::namespace::Namespaces;
 use crate::redis_tls::RedisTls;
+use myriad_graph::redis_store::sentinel::Sentinels;
 
 /// Why the Redis engine could not start.
 #[derive(Debug, Error)]
 pub enum RedisEngineError {
     #[error("no Redis URL given (--redis-url)")]
     NoUrl,
+    #[error("redis_url and redis_sentinel are two shapes of Redis: give one or the other")]
+    MixedShapes,
+    #[error(transparent)]
+    Sentinel(#[from] myriad_graph::redis_store::sentinel::SentinelError),
+    #[error(transparent)]
+    NotMaster(ConnectError),
     #[error("invalid Redis URL {url:?}: {source}")]
     BadUrl {
         url: String,
@@ -109,15 +125,38 @@ impl RedisEngine {
         max_bytes: usize,
         settings: RedisSettings,
     ) -> Result<RedisEngine, RedisEngineError> {
-        if settings.urls.is_empty() {
-            return Err(RedisEngineError::NoUrl);
-        }
-        let clients = settings
-            .urls
-            .iter()
-            .map(|url| client(url, settings.tls.as_ref()))
-            .collect::<Result<Vec<_>, _>>()?;
-        let instances = clients.len();
+        let certificates = settings.tls.as_ref().map(RedisTls::certificates);
+        let targets = match &settings.sentinel {
+            Some(_) if !settings.urls.is_empty() => return Err(RedisEngineError::MixedShapes),
+            Some(sentinel) => {
+                let sentinels = Sentinels::new(
+                    &sentinel.sentinels,
+                    &sentinel.master,
+                    certificates.clone(),
+                    settings.timeout,
+                )?;
+                vec![Target::Sentinel {
+                    sentinels,
+                    tls: certificates,
+                }]
+            }
+            None if settings.urls.is_empty() => return Err(RedisEngineError::NoUrl),
+            None => settings
+                .urls
+                .iter()
+                .map(|url| {
+                    let client = target::client(url, certificates.clone()).map_err(|source| {
+                        RedisEngineError::BadUrl {
+                            url: url.to_owned(),
+                            source,
+                        }
+                    })?;
+                    let shown = url.to_owned();
+                    Ok(Target::Fixed { client, shown })
+                })
+                .collect::<Result<Vec<_>, RedisEngineError>>()?,
+        };
+        let instances = targets.len();
         let ctx = Arc::new(Context::new(
             hub, namespaces, max_bytes, settings, instances,
         ));
@@ -127,13 +166,14 @@ impl RedisEngine {
             .map_err(RedisEngineError::Thread)?;
         let mut tasks = Vec::with_capacity(instances);
         let mut queues = Vec::with_capacity(instances);
-        for (index, client) in clients.into_iter().enumerate() {
-            let (mut instance, queue) = Instance::new(index, client, Arc::clone(&ctx));
-            runtime.block_on(instance.connect()).map_err(|source| {
-                RedisEngineError::Unreachable {
-                    url: ctx.settings.urls[index].clone(),
-                    source,
+        for (index, target) in targets.into_iter().enumerate() {
+            let (mut instance, queue) = Instance::new(index, target, Arc::clone(&ctx));
+            runtime.block_on(instance.connect()).map_err(|e| match e {
+                ConnectError::Redis { at, source } => {
+                    RedisEngineError::Unreachable { url: at, source }
                 }
+                ConnectError::Sentinel(e) => RedisEngineError::Sentinel(e),
+                e @ ConnectError::NotMaster { .. } => RedisEngineError::NotMaster(e),
             })?;
             tasks.push(instance);
             queues.push(queue);
@@ -162,23 +202,6 @@ impl RedisEngine {
     fn queue(&self, subject: &str) -> &InstanceQueue {
         &self.queues[ring::instance_of(subject, self.queues.len())]
     }
-}
-
-/// A client for `url`, speaking RESP3 (channel messages and replies on one
-/// connection), over TLS for a `rediss://` URL.
-fn client(url: &str, tls: Option<&RedisTls>) -> Result<redis::Client, RedisEngineError> {
-    use redis::IntoConnectionInfo;
-    let bad = |source| RedisEngineError::BadUrl {
-        url: url.to_owned(),
-        source,
-    };
-    let info = url.into_connection_info().map_err(bad)?;
-    let redis = info
-        .redis_settings()
-        .clone()
-        .set_protocol(redis::ProtocolVersion::RESP3);
-    let tls = tls.map(RedisTls::certificates);
-    myriad_graph::redis_store::client_for(info.set_redis_settings(redis), tls).map_err(bad)
 }
 
 impl Drop for RedisEngine {
@@ -299,6 +322,8 @@ impl Engine for RedisEngine {
             publishes: ctx.publishes.load(Ordering::Relaxed),
             publishes_unrouted: ctx.publishes_unrouted.load(Ordering::Relaxed),
             round_trips: ctx.round_trips.load(Ordering::Relaxed),
+            failovers: ctx.failovers.load(Ordering::Relaxed),
+            unavailable_ms: ctx.unavailable_ms.load(Ordering::Relaxed),
             waiting_attaches: self.queues.iter().map(|q| q.waiting() as u64).sum(),
             presence: ctx.members.counts(),
             history: HistoryStats {
@@ -360,10 +385,11 @@ mod tests {
     }
 
     /// The settings of an engine over `url`, under the tests' prefix.
-    fn settings(url: String) -> RedisSettings {
+    pub(super) fn settings(url: String) -> RedisSettings {
         RedisSettings {
             tls: None,
             urls: vec![url],
+            sentinel: None,
             prefix: "conformance".to_owned(),
             timeout: Duration::from_secs(10),
             queue: 100_000,
@@ -375,7 +401,7 @@ mod tests {
         }
     }
 
-    fn harness(
+    pub(super) fn harness(
         settings: RedisSettings,
         workers: usize,
         namespaces: Namespaces,
@@ -387,7 +413,7 @@ mod tests {
     }
 
     /// Every subject keeps its last ten publications, however old.
-    fn ten_kept() -> Namespaces {
+    pub(super) fn ten_kept() -> Namespaces {
         let policy = crate::history::HistoryPolicy {
             size: 10,
             ttl: Duration::ZERO,

@@ -153,6 +153,10 @@ impl ScriptReply {
             Value::Array(values) => Ok(ScriptReply {
                 values: values.into_iter(),
             }),
+            // A master demoted under the connection: the instance task
+            // finds the new one (instance.rs); meanwhile Redis is as
+            // unavailable as when the connection is down.
+            Value::ServerError(e) if e.code() == "READONLY" => Err(EngineError::RedisUnavailable),
             Value::ServerError(e) => Err(EngineError::Redis(e.to_string())),
             other => Err(EngineError::Redis(format!(
                 "unexpected script reply {other:?}"

@@ -1,5 +1,6 @@
 -- Publish a run of publications: ARGV = prefix, byte budget, a fresh
--- epoch, then four per publication: subject, data, history size, age
+-- epoch, the master's replication id ('' = none; lib.lua, "failover"),
+-- then four per publication: subject, data, history size, age
 -- limit ms. Each takes its subject's next offset, is kept in history
 -- within the limits, and is published on the subject's channel; the whole
 -- run is one step, in order.
@@ -18,7 +19,8 @@
 -- says it may have expired. The entry is also the channel message, so
 -- each is built once, and the clock is formatted once per run.
 local max = tonumber(ARGV[2])
-local runs = (#ARGV - 3) / 4
+local replid = ARGV[4]
+local runs = (#ARGV - 4) / 4
 local now = now_ms()
 local now_text = int(now)
 local order = redis.call('HINCRBY', TOTALS, 'order', runs) - runs
@@ -26,9 +28,12 @@ local positions = {}
 
 local function publish(s, data, size, ttl)
   local meta = meta_key(s)
-  local known = redis.call('HMGET', meta, 'e', 't', 'h')
+  local known = redis.call('HMGET', meta, 'e', 't', 'h', 'r')
   local epoch = known[1]
   local old_ttl, oldest = tonumber(known[2]), tonumber(known[3])
+  if epoch and renew_if_moved(s, epoch, known[4], ARGV[3], replid) ~= epoch then
+    epoch, oldest = ARGV[3], nil
+  end
   local fields = {}
   if not epoch then
     if size == 0 and listeners(s) == 0 then
@@ -37,6 +42,10 @@ local function publish(s, data, size, ttl)
     epoch = ARGV[3]
     fields[#fields + 1] = 'e'
     fields[#fields + 1] = epoch
+    if replid ~= '' then
+      fields[#fields + 1] = 'r'
+      fields[#fields + 1] = replid
+    end
   end
   if old_ttl ~= ttl then
     retime(s, ttl, oldest)
@@ -73,7 +82,7 @@ local function publish(s, data, size, ttl)
 end
 
 for i = 0, runs - 1 do
-  local at = 4 + i * 4
+  local at = 5 + i * 4
   local epoch, offset = publish(ARGV[at], ARGV[at + 1], tonumber(ARGV[at + 2]), tonumber(ARGV[at + 3]))
   positions[#positions + 1] = epoch
   positions[#positions + 1] = offset

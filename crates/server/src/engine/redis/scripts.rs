@@ -10,17 +10,20 @@ pub const PUBLISH_SCRIPT: &str = concat!(include_str!("lib.lua"), include_str!("
 
 /// One call of the publish script, run by `script`'s hash: under key
 /// prefix `prefix`, within a history budget of `max_bytes`, a stream it
-/// creates starting epoch `epoch`; each publication is its subject, data,
+/// creates (or renews after a failover) starting epoch `epoch`, on a
+/// master of replication id `replid` (`""`: not compared; lib.lua,
+/// "failover"); each publication is its subject, data,
 /// history size and age limit in milliseconds (publish.lua's header).
 pub fn publish_call<'a>(
     script: &Script,
     prefix: &str,
     max_bytes: usize,
     epoch: &str,
+    replid: &str,
     publications: impl IntoIterator<Item = (&'a str, &'a str, usize, u64)>,
 ) -> redis::Cmd {
     let mut call = evalsha(script);
-    call.arg(prefix).arg(max_bytes).arg(epoch);
+    call.arg(prefix).arg(max_bytes).arg(epoch).arg(replid);
     for (subject, data, size, ttl_ms) in publications {
         call.arg(subject).arg(data).arg(size).arg(ttl_ms);
     }

@@ -12,8 +12,12 @@ pub struct RedisSettings {
     /// What `rediss://` instances are checked with and shown.
     pub tls: Option<RedisTls>,
     /// One URL per instance (`redis://host:port[/db]`); subjects are spread
-    /// over them in this order, so only ever append to the list.
+    /// over them in this order, so only ever append to the list. Empty in
+    /// the Sentinel shape.
     pub urls: Vec<String>,
+    /// The Sentinel shape instead of `urls`: one instance, the master the
+    /// Sentinels name.
+    pub sentinel: Option<SentinelSettings>,
     /// Prefix of every key and channel, so clusters can share a Redis.
     pub prefix: String,
     /// Connect and reply timeout.
@@ -35,4 +39,13 @@ pub struct RedisSettings {
     /// How long a node's presence members outlive its last renewal: a
     /// dead node's members are gone within it. Renewed every third.
     pub presence_lease: Duration,
+}
+
+/// Where the master of the Sentinel shape is found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentinelSettings {
+    /// The Sentinels, `redis[s]://[user:password@]host:port` each.
+    pub sentinels: Vec<String>,
+    /// The master's name, or `redis[s]://[user:password@]NAME[/db]`.
+    pub master: String,
 }

@@ -18,6 +18,7 @@ use tokio::sync::oneshot;
 use super::{Instance, InstanceQueue, MAX_BATCH};
 use crate::engine::redis::context::Context;
 use crate::engine::redis::ops::{Op, PublishOp, ReadOp};
+use crate::engine::redis::target::{self, Target};
 use crate::engine::redis::RedisSettings;
 use crate::engine::{
     Attach, ConnRequest, EngineError, HistoryPage, HistoryQuery, Published, Reply,
@@ -51,6 +52,7 @@ impl Rig {
         let settings = bounds(RedisSettings {
             tls: None,
             urls: vec![server.url()],
+            sentinel: None,
             prefix: "t".to_owned(),
             timeout: Duration::from_secs(10),
             queue: 100_000,
@@ -66,9 +68,12 @@ impl Rig {
             ttl: Duration::ZERO,
         };
         let namespaces = Namespaces::new(policy, &[], crate::namespace::history_policy);
-        let client = super::super::client(&server.url(), None).expect("a client");
+        let target = Target::Fixed {
+            client: target::client(&server.url(), None).expect("a client"),
+            shown: server.url(),
+        };
         let ctx = Arc::new(Context::new(hub, namespaces, 64 << 20, settings, 1));
-        let (mut instance, queue) = Instance::new(0, client, Arc::clone(&ctx));
+        let (mut instance, queue) = Instance::new(0, target, Arc::clone(&ctx));
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
