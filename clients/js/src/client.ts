@@ -9,8 +9,8 @@
 
 import { backoff } from "./backoff.js";
 import { Emitter } from "./emitter.js";
-import { MyriadError, ServerError, TimeoutError, UnauthorizedError } from "./errors.js";
-import { KNOWN_OPS, mayReconnect, parseServerMessage, TOKEN_EXPIRED, type Position, type ServerMessage } from "./protocol.js";
+import { MyriadError, serverError, TimeoutError, UnauthorizedError } from "./errors.js";
+import { KNOWN_OPS, mayReconnect, parseServerMessage, TOKEN_EXPIRED, type Member, type Position, type ServerMessage } from "./protocol.js";
 import { HttpLink, type EventSourceConstructor, type FetchLike, type Transport } from "./http.js";
 import { Subscription } from "./subscription.js";
 import { refreshDelay, tokenExp } from "./token.js";
@@ -101,6 +101,21 @@ export interface HistoryResult extends Position {
   subject: string;
   recovered?: boolean;
   publications: Array<{ subject: string; epoch: string; offset: number; data: unknown }>;
+}
+
+/** One page of a presence subject's members, in member-id order (docs/protocol.md, "Presence"). */
+export interface PresencePage {
+  subject: string;
+  members: Member[];
+  /** The cursor of the next page; null on the last. */
+  next: string | null;
+}
+
+/** A presence subject's exact counts. */
+export interface PresenceStats {
+  subject: string;
+  connections: number;
+  users: number;
 }
 
 /** A command sent or buffered, waiting for its answer. */
@@ -239,6 +254,19 @@ export class Client extends Emitter<ClientEvents> {
 
   history(subject: string, options: { limit?: number; since?: Position } = {}): Promise<HistoryResult> {
     return this.command({ op: "history", subject, ...options }) as unknown as Promise<HistoryResult>;
+  }
+
+  /**
+   * One page of `subject`'s members: at most `limit`, those after `cursor`
+   * (the previous page's `next`). Over every transport; for a member list
+   * kept exact by join/leave events, see `MemberList`.
+   */
+  presence(subject: string, options: { cursor?: string; limit?: number } = {}): Promise<PresencePage> {
+    return this.command({ op: "presence", subject, ...options }).then((m) => ({ subject, members: (m.members as Member[]) ?? [], next: (m.next as string | null) ?? null }));
+  }
+
+  presenceStats(subject: string): Promise<PresenceStats> {
+    return this.command({ op: "presence_stats", subject }).then((m) => ({ subject, connections: Number(m.connections), users: Number(m.users) }));
   }
 
   // ---- the subscriptions' side (SubscriptionHost)
@@ -622,6 +650,10 @@ export class Client extends Emitter<ClientEvents> {
         this.counters.unexpectedPublications++;
         return this.report("unexpected_publication", `a publication for ${message.subject}, which the client does not hold`);
       }
+      case "join":
+      case "leave":
+        // Events of a subject no longer held (or being left) are dropped.
+        return void this.subs.get(message.subject)?.presenceEvent(message.op, message);
       case "subscribed": {
         const sub = this.subs.get(message.subject);
         const p = message.id !== undefined ? this.pending.get(message.id) : undefined;
@@ -639,10 +671,10 @@ export class Client extends Emitter<ClientEvents> {
         const p = message.id !== undefined ? this.pending.get(message.id) : undefined;
         if (p) {
           this.pending.delete(message.id!);
-          if (message.op === "error") p.settle(undefined, new ServerError(message.code, String(message.message ?? message.code)));
+          if (message.op === "error") p.settle(undefined, serverError(message));
           else p.settle(message);
         } else if (message.op === "error") {
-          this.emit("error", new ServerError(message.code, String(message.message ?? message.code)));
+          this.emit("error", serverError(message));
         } else if (message.id === undefined || message.id >= this.nextId) {
           this.counters.badMessages++;
           this.report("bad_message", `an answer to no command: ${String(text).slice(0, 100)}`);
