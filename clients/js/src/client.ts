@@ -262,7 +262,17 @@ export class Client extends Emitter<ClientEvents> {
    * kept exact by join/leave events, see `MemberList`.
    */
   presence(subject: string, options: { cursor?: string; limit?: number } = {}): Promise<PresencePage> {
-    return this.command({ op: "presence", subject, ...options }).then((m) => ({ subject, members: (m.members as Member[]) ?? [], next: (m.next as string | null) ?? null }));
+    return this.command({ op: "presence", subject, ...options }).then((m) => pageOf(subject, m));
+  }
+
+  /**
+   * @internal `presence` for `MemberList`: `done` is called as the answer
+   * is read, before any later message of the connection. A promise's
+   * continuation would run only after every message read with it, so a
+   * join read just after the page would be applied before it.
+   */
+  presencePage(subject: string, options: { cursor?: string; limit?: number }, done: (page?: PresencePage, error?: MyriadError) => void): void {
+    this.command({ op: "presence", subject, ...options }, (m, error) => done(m && pageOf(subject, m), error)).catch(() => {});
   }
 
   presenceStats(subject: string): Promise<PresenceStats> {
@@ -560,7 +570,7 @@ export class Client extends Emitter<ClientEvents> {
   // ---- commands
 
   /** Sends `frame` with an id, buffered while connecting; settles on its answer or its timeout. */
-  private command(frame: Record<string, unknown>): Promise<Record<string, unknown>> {
+  private command(frame: Record<string, unknown>, then?: (message?: Record<string, unknown>, error?: MyriadError) => void): Promise<Record<string, unknown>> {
     if (this.state === "closed") return Promise.reject(new MyriadError("client_closed", "the client is closed"));
     if (this.state === "disconnected") return Promise.reject(new MyriadError("not_connected", "call connect() first"));
     return new Promise((resolve, reject) => {
@@ -569,6 +579,7 @@ export class Client extends Emitter<ClientEvents> {
         settle: (message, error) => {
           clearTimeout(p.timer);
           this.buffer = this.buffer.filter((b) => b !== p);
+          then?.(message as Record<string, unknown> | undefined, error);
           error ? reject(error) : resolve(message as Record<string, unknown>);
         },
       };
@@ -713,6 +724,10 @@ function asError(code: string, detail: unknown): MyriadError {
   const error = new MyriadError(code, detail instanceof Error ? detail.message : String(detail));
   if (detail instanceof Error) (error as { cause?: unknown }).cause = detail;
   return error;
+}
+
+function pageOf(subject: string, m: Record<string, unknown>): PresencePage {
+  return { subject, members: (m.members as Member[]) ?? [], next: (m.next as string | null) ?? null };
 }
 
 function publishResult(m: Record<string, unknown>): PublishResult {

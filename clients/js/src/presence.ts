@@ -23,9 +23,9 @@ export interface MemberListEvents {
   error: MyriadError;
 }
 
-/** What the list needs of the client: one page of presence. */
+/** What the list needs of the client: one page of presence, handed over as its answer is read (`Client.presencePage`). */
 export interface PresenceSource {
-  presence(subject: string, options: { cursor?: string; limit?: number }): Promise<PresencePage>;
+  presencePage(subject: string, options: { cursor?: string; limit?: number }, done: (page?: PresencePage, error?: MyriadError) => void): void;
 }
 
 export class MemberList extends Emitter<MemberListEvents> {
@@ -72,30 +72,25 @@ export class MemberList extends Emitter<MemberListEvents> {
    * page replacing the ids it covers (after the cursor sent, up to its
    * last member; to the end on the last page).
    */
-  private async restart(): Promise<void> {
+  private restart(): void {
     const round = this.round;
     this.members.clear();
     this.changed();
-    let cursor: string | undefined;
-    try {
-      for (;;) {
-        const page = await this.client.presence(this.sub.subject, { cursor, limit: this.limit });
+    const read = (cursor?: string): void =>
+      this.client.presencePage(this.sub.subject, { cursor, limit: this.limit }, (page, error) => {
         if (round !== this.round) return;
+        if (!page) return void this.emit("error", error!);
         const last = page.next === null ? undefined : page.members.at(-1)?.conn;
         for (const id of [...this.members.keys()]) {
           if ((cursor === undefined || id > cursor) && (last === undefined || id <= last)) this.members.delete(id);
         }
         for (const m of page.members) this.members.set(m.conn, m);
         this.changed();
-        if (page.next === null) break;
-        cursor = page.next;
-      }
-    } catch (error) {
-      if (round === this.round) this.emit("error", error as MyriadError);
-      return;
-    }
-    this.synced = true;
-    this.emit("synced", { members: this.members });
+        if (page.next !== null) return read(page.next);
+        this.synced = true;
+        this.emit("synced", { members: this.members });
+      });
+    read();
   }
 
   private changed(): void {

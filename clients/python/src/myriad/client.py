@@ -274,6 +274,30 @@ class Client(Emitter):
             frame["limit"] = limit
         return _then(self._command(frame), lambda m: presence_page(subject, m))
 
+    def _presence_page(
+        self,
+        subject: str,
+        cursor: Optional[str],
+        limit: Optional[int],
+        done: Callable[[Optional[PresencePage], Optional[MyriadError]], None],
+    ) -> None:
+        """``presence`` for ``MemberList``: ``done`` is called as the answer
+        is read, before any later message of the connection. An awaited
+        future resumes only after the read loop has gone on, so a join read
+        just after the page would be applied before it."""
+        frame: Dict[str, Any] = {"op": "presence", "subject": subject}
+        if cursor is not None:
+            frame["cursor"] = cursor
+        if limit is not None:
+            frame["limit"] = limit
+
+        def then(m: Optional[Message], error: Optional[MyriadError]) -> None:
+            done(presence_page(subject, m) if m is not None and error is None else None, error)
+
+        future = self._command(frame, then)
+        # Its outcome went to `done`; retrieved so asyncio does not report it.
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+
     def presence_stats(self, subject: str) -> "asyncio.Future[PresenceStats]":
         """``subject``'s presence counts: connections and distinct users, exact."""
         return _then(self._command({"op": "presence_stats", "subject": subject}), lambda m: presence_stats(subject, m))
@@ -592,7 +616,7 @@ class Client(Emitter):
         self._next_id += 1
         return id_
 
-    def _command(self, frame: Dict[str, Any]) -> "asyncio.Future[Message]":
+    def _command(self, frame: Dict[str, Any], then: Optional[Settle] = None) -> "asyncio.Future[Message]":
         """Sends ``frame`` with an id, buffered while connecting; settles on its answer or its timeout."""
         loop = asyncio.get_running_loop()
         future: "asyncio.Future[Message]" = loop.create_future()
@@ -607,6 +631,8 @@ class Client(Emitter):
             _cancel(p.timer)
             if p in self._buffer:
                 self._buffer.remove(p)
+            if then is not None and not future.done():
+                then(message, error)
             if future.done():
                 return
             if error is not None:

@@ -7,12 +7,11 @@ WebSocket."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from ._emitter import Emitter
 from ._errors import MyriadError
-from ._protocol import Member, PresenceEvent
+from ._protocol import Member, PresenceEvent, PresencePage
 
 if TYPE_CHECKING:
     from .client import Client
@@ -67,38 +66,36 @@ class MemberList(Emitter):
             self._restart()
 
     def _restart(self) -> None:
-        """A new connection (its own member id changed): start empty."""
+        """A new connection (its own member id changed): start empty, then
+        read the pages, each applied as its answer is read; each replaces
+        the ids it covers: after the cursor sent, up to its last member (to
+        the end on the last page)."""
+        round_ = self._round
         self.members.clear()
         self._emit("change", None)
-        task = asyncio.ensure_future(self._snapshot(self._round))
-        # Held, and its failure reported, as the emitter's listener tasks are.
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
 
-    async def _snapshot(self, round_: int) -> None:
-        """Reads the pages; each replaces the ids it covers: after the cursor
-        sent, up to its last member (to the end on the last page)."""
-        cursor: Optional[str] = None
-        while True:
-            try:
-                page = await self._client.presence(self.sub.subject, cursor=cursor, limit=self._limit)
-            except MyriadError as error:
-                if round_ == self._round:
+        def read(cursor: Optional[str]) -> None:
+            def apply(page: Optional[PresencePage], error: Optional[MyriadError]) -> None:
+                if round_ != self._round:
+                    return
+                if page is None:
                     self._emit("error", error)
-                return
-            if round_ != self._round:
-                return
-            last = page.members[-1].conn if page.next is not None and page.members else None
-            for id_ in [i for i in self.members if (cursor is None or i > cursor) and (last is None or i <= last)]:
-                del self.members[id_]
-            for m in page.members:
-                self.members[m.conn] = m
-            self._emit("change", None)
-            if page.next is None:
-                break
-            cursor = page.next
-        self.synced = True
-        self._emit("synced", None)
+                    return
+                last = page.members[-1].conn if page.next is not None and page.members else None
+                for id_ in [i for i in self.members if (cursor is None or i > cursor) and (last is None or i <= last)]:
+                    del self.members[id_]
+                for m in page.members:
+                    self.members[m.conn] = m
+                self._emit("change", None)
+                if page.next is not None:
+                    read(page.next)
+                    return
+                self.synced = True
+                self._emit("synced", None)
+
+            self._client._presence_page(self.sub.subject, cursor, self._limit, apply)
+
+        read(None)
 
     def on(self, name: str, listener: Callable[[Any], Any]) -> Callable[[], None]:
         """Adds ``listener`` for ``change``, ``synced`` or ``error``; returns a function that removes it."""
