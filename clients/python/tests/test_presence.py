@@ -15,7 +15,7 @@ import pytest
 from harness import Node, Proxy, start_node, until
 
 from myriad import Client, MemberList, PresenceFullError
-from myriad.api import AsyncApiClient
+from myriad.api import ApiClient, AsyncApiClient
 
 ADMIN = "admin-key-0123456789"
 CONFIG = (
@@ -67,6 +67,10 @@ async def test_a_member_is_seen_by_a_second_client_and_the_api(node: Node, clien
     async with AsyncApiClient(node.api, key=ADMIN) as api:
         assert (await api.presence("room.seen")).members == page.members
         assert (await api.presence_stats("room.seen")).connections == 1
+    # The blocking client, from a thread: the node answers while the loop waits.
+    with ApiClient(node.api, key=ADMIN) as blocking:
+        assert (await asyncio.to_thread(blocking.presence, "room.seen", limit=1)).members == page.members
+        assert (await asyncio.to_thread(blocking.presence_stats, "room.seen")).users == 0
     sub = a.get_subscription("room.seen")
     assert sub is not None
     await sub.unsubscribe()
