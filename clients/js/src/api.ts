@@ -21,7 +21,7 @@
  */
 
 import { backoff } from "./backoff.js";
-import type { HistoryResult } from "./client.js";
+import type { HistoryResult, PresencePage, PresenceStats } from "./client.js";
 import { MyriadError } from "./errors.js";
 import type { Position, Publication } from "./protocol.js";
 import type { FetchLike } from "./http.js";
@@ -257,6 +257,30 @@ export class ApiClient {
       safe: readSafe,
       idempotent: true,
       read: (m) => m as HistoryResult,
+    });
+  }
+
+  /** One page of `subject`'s presence members, those after `cursor` (the previous page's `next`). */
+  presence(subject: string, options: { cursor?: string; limit?: number } = {}): Promise<PresencePage> {
+    return this.call({
+      method: "GET",
+      path: "/api/presence",
+      query: { subject, limit: options.limit, cursor: options.cursor },
+      safe: readSafe,
+      idempotent: true,
+      read: (m) => ({ subject, members: m.members ?? [], next: m.next ?? null }),
+    });
+  }
+
+  /** `subject`'s presence counts: connections and distinct users, exact. */
+  presenceStats(subject: string): Promise<PresenceStats> {
+    return this.call({
+      method: "GET",
+      path: "/api/presence_stats",
+      query: { subject },
+      safe: readSafe,
+      idempotent: true,
+      read: (m) => ({ subject, connections: m.connections, users: m.users }),
     });
   }
 

@@ -9,8 +9,8 @@
 
 import { backoff } from "./backoff.js";
 import { Emitter } from "./emitter.js";
-import { MyriadError, ServerError, TimeoutError, UnauthorizedError } from "./errors.js";
-import { KNOWN_OPS, mayReconnect, parseServerMessage, TOKEN_EXPIRED, type Position, type ServerMessage } from "./protocol.js";
+import { MyriadError, serverError, TimeoutError, UnauthorizedError } from "./errors.js";
+import { KNOWN_OPS, mayReconnect, parseServerMessage, TOKEN_EXPIRED, type Member, type Position, type ServerMessage } from "./protocol.js";
 import { HttpLink, type EventSourceConstructor, type FetchLike, type Transport } from "./http.js";
 import { Subscription } from "./subscription.js";
 import { refreshDelay, tokenExp } from "./token.js";
@@ -101,6 +101,21 @@ export interface HistoryResult extends Position {
   subject: string;
   recovered?: boolean;
   publications: Array<{ subject: string; epoch: string; offset: number; data: unknown }>;
+}
+
+/** One page of a presence subject's members, in member-id order (docs/protocol.md, "Presence"). */
+export interface PresencePage {
+  subject: string;
+  members: Member[];
+  /** The cursor of the next page; null on the last. */
+  next: string | null;
+}
+
+/** A presence subject's exact counts. */
+export interface PresenceStats {
+  subject: string;
+  connections: number;
+  users: number;
 }
 
 /** A command sent or buffered, waiting for its answer. */
@@ -239,6 +254,29 @@ export class Client extends Emitter<ClientEvents> {
 
   history(subject: string, options: { limit?: number; since?: Position } = {}): Promise<HistoryResult> {
     return this.command({ op: "history", subject, ...options }) as unknown as Promise<HistoryResult>;
+  }
+
+  /**
+   * One page of `subject`'s members: at most `limit`, those after `cursor`
+   * (the previous page's `next`). Over every transport; for a member list
+   * kept exact by join/leave events, see `MemberList`.
+   */
+  presence(subject: string, options: { cursor?: string; limit?: number } = {}): Promise<PresencePage> {
+    return this.command({ op: "presence", subject, ...options }).then((m) => pageOf(subject, m));
+  }
+
+  /**
+   * @internal `presence` for `MemberList`: `done` is called as the answer
+   * is read, before any later message of the connection. A promise's
+   * continuation would run only after every message read with it, so a
+   * join read just after the page would be applied before it.
+   */
+  presencePage(subject: string, options: { cursor?: string; limit?: number }, done: (page?: PresencePage, error?: MyriadError) => void): void {
+    this.command({ op: "presence", subject, ...options }, (m, error) => done(m && pageOf(subject, m), error)).catch(() => {});
+  }
+
+  presenceStats(subject: string): Promise<PresenceStats> {
+    return this.command({ op: "presence_stats", subject }).then((m) => ({ subject, connections: Number(m.connections), users: Number(m.users) }));
   }
 
   // ---- the subscriptions' side (SubscriptionHost)
@@ -532,7 +570,7 @@ export class Client extends Emitter<ClientEvents> {
   // ---- commands
 
   /** Sends `frame` with an id, buffered while connecting; settles on its answer or its timeout. */
-  private command(frame: Record<string, unknown>): Promise<Record<string, unknown>> {
+  private command(frame: Record<string, unknown>, then?: (message?: Record<string, unknown>, error?: MyriadError) => void): Promise<Record<string, unknown>> {
     if (this.state === "closed") return Promise.reject(new MyriadError("client_closed", "the client is closed"));
     if (this.state === "disconnected") return Promise.reject(new MyriadError("not_connected", "call connect() first"));
     return new Promise((resolve, reject) => {
@@ -541,6 +579,7 @@ export class Client extends Emitter<ClientEvents> {
         settle: (message, error) => {
           clearTimeout(p.timer);
           this.buffer = this.buffer.filter((b) => b !== p);
+          then?.(message as Record<string, unknown> | undefined, error);
           error ? reject(error) : resolve(message as Record<string, unknown>);
         },
       };
@@ -622,6 +661,10 @@ export class Client extends Emitter<ClientEvents> {
         this.counters.unexpectedPublications++;
         return this.report("unexpected_publication", `a publication for ${message.subject}, which the client does not hold`);
       }
+      case "join":
+      case "leave":
+        // Events of a subject no longer held (or being left) are dropped.
+        return void this.subs.get(message.subject)?.presenceEvent(message.op, message);
       case "subscribed": {
         const sub = this.subs.get(message.subject);
         const p = message.id !== undefined ? this.pending.get(message.id) : undefined;
@@ -639,10 +682,10 @@ export class Client extends Emitter<ClientEvents> {
         const p = message.id !== undefined ? this.pending.get(message.id) : undefined;
         if (p) {
           this.pending.delete(message.id!);
-          if (message.op === "error") p.settle(undefined, new ServerError(message.code, String(message.message ?? message.code)));
+          if (message.op === "error") p.settle(undefined, serverError(message));
           else p.settle(message);
         } else if (message.op === "error") {
-          this.emit("error", new ServerError(message.code, String(message.message ?? message.code)));
+          this.emit("error", serverError(message));
         } else if (message.id === undefined || message.id >= this.nextId) {
           this.counters.badMessages++;
           this.report("bad_message", `an answer to no command: ${String(text).slice(0, 100)}`);
@@ -681,6 +724,10 @@ function asError(code: string, detail: unknown): MyriadError {
   const error = new MyriadError(code, detail instanceof Error ? detail.message : String(detail));
   if (detail instanceof Error) (error as { cause?: unknown }).cause = detail;
   return error;
+}
+
+function pageOf(subject: string, m: Record<string, unknown>): PresencePage {
+  return { subject, members: (m.members as Member[]) ?? [], next: (m.next as string | null) ?? null };
 }
 
 function publishResult(m: Record<string, unknown>): PublishResult {

@@ -18,6 +18,26 @@ export class MyriadError extends Error {
 /** The node answered a command with `error`; `code` is the node's own (docs/protocol.md, "Error codes"). */
 export class ServerError extends MyriadError {}
 
+/**
+ * `presence_full`: a subscribe to a presence subject that already holds
+ * its namespace's `presence_max_members` members. The subscription goes
+ * to `unsubscribed` with this error; subscribe again once members leave.
+ */
+export class PresenceFullError extends ServerError {
+  constructor(
+    readonly subject: string,
+    message: string,
+  ) {
+    super("presence_full", message);
+  }
+}
+
+/** The node's `error` answer as a typed error: `presence_full` gets its own class. */
+export function serverError(m: { code: string; message?: unknown; subject?: unknown }): ServerError {
+  const message = String(m.message ?? m.code);
+  return m.code === "presence_full" ? new PresenceFullError(String(m.subject ?? ""), message) : new ServerError(m.code, message);
+}
+
 /** A command was not answered within its timeout (`code` is `timeout`). */
 export class TimeoutError extends MyriadError {
   constructor(what: string) {

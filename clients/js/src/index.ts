@@ -11,6 +11,8 @@ export type {
   ClientState,
   Counters,
   HistoryResult,
+  PresencePage,
+  PresenceStats,
   PublishResult,
   WebSocketConstructor,
   WebSocketLike,
@@ -18,5 +20,7 @@ export type {
 export type { EventSourceConstructor, EventSourceLike, FetchLike, Transport } from "./http.js";
 export { Subscription } from "./subscription.js";
 export type { Discontinuity, SubscriptionCause, SubscriptionEvents, SubscriptionState } from "./subscription.js";
-export type { Position, Publication } from "./protocol.js";
-export { MyriadError, ServerError, TimeoutError, UnauthorizedError } from "./errors.js";
+export { MemberList } from "./presence.js";
+export type { MemberListEvents, PresenceSource } from "./presence.js";
+export type { Member, Position, PresenceEvent, Publication } from "./protocol.js";
+export { MyriadError, PresenceFullError, ServerError, TimeoutError, UnauthorizedError } from "./errors.js";

@@ -17,11 +17,28 @@ export interface Publication extends Position {
   data: unknown;
 }
 
+/** A member of a presence subject (docs/protocol.md, "Presence"): one connection. */
+export interface Member {
+  /** The member id: one connection, unique in the cluster while it lives. */
+  conn: string;
+  /** The user the connection acts as; null when anonymous. */
+  user: string | null;
+  /** The token's `info` claim; absent without one. */
+  info?: unknown;
+}
+
+/** A `join` or `leave` of a subject's presence, handed to the subscription. */
+export interface PresenceEvent {
+  subject: string;
+  member: Member;
+}
+
 export type ServerMessage =
   | ({ op: "msg" } & Publication)
+  | ({ op: "join" | "leave" } & PresenceEvent)
   | ({ op: "subscribed"; id?: number; subject: string; recovered?: boolean } & Position)
-  | { op: "error"; id?: number; code: string; message: string }
-  | { op: "ok" | "pong" | "history"; id?: number; [field: string]: unknown };
+  | { op: "error"; id?: number; code: string; message: string; subject?: string }
+  | { op: "ok" | "pong" | "history" | "presence" | "presence_stats"; id?: number; [field: string]: unknown };
 
 const isPosition = (m: Record<string, unknown>): boolean =>
   typeof m.epoch === "string" && Number.isSafeInteger(m.offset) && (m.offset as number) >= 0;
@@ -58,12 +75,20 @@ export function parseServerMessage(text: unknown): ServerMessage | string | unde
         isPosition(m) &&
         (m.recovered === undefined || typeof m.recovered === "boolean");
       break;
+    case "join":
+    case "leave": {
+      const member = m.member as Record<string, unknown> | null;
+      ok = typeof m.subject === "string" && typeof member === "object" && member !== null && typeof member.conn === "string";
+      break;
+    }
     case "error":
       ok = typeof m.code === "string";
       break;
     case "ok":
     case "pong":
     case "history":
+    case "presence":
+    case "presence_stats":
       ok = true;
       break;
     default:
@@ -73,7 +98,7 @@ export function parseServerMessage(text: unknown): ServerMessage | string | unde
 }
 
 /** The ops the client understands; any other is `unknown_op`. */
-export const KNOWN_OPS = ["msg", "subscribed", "error", "ok", "pong", "history"];
+export const KNOWN_OPS = ["msg", "subscribed", "error", "ok", "pong", "history", "presence", "presence_stats", "join", "leave"];
 
 /**
  * Whether a close with `code` lets the client reconnect as it is

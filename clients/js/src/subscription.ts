@@ -8,7 +8,7 @@
 
 import { Emitter } from "./emitter.js";
 import { MyriadError, TimeoutError } from "./errors.js";
-import { judge, type Position, type Publication } from "./protocol.js";
+import { judge, type Position, type PresenceEvent, type Publication } from "./protocol.js";
 
 export type SubscriptionState = "unsubscribed" | "subscribing" | "subscribed";
 
@@ -36,6 +36,10 @@ export interface SubscriptionEvents {
   state: { state: SubscriptionState; previous: SubscriptionState; cause: SubscriptionCause };
   publication: Publication;
   discontinuity: Discontinuity;
+  /** A member joined the subject (a namespace with `join_leave`, over WebSocket only). */
+  join: PresenceEvent;
+  /** A member left the subject. */
+  leave: PresenceEvent;
 }
 
 /** @internal What a subscription needs from its client. */
@@ -165,6 +169,11 @@ export class Subscription extends Emitter<SubscriptionEvents> {
     }
     this.emit("publication", { subject: p.subject, epoch: p.epoch, offset: p.offset, data: p.data });
     return true;
+  }
+
+  /** @internal A `join` or `leave` of this subject; taken only while subscribed. */
+  presenceEvent(kind: "join" | "leave", e: PresenceEvent): void {
+    if (this.state === "subscribed") this.emit(kind, { subject: e.subject, member: e.member });
   }
 
   private hole(cause: Discontinuity["cause"], position: Position): void {

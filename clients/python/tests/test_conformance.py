@@ -9,15 +9,28 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Union
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, Union
 
 import pytest
 from harness import Node, Proxy, Redis, hs256, start_node, start_redis, until
 
-from myriad import Client, Discontinuity, MyriadError, Position, Publication, StateEvent, Subscription
+from myriad import (
+    Client,
+    Discontinuity,
+    MemberList,
+    MyriadError,
+    Position,
+    PresenceFullError,
+    Publication,
+    StateEvent,
+    Subscription,
+)
 from myriad.api import AsyncApiClient
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "conformance" / "scenarios"
@@ -48,6 +61,15 @@ class Run:
     cuts: int = 0
     client: Optional[Client] = None
     cleanup: List[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    # Per subject: the client's join and leave events, as (kind, member id), in the order they came.
+    presence: Dict[str, List[Tuple[str, str]]] = field(default_factory=dict)
+    # The second clients of `member` steps, by name, and their member ids once a join named them.
+    peers: Dict[str, Client] = field(default_factory=dict)
+    peer_ids: Dict[str, str] = field(default_factory=dict)
+    lists: Dict[str, MemberList] = field(default_factory=dict)
+    # Snapshots MemberList finished per subject, and how many there were at the last `cut`.
+    syncs: Dict[str, int] = field(default_factory=dict)
+    syncs_at_cut: Dict[str, int] = field(default_factory=dict)
 
     def delivered(self, subject: str) -> List[Publication]:
         return [e for e in self.events.get(subject, []) if isinstance(e, Publication)]
@@ -70,7 +92,18 @@ def _scenario_files() -> List[Path]:
 async def _start_node(run: Run, name: str) -> None:
     spec = run.scenario["nodes"][name]
     redis_url = run.redis.url if run.redis is not None else "${redis}"
-    node = await start_node([arg.replace("${redis}", redis_url) for arg in spec["args"]])
+    args = [arg.replace("${redis}", redis_url) for arg in spec["args"]]
+    if "config" in spec:
+        config_dir = tempfile.mkdtemp(prefix="myriad-scenario-")
+
+        async def remove() -> None:
+            shutil.rmtree(config_dir, ignore_errors=True)
+
+        run.cleanup.append(remove)
+        with open(os.path.join(config_dir, "myriad.toml"), "w") as f:
+            f.write(spec["config"])
+        args += ["--config", os.path.join(config_dir, "myriad.toml")]
+    node = await start_node(args)
     run.cleanup.append(node.kill)
     run.nodes[name] = node
     run.names[node.url] = name
@@ -108,6 +141,9 @@ def _record(run: Run, sub: Subscription) -> None:
     events = run.events.setdefault(sub.subject, [])
     sub.on("publication", events.append)
     sub.on("discontinuity", events.append)
+    presence = run.presence.setdefault(sub.subject, [])
+    sub.on("join", lambda e: presence.append(("join", e.member.conn)))
+    sub.on("leave", lambda e: presence.append(("leave", e.member.conn)))
 
 
 def _next_data(run: Run, subject: str) -> int:
@@ -221,8 +257,84 @@ async def _step(run: Run, step: Dict[str, Any]) -> None:
         run.proxies[step["proxy"]].target = run.nodes[step["node"]].ws
     elif do == "sleep":
         await asyncio.sleep(step["seconds"])
+    elif do == "cut":
+        run.syncs_at_cut.update(run.syncs)
+        run.proxies[step["proxy"]].cut()
+    elif do in ("track_members", "member", "unmember", "await_members", "await_resynced", "presence_stats"):
+        await _presence_step(run, step, timeout)
     else:
         raise AssertionError(f"unknown step {do!r}")
+
+
+async def _presence_step(run: Run, step: Dict[str, Any], timeout: float) -> None:
+    """The presence steps of the README: second clients, MemberList, and the node's own list."""
+    do = step["do"]
+    if do == "track_members":
+        subject = step["subject"]
+        members = MemberList(run.c, _subscription(run, subject), limit=step.get("limit"))
+        members.on("synced", lambda _: run.syncs.__setitem__(subject, run.syncs.get(subject, 0) + 1))
+        members.on("error", run.errors.append)
+
+        async def stop() -> None:
+            members.stop()
+
+        run.cleanup.append(stop)
+        run.lists[subject] = members
+    elif do == "member":
+        name, subject = step["name"], step["subject"]
+        peer = Client(run.nodes[step["node"]].url)
+        run.cleanup.append(peer.aclose)
+        run.peers[name] = peer
+        seen = run.presence.get(subject, [])
+        before = len(seen)
+        peer.connect()
+        sub = peer.subscribe(subject)
+        if "refused" in step:
+            with pytest.raises(PresenceFullError) as refused:
+                await asyncio.wait_for(sub.ready(), timeout)
+            assert refused.value.code == step["refused"] and refused.value.subject == subject
+            return
+        await asyncio.wait_for(sub.ready(), timeout)
+        if step.get("join_seen"):
+            await until(f"the join of {name}", lambda: len(seen) > before, timeout)
+            assert seen[before][0] == "join", seen
+            run.peer_ids[name] = seen[before][1]
+    elif do == "unmember":
+        name = step["name"]
+        conn = run.peer_ids.get(name)
+        heard = next((events for events in run.presence.values() if any(c == conn for _, c in events)), [])
+        before = len(heard)
+        await run.peers[name].aclose()
+        if step.get("leave_seen"):
+            assert conn is not None, f"{name}'s join was not seen"
+            await until(f"the leave of {name}", lambda: len(heard) > before, timeout)
+            assert heard[before] == ("leave", conn), heard
+    elif do == "await_members":
+        subject, count = step["subject"], step["count"]
+        members = run.lists[subject]
+        deadline = asyncio.get_running_loop().time() + timeout
+        async with AsyncApiClient(run.nodes[step["node"]].api) as api:
+            while True:
+                ids: List[str] = []
+                cursor: Optional[str] = None
+                while True:
+                    page = await api.presence(subject, cursor=cursor, limit=2)
+                    ids += [m.conn for m in page.members]
+                    if page.next is None:
+                        break
+                    cursor = page.next
+                held = sorted(members.members)
+                if members.synced and len(ids) == count and held == sorted(ids):
+                    return
+                assert asyncio.get_running_loop().time() < deadline, f"{subject}: {held} never matched the node's {sorted(ids)} of {count}"
+                await asyncio.sleep(0.01)
+    elif do == "await_resynced":
+        subject = step["subject"]
+        at = run.syncs_at_cut.get(subject, 0)
+        await until(f"a new snapshot of {subject}", lambda: run.syncs.get(subject, 0) > at, timeout)
+    elif do == "presence_stats":
+        stats = await run.c.presence_stats(step["subject"])
+        assert (stats.connections, stats.users) == (step["connections"], step["users"]), stats
 
 
 async def _history(run: Run, step: Dict[str, Any]) -> None:
@@ -301,6 +413,10 @@ def _check(run: Run) -> None:
         assert len(run.errors) == expect["errors"], run.errors
     for counter in expect.get("counters_zero", []):
         assert getattr(run.c.counters, counter) == 0, counter
+    names = {conn: name for name, conn in run.peer_ids.items()}
+    for subject, wanted in expect.get("presence_events", {}).items():
+        got = [f"{kind} {names.get(conn, conn)}" for kind, conn in run.presence.get(subject, [])[: len(wanted)]]
+        assert got == wanted, f"{subject}: the first joins and leaves"
 
 
 @pytest.mark.parametrize("path", _scenario_files(), ids=lambda p: p.stem)

@@ -14,7 +14,7 @@ from typing import Any, AsyncIterator, Dict, List, Optional
 import pytest
 from harness import FakeConnection, FakeNode, hs256, until
 
-from myriad import Client, ClientCause, MyriadError, Publication, RetryEvent, ServerError, StateEvent, UnauthorizedError
+from myriad import Client, ClientCause, MemberList, MyriadError, Publication, RetryEvent, ServerError, StateEvent, UnauthorizedError
 from myriad import TimeoutError as MyriadTimeout
 
 
@@ -548,3 +548,29 @@ async def test_an_attempt_not_connected_within_timeout_is_abandoned(fake: FakeNo
     await asyncio.wait_for(conn.closed.wait(), 5)
     await fake.accept()  # the next attempt
     c.close()
+
+
+async def test_member_list_keeps_a_join_read_just_after_a_page_without_it(fake: FakeNode) -> None:
+    c = make(fake.url)
+    c.connect()
+    conn = await fake.accept()
+    sub = c.subscribe("live.1")
+    members = MemberList(c, sub, limit=2)
+    f = await conn.recv()
+    assert f["op"] == "subscribe"
+    await conn.send({"op": "subscribed", "id": f["id"], "subject": "live.1", "epoch": "00000000000000e1", "offset": 0})
+    first = await conn.recv()
+    assert first["op"] == "presence" and "cursor" not in first and first["limit"] == 2
+    m = [{"conn": x, "user": None} for x in ("a", "c", "d")]
+    await conn.send({"op": "presence", "id": first["id"], "subject": "live.1", "members": m[:2], "next": "c"})
+    second = await conn.recv()
+    assert second["cursor"] == "c"
+    # Page two does not hold e, whose join, in its range, comes right after it.
+    await conn.send({"op": "presence", "id": second["id"], "subject": "live.1", "members": m[2:], "next": None})
+    await conn.send({"op": "join", "subject": "live.1", "member": {"conn": "e", "user": "7"}})
+    await until("synced with the join", lambda: members.synced and "e" in members.members)
+    await conn.send({"op": "leave", "subject": "live.1", "member": {"conn": "a", "user": None}})
+    await until("the leave applied", lambda: "a" not in members.members)
+    assert sorted(members.members) == ["c", "d", "e"] and members.members["e"].user == "7"
+    members.stop()
+    await c.aclose()

@@ -8,14 +8,18 @@
  */
 
 import assert from "node:assert/strict";
-import { readdirSync, readFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { test } from "node:test";
+import { ApiClient } from "../../src/api.js";
 import { Client, type ClientEvents, type ClientOptions } from "../../src/client.js";
-import type { MyriadError } from "../../src/errors.js";
-import type { Position, Publication } from "../../src/protocol.js";
+import { PresenceFullError, type MyriadError } from "../../src/errors.js";
+import { MemberList } from "../../src/presence.js";
+import type { Position, PresenceEvent, Publication } from "../../src/protocol.js";
 import type { Discontinuity, Subscription } from "../../src/subscription.js";
-import { hs256, Proxy, publish, startNode, startRedis, until, WS, type Node, type Redis } from "./harness.js";
+import { hs256, Proxy, publish, startNode, startRedis, until, WS, WS_PLAIN, type Node, type Redis } from "./harness.js";
 
 // From build/test/integration/ (where the compiled runner lives) to clients/conformance/scenarios.
 const SCENARIOS = fileURLToPath(new URL("../../../../conformance/scenarios/", import.meta.url));
@@ -46,17 +50,25 @@ type Step =
   | { do: "kill"; node: string }
   | { do: "start"; node: string }
   | { do: "retarget"; proxy: string; node: string }
-  | { do: "sleep"; seconds: number };
+  | { do: "sleep"; seconds: number }
+  | { do: "cut"; proxy: string }
+  | { do: "track_members"; subject: string; limit?: number }
+  | { do: "member"; name: string; node: string; subject: string; join_seen?: boolean; refused?: string; timeout?: number }
+  | { do: "unmember"; name: string; leave_seen?: boolean; timeout?: number }
+  | { do: "await_members"; node: string; subject: string; count: number; timeout?: number }
+  | { do: "await_resynced"; subject: string; timeout?: number }
+  | { do: "presence_stats"; subject: string; connections: number; users: number };
 interface Scenario {
   name: string;
   redis?: boolean;
-  nodes: Record<string, { args: string[]; start?: boolean }>;
+  nodes: Record<string, { args: string[]; start?: boolean; config?: string }>;
   proxies: Record<string, string>;
   client: {
     urls: string[];
     min_reconnect_delay: number;
     max_reconnect_delay: number;
     get_token?: { secret: string; claims: Record<string, unknown>; ttl: number };
+    permessage_deflate?: boolean;
   };
   steps: Step[];
   expect: {
@@ -73,6 +85,7 @@ interface Scenario {
     server_held?: string[];
     errors?: number;
     counters_zero?: Array<keyof typeof COUNTERS>;
+    presence_events?: Record<string, string[]>;
   };
 }
 
@@ -95,6 +108,14 @@ class Run {
   cuts = 0;
   client: Client | null = null;
   cleanup: Array<() => Promise<void> | void> = [];
+  /** Per subject: the client's join and leave events, in the order they came. */
+  presence = new Map<string, Array<{ kind: string; conn: string }>>();
+  /** The second clients of `member` steps, by name, with their member id once a join named it. */
+  peers = new Map<string, { client: Client; conn?: string }>();
+  lists = new Map<string, MemberList>();
+  /** Snapshots MemberList finished per subject, and how many there were at the last `cut`. */
+  syncs = new Map<string, number>();
+  syncsAtCut = new Map<string, number>();
 
   constructor(readonly scenario: Scenario) {}
 
@@ -119,7 +140,15 @@ class Run {
 
   async startNode(name: string): Promise<void> {
     const redisUrl = this.redis?.url ?? "${redis}";
-    const node = await startNode(this.scenario.nodes[name]!.args.map((a) => a.replaceAll("${redis}", redisUrl)));
+    const spec = this.scenario.nodes[name]!;
+    const args = spec.args.map((a) => a.replaceAll("${redis}", redisUrl));
+    if (spec.config !== undefined) {
+      const dir = mkdtempSync(join(tmpdir(), "myriad-scenario-"));
+      this.cleanup.push(() => rmSync(dir, { recursive: true, force: true }));
+      writeFileSync(join(dir, "myriad.toml"), spec.config);
+      args.push("--config", join(dir, "myriad.toml"));
+    }
+    const node = await startNode(args);
     this.cleanup.push(() => node.kill());
     this.nodes.set(name, node);
     this.names.set(node.url, name);
@@ -136,7 +165,7 @@ class Run {
   makeClient(): Client {
     const spec = this.scenario.client;
     const options: ClientOptions = {
-      WebSocket: WS,
+      WebSocket: spec.permessage_deflate === false ? WS_PLAIN : WS,
       minReconnectDelay: spec.min_reconnect_delay * 1000,
       maxReconnectDelay: spec.max_reconnect_delay * 1000,
     };
@@ -167,6 +196,90 @@ class Run {
     this.events.set(sub.subject, events);
     sub.on("publication", (publication) => events.push({ publication }));
     sub.on("discontinuity", (discontinuity) => events.push({ discontinuity }));
+    const presence = this.presence.get(sub.subject) ?? [];
+    this.presence.set(sub.subject, presence);
+    const note = (kind: string) => (e: PresenceEvent) => presence.push({ kind, conn: e.member.conn });
+    sub.on("join", note("join"));
+    sub.on("leave", note("leave"));
+  }
+
+  /** The presence steps of the README: second clients, MemberList, and the node's own list. */
+  async presenceStep(step: Extract<Step, { do: "member" | "unmember" | "track_members" | "await_members" | "await_resynced" | "presence_stats" }>, timeout: number): Promise<void> {
+    switch (step.do) {
+      case "track_members": {
+        const list = new MemberList(this.c, this.subscription(step.subject), step.limit);
+        list.on("synced", () => this.syncs.set(step.subject, (this.syncs.get(step.subject) ?? 0) + 1));
+        list.on("error", (e) => this.errors.push(e));
+        this.cleanup.push(() => list.stop());
+        this.lists.set(step.subject, list);
+        return;
+      }
+      case "member": {
+        const peer = new Client(this.nodes.get(step.node)!.url, { WebSocket: this.scenario.client.permessage_deflate === false ? WS_PLAIN : WS });
+        this.cleanup.push(() => peer.close());
+        const entry: { client: Client; conn?: string } = { client: peer };
+        this.peers.set(step.name, entry);
+        const seen = this.presence.get(step.subject) ?? [];
+        const before = seen.length;
+        peer.connect();
+        const sub = peer.subscribe(step.subject);
+        if (step.refused) {
+          const error = await sub.ready(timeout).then(() => assert.fail(`${step.name} subscribed over the cap`), (e: unknown) => e);
+          assert.ok(error instanceof PresenceFullError, String(error));
+          assert.equal(error.code, step.refused);
+          assert.equal(error.subject, step.subject);
+          return;
+        }
+        await sub.ready(timeout);
+        if (step.join_seen) {
+          await until(`the join of ${step.name}`, () => seen.length > before, timeout);
+          assert.equal(seen[before]!.kind, "join");
+          entry.conn = seen[before]!.conn;
+        }
+        return;
+      }
+      case "unmember": {
+        const peer = this.peers.get(step.name)!;
+        const seen = [...this.presence.values()].find((events) => events.some((e) => e.conn === peer.conn));
+        const before = seen?.length ?? 0;
+        peer.client.close();
+        if (step.leave_seen) {
+          assert.ok(seen && peer.conn, `${step.name}'s join was not seen`);
+          await until(`the leave of ${step.name}`, () => seen.length > before, timeout);
+          assert.deepEqual(seen[before], { kind: "leave", conn: peer.conn });
+        }
+        return;
+      }
+      case "await_members": {
+        const list = this.lists.get(step.subject)!;
+        const api = new ApiClient(`http://${this.nodes.get(step.node)!.admin}`);
+        let node: string[] = [];
+        const deadline = Date.now() + timeout;
+        for (;;) {
+          node = [];
+          for (let cursor: string | undefined; ; ) {
+            const page = await api.presence(step.subject, { cursor, limit: 2 });
+            node.push(...page.members.map((m) => m.conn));
+            if (page.next === null) break;
+            cursor = page.next;
+          }
+          node.sort();
+          const held = [...list.members.keys()].sort();
+          if (list.synced && node.length === step.count && JSON.stringify(held) === JSON.stringify(node)) return;
+          if (Date.now() > deadline) assert.fail(`${step.subject}: the list ${JSON.stringify(held)} never matched the node's ${JSON.stringify(node)} of ${step.count}`);
+          await new Promise((r) => setTimeout(r, 10));
+        }
+      }
+      case "await_resynced": {
+        const at = this.syncsAtCut.get(step.subject) ?? 0;
+        return until(`a new snapshot of ${step.subject}`, () => (this.syncs.get(step.subject) ?? 0) > at, timeout);
+      }
+      case "presence_stats": {
+        const stats = await this.c.presenceStats(step.subject);
+        assert.deepEqual([stats.connections, stats.users], [step.connections, step.users], step.subject);
+        return;
+      }
+    }
   }
 
   /** The data of the subject's next publication: 0, 1, 2, … in publishing order. */
@@ -298,6 +411,17 @@ class Run {
       case "sleep":
         await new Promise((r) => setTimeout(r, step.seconds * 1000));
         return;
+      case "cut":
+        for (const [subject, n] of this.syncs) this.syncsAtCut.set(subject, n);
+        this.proxies.get(step.proxy)!.cut();
+        return;
+      case "track_members":
+      case "member":
+      case "unmember":
+      case "await_members":
+      case "await_resynced":
+      case "presence_stats":
+        return this.presenceStep(step, timeout);
       default:
         assert.fail(`unknown step ${(step as { do: string }).do}`);
     }
@@ -357,6 +481,11 @@ class Run {
     if (expect.opened) assert.deepEqual(this.opened, expect.opened);
     if (expect.errors !== undefined) assert.equal(this.errors.length, expect.errors, this.errors.map((e) => e.code).join(", "));
     for (const counter of expect.counters_zero ?? []) assert.equal(this.c.counters[COUNTERS[counter]], 0, counter);
+    for (const [subject, want] of Object.entries(expect.presence_events ?? {})) {
+      const names = new Map([...this.peers].map(([name, p]) => [p.conn, name]));
+      const got = (this.presence.get(subject) ?? []).slice(0, want.length).map((e) => `${e.kind} ${names.get(e.conn) ?? e.conn}`);
+      assert.deepEqual(got, want, `${subject}: the first joins and leaves`);
+    }
   }
 }
 

@@ -8,6 +8,7 @@ import assert from "node:assert/strict";
 import { afterEach, beforeEach, mock, test } from "node:test";
 import { Client, type ClientOptions } from "../../src/client.js";
 import { MyriadError, ServerError, TimeoutError, UnauthorizedError } from "../../src/errors.js";
+import { MemberList } from "../../src/presence.js";
 import type { Discontinuity } from "../../src/subscription.js";
 import { FakeServer, type FakeSocket, type Frame, fakeToken, fakeWindow, flush } from "../fake.js";
 
@@ -754,4 +755,41 @@ test("the transport that got through is remembered for the page's session, and a
   } finally {
     delete g.sessionStorage;
   }
+});
+
+test("MemberList: a join read just after a page that does not hold it stays; pages replace only the ids they cover; a reconnect starts empty", async () => {
+  const { server, client } = setup();
+  const answer = answering();
+  const m = (conn: string) => ({ conn, user: null });
+  const join = (conn: string) => ({ op: "join", subject: "live.1", member: m(conn) });
+  server.onCommand = (socket, f) => {
+    if (f.op !== "presence") return answer(socket, f);
+    // Page one holds a and c; the join of e, in page two's range, is read
+    // in the same turn as page two's answer, which does not hold it (as
+    // when both come in one chunk).
+    if (f.cursor === undefined) socket.push({ op: "presence", id: f.id, subject: "live.1", members: [m("a"), m("c")], next: "c" });
+    else {
+      socket.push({ op: "presence", id: f.id, subject: "live.1", members: [m("d")], next: null });
+      socket.push(join("e"));
+    }
+  };
+  client.connect();
+  const sub = client.subscribe("live.1");
+  const list = new MemberList(client, sub, 2);
+  let synced = 0;
+  list.on("synced", () => synced++);
+  server.last.open();
+  await flush();
+  assert.equal(synced, 1);
+  assert.deepEqual([...list.members.keys()].sort(), ["a", "c", "d", "e"]);
+  server.last.push({ op: "leave", subject: "live.1", member: m("a") });
+  assert.deepEqual([...list.members.keys()].sort(), ["c", "d", "e"]);
+  // A lost connection: the list starts again from empty on the next `subscribed`.
+  server.last.end(1006);
+  mock.timers.tick(250);
+  server.last.open();
+  await flush();
+  assert.equal(synced, 2);
+  assert.deepEqual([...list.members.keys()].sort(), ["a", "c", "d", "e"]);
+  list.stop();
 });

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
+import { PresenceFullError, ServerError, serverError } from "../../src/errors.js";
 import { judge, mayReconnect, parseServerMessage } from "../../src/protocol.js";
 import { refreshDelay, tokenExp } from "../../src/token.js";
 import { fakeToken } from "../fake.js";
@@ -52,4 +53,18 @@ test("the refresh comes min(30 s, half the remaining life) before exp", () => {
   assert.equal(refreshDelay(3600, 0), 3_570_000);
   assert.equal(refreshDelay(4, 0), 2_000);
   assert.equal(refreshDelay(10, 20_000), 0, "already expired: at once");
+});
+
+test("join and leave need a subject and a member with a conn; presence_full is typed", () => {
+  const join = '{"op":"join","subject":"live.1","member":{"conn":"n1.w0.s3.l1","user":"42","info":{"a":1}}}';
+  assert.deepEqual(parseServerMessage(join), JSON.parse(join));
+  assert.equal(typeof parseServerMessage('{"op":"leave","subject":"live.1","member":{"conn":"x","user":null}}'), "object");
+  for (const text of ['{"op":"join","subject":"a"}', '{"op":"leave","subject":"a","member":{"user":"1"}}', '{"op":"join","member":{"conn":"x"}}', '{"op":"join","subject":"a","member":null}']) {
+    assert.equal(parseServerMessage(text), JSON.parse(text).op, `${text}: only its op`);
+  }
+  const full = serverError({ code: "presence_full", message: "room.1 is full", subject: "room.1" });
+  assert.ok(full instanceof PresenceFullError && full instanceof ServerError);
+  assert.equal(full.subject, "room.1");
+  assert.equal(full.code, "presence_full");
+  assert.ok(!(serverError({ code: "forbidden", message: "no" }) instanceof PresenceFullError));
 });

@@ -6,8 +6,8 @@ docs/protocol.md what travels on the wire.
 - ``myriad.api``: ``ApiClient`` and ``AsyncApiClient``, a backend's calls to
   the admin listener's HTTP API."""
 
-from ._errors import MyriadError, ServerError, TimeoutError, UnauthorizedError
-from ._protocol import Position, Publication
+from ._errors import MyriadError, PresenceFullError, ServerError, TimeoutError, UnauthorizedError
+from ._protocol import Member, Position, PresenceEvent, PresencePage, PresenceStats, Publication
 from .client import (
     Client,
     ClientCause,
@@ -18,6 +18,7 @@ from .client import (
     RetryEvent,
     StateEvent,
 )
+from .presence import MemberList
 from .subscription import (
     Discontinuity,
     Subscription,
@@ -33,8 +34,14 @@ __all__ = [
     "Counters",
     "Discontinuity",
     "HistoryResult",
+    "Member",
+    "MemberList",
     "MyriadError",
     "Position",
+    "PresenceEvent",
+    "PresenceFullError",
+    "PresencePage",
+    "PresenceStats",
     "Publication",
     "PublishResult",
     "RetryEvent",

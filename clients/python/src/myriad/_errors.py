@@ -4,6 +4,8 @@ Application code switches on ``code``, never on the message."""
 
 from __future__ import annotations
 
+from typing import Any, Dict
+
 
 class MyriadError(Exception):
     """Every error of the SDK. ``code`` is stable; ``message`` is for humans."""
@@ -16,6 +18,24 @@ class MyriadError(Exception):
 
 class ServerError(MyriadError):
     """The node answered a command with ``error``; ``code`` is the node's own."""
+
+
+class PresenceFullError(ServerError):
+    """``presence_full``: a subscribe to a presence subject that already holds
+    its namespace's ``presence_max_members`` members. The subscription goes
+    to ``unsubscribed`` with this error; subscribe again once members leave."""
+
+    def __init__(self, subject: str, message: str) -> None:
+        super().__init__("presence_full", message)
+        self.subject = subject
+
+
+def server_error(m: Dict[str, Any]) -> ServerError:
+    """The node's ``error`` answer as a typed error: ``presence_full`` gets its own class."""
+    message = str(m.get("message", m["code"]))
+    if m["code"] == "presence_full":
+        return PresenceFullError(str(m.get("subject", "")), message)
+    return ServerError(m["code"], message)
 
 
 class TimeoutError(MyriadError):  # noqa: A001 - the spec's name; not the builtin

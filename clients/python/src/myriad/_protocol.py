@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Dict, Literal, Optional, Tuple, Union
+from typing import Any, Dict, List, Literal, Optional, Tuple, Union
 
 # A parsed server message: a JSON object with a known op and the fields it needs.
 Message = Dict[str, Any]
@@ -31,7 +31,60 @@ class Publication:
     data: Any
 
 
-KNOWN_OPS = frozenset({"msg", "subscribed", "error", "ok", "pong", "history"})
+@dataclass(frozen=True)
+class Member:
+    """A member of a presence subject (docs/protocol.md, "Presence"): one
+    connection. ``conn`` is its id, unique in the cluster while it lives;
+    ``user`` None when anonymous; ``info`` the token's claim, None without."""
+
+    conn: str
+    user: Optional[str]
+    info: Any = None
+
+
+@dataclass(frozen=True)
+class PresenceEvent:
+    """A ``join`` or ``leave`` of a subject's presence."""
+
+    subject: str
+    member: Member
+
+
+def member(m: Dict[str, Any]) -> Member:
+    """A member object of the wire (checked by ``parse_server_message`` or the API's answer)."""
+    return Member(m["conn"], m.get("user"), m.get("info"))
+
+
+@dataclass(frozen=True)
+class PresencePage:
+    """One page of a presence subject's members, in member-id order."""
+
+    subject: str
+    members: List[Member]
+    # The cursor of the next page; None on the last.
+    next: Optional[str]
+
+
+@dataclass(frozen=True)
+class PresenceStats:
+    """A presence subject's exact counts."""
+
+    subject: str
+    connections: int
+    users: int
+
+
+def presence_page(subject: str, m: Message) -> PresencePage:
+    """A ``presence`` answer (command or API) as a page."""
+    return PresencePage(subject, [member(x) for x in m.get("members") or []], m.get("next"))
+
+
+def presence_stats(subject: str, m: Message) -> PresenceStats:
+    """A ``presence_stats`` answer (command or API) as counts."""
+    return PresenceStats(subject, int(m["connections"]), int(m["users"]))
+
+
+KNOWN_OPS = frozenset({"msg", "subscribed", "error", "ok", "pong", "history", "presence", "presence_stats", "join", "leave"})
 
 # 4501 token_expired: get a new token before reconnecting.
 TOKEN_EXPIRED = 4501
@@ -85,7 +138,10 @@ def parse_server_message(text: Any) -> Tuple[Optional[Message], Optional[str]]:
         )
     elif op == "error":
         ok = isinstance(value.get("code"), str)
-    elif op in ("ok", "pong", "history"):
+    elif op in ("join", "leave"):
+        m = value.get("member")
+        ok = isinstance(value.get("subject"), str) and isinstance(m, dict) and isinstance(m.get("conn"), str)
+    elif op in ("ok", "pong", "history", "presence", "presence_stats"):
         ok = True
     else:
         return None, op

@@ -29,6 +29,7 @@ import httpx
 from ._backoff import backoff
 from ._errors import MyriadError
 from ._protocol import Position, Publication
+from ._protocol import PresencePage, PresenceStats, presence_page, presence_stats
 from .client import HistoryResult, _history_result
 
 
@@ -288,6 +289,20 @@ def _calls_publish_as(user: int, data: Any, retry_unknown: bool) -> _Call:
     )
 
 
+def _calls_presence(subject: str, cursor: Optional[str], limit: Optional[int]) -> _Call:
+    params: Dict[str, Any] = {"subject": subject}
+    if cursor is not None:
+        params["cursor"] = cursor
+    if limit is not None:
+        params["limit"] = limit
+    return _Call("GET", "/api/presence", lambda m: presence_page(subject, m), _read_safe, params=params, idempotent=True)
+
+
+def _calls_presence_stats(subject: str) -> _Call:
+    params: Dict[str, Any] = {"subject": subject}
+    return _Call("GET", "/api/presence_stats", lambda m: presence_stats(subject, m), _read_safe, params=params, idempotent=True)
+
+
 def _calls_history(subject: str, limit: Optional[int], since: Optional[Position]) -> _Call:
     params: Dict[str, Any] = {"subject": subject}
     if limit is not None:
@@ -408,6 +423,16 @@ class ApiClient(_Base):
         out: HistoryResult = self._do(_calls_history(subject, limit, since))
         return out
 
+    def presence(self, subject: str, *, cursor: Optional[str] = None, limit: Optional[int] = None) -> PresencePage:
+        """One page of ``subject``'s presence members, those after ``cursor`` (the previous page's ``next``)."""
+        out: PresencePage = self._do(_calls_presence(subject, cursor, limit))
+        return out
+
+    def presence_stats(self, subject: str) -> PresenceStats:
+        """``subject``'s presence counts: connections and distinct users, exact."""
+        out: PresenceStats = self._do(_calls_presence_stats(subject))
+        return out
+
     def history_pages(self, subject: str, since: Position, *, limit: Optional[int] = None) -> Iterator[Publication]:
         """Every publication after ``since`` still in history, page by page
         (each page from the last one received). Raises ``MyriadError``
@@ -502,6 +527,14 @@ class AsyncApiClient(_Base):
 
     async def history(self, subject: str, *, limit: Optional[int] = None, since: Optional[Position] = None) -> HistoryResult:
         out: HistoryResult = await self._do(_calls_history(subject, limit, since))
+        return out
+
+    async def presence(self, subject: str, *, cursor: Optional[str] = None, limit: Optional[int] = None) -> PresencePage:
+        out: PresencePage = await self._do(_calls_presence(subject, cursor, limit))
+        return out
+
+    async def presence_stats(self, subject: str) -> PresenceStats:
+        out: PresenceStats = await self._do(_calls_presence_stats(subject))
         return out
 
     async def history_pages(self, subject: str, since: Position, *, limit: Optional[int] = None) -> AsyncIterator[Publication]:

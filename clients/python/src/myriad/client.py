@@ -24,8 +24,22 @@ from websockets.asyncio.client import connect as ws_connect
 
 from ._backoff import backoff
 from ._emitter import Emitter
-from ._errors import MyriadError, ServerError, TimeoutError, UnauthorizedError
-from ._protocol import KNOWN_OPS, TOKEN_EXPIRED, Message, Position, Publication, may_reconnect, parse_server_message
+from ._errors import MyriadError, TimeoutError, UnauthorizedError, server_error
+from ._protocol import (
+    KNOWN_OPS,
+    TOKEN_EXPIRED,
+    Message,
+    Position,
+    PresenceEvent,
+    PresencePage,
+    PresenceStats,
+    Publication,
+    may_reconnect,
+    member,
+    parse_server_message,
+    presence_page,
+    presence_stats,
+)
 from ._token import refresh_delay, token_exp
 from .subscription import Subscription, SubscriptionCause
 
@@ -248,6 +262,45 @@ class Client(Emitter):
         if since is not None:
             frame["since"] = {"epoch": since.epoch, "offset": since.offset}
         return _then(self._command(frame), _history_result)
+
+    def presence(self, subject: str, cursor: Optional[str] = None, limit: Optional[int] = None) -> "asyncio.Future[PresencePage]":
+        """One page of ``subject``'s members: at most ``limit``, those after
+        ``cursor`` (the previous page's ``next``). For a member list kept
+        exact by join/leave events, see ``MemberList``."""
+        frame: Dict[str, Any] = {"op": "presence", "subject": subject}
+        if cursor is not None:
+            frame["cursor"] = cursor
+        if limit is not None:
+            frame["limit"] = limit
+        return _then(self._command(frame), lambda m: presence_page(subject, m))
+
+    def _presence_page(
+        self,
+        subject: str,
+        cursor: Optional[str],
+        limit: Optional[int],
+        done: Callable[[Optional[PresencePage], Optional[MyriadError]], None],
+    ) -> None:
+        """``presence`` for ``MemberList``: ``done`` is called as the answer
+        is read, before any later message of the connection. An awaited
+        future resumes only after the read loop has gone on, so a join read
+        just after the page would be applied before it."""
+        frame: Dict[str, Any] = {"op": "presence", "subject": subject}
+        if cursor is not None:
+            frame["cursor"] = cursor
+        if limit is not None:
+            frame["limit"] = limit
+
+        def then(m: Optional[Message], error: Optional[MyriadError]) -> None:
+            done(presence_page(subject, m) if m is not None and error is None else None, error)
+
+        future = self._command(frame, then)
+        # Its outcome went to `done`; retrieved so asyncio does not report it.
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+    def presence_stats(self, subject: str) -> "asyncio.Future[PresenceStats]":
+        """``subject``'s presence counts: connections and distinct users, exact."""
+        return _then(self._command({"op": "presence_stats", "subject": subject}), lambda m: presence_stats(subject, m))
 
     # ---- the subscriptions' side
 
@@ -563,7 +616,7 @@ class Client(Emitter):
         self._next_id += 1
         return id_
 
-    def _command(self, frame: Dict[str, Any]) -> "asyncio.Future[Message]":
+    def _command(self, frame: Dict[str, Any], then: Optional[Settle] = None) -> "asyncio.Future[Message]":
         """Sends ``frame`` with an id, buffered while connecting; settles on its answer or its timeout."""
         loop = asyncio.get_running_loop()
         future: "asyncio.Future[Message]" = loop.create_future()
@@ -578,6 +631,8 @@ class Client(Emitter):
             _cancel(p.timer)
             if p in self._buffer:
                 self._buffer.remove(p)
+            if then is not None and not future.done():
+                then(message, error)
             if future.done():
                 return
             if error is not None:
@@ -667,6 +722,11 @@ class Client(Emitter):
                 return
             self.counters.unexpected_publications += 1
             self._report("unexpected_publication", f"a publication for {subject}, which the client does not hold")
+        elif kind == "join" or kind == "leave":
+            # Events of a subject no longer held (or being left) are dropped.
+            sub = self._subs.get(message["subject"])
+            if sub is not None:
+                sub._presence_event(kind, PresenceEvent(message["subject"], member(message["member"])))
         elif kind == "subscribed":
             subject = message["subject"]
             sub = self._subs.get(subject)
@@ -690,11 +750,11 @@ class Client(Emitter):
             p = self._pending.pop(id_, None) if id_ is not None else None
             if p is not None:
                 if kind == "error":
-                    p.settle(None, ServerError(message["code"], str(message.get("message", message["code"]))))
+                    p.settle(None, server_error(message))
                 else:
                     p.settle(message, None)
             elif kind == "error":
-                self._emit("error", ServerError(message["code"], str(message.get("message", message["code"]))))
+                self._emit("error", server_error(message))
             elif id_ is None or id_ >= self._next_id:
                 self.counters.bad_messages += 1
                 self._report("bad_message", f"an answer to no command: {str(text)[:100]}")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, List, Literal, Optio
 
 from ._emitter import Emitter
 from ._errors import MyriadError, TimeoutError
-from ._protocol import Position, Publication, judge
+from ._protocol import Position, PresenceEvent, Publication, judge
 
 if TYPE_CHECKING:
     from .client import Client
@@ -98,6 +98,8 @@ class Subscription(Emitter):
     def on(self, name: Literal["publication"], listener: Callable[[Publication], Any]) -> Callable[[], None]: ...
     @overload
     def on(self, name: Literal["discontinuity"], listener: Callable[[Discontinuity], Any]) -> Callable[[], None]: ...
+    @overload
+    def on(self, name: Literal["join", "leave"], listener: Callable[[PresenceEvent], Any]) -> Callable[[], None]: ...
     def on(self, name: str, listener: Callable[[Any], Any]) -> Callable[[], None]:
         """Adds ``listener`` for the event ``name``; returns a function that removes it."""
         return self._add(name, listener)
@@ -194,6 +196,11 @@ class Subscription(Emitter):
         self._last = p
         self._emit("publication", p)
         return True
+
+    def _presence_event(self, kind: Literal["join", "leave"], event: PresenceEvent) -> None:
+        """A ``join`` or ``leave`` of this subject; taken only while subscribed."""
+        if self.state == "subscribed":
+            self._emit(kind, event)
 
     def _hole(self, cause: DiscontinuityCause, position: Position) -> None:
         previous = self.position
