@@ -36,6 +36,8 @@
 //!   [`heap`]: what its structures cost, counted one way everywhere.
 //! - [`sharded`]: state split over locks by key hash, with the one policy
 //!   for a poisoned lock.
+//! - [`hooks`]: lifecycle webhooks' delivery core (events, settings,
+//!   signature, the queue); not yet wired to the sessions.
 //!
 //! The modules stand in layers, none naming one above it
 //! (docs/architecture.md, "Layers inside the server crate"; kept by
@@ -52,6 +54,7 @@ pub mod fds;
 pub mod feeds;
 pub mod heap;
 pub mod history;
+pub mod hooks;
 pub mod hub;
 pub mod link;
 pub mod listener;

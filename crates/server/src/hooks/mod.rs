@@ -1,0 +1,18 @@
+//! Lifecycle webhooks (issue 29, item 2): what a hook event is, the hook
+//! settings and their checks, the request signature, and the delivery
+//! queue that holds, batches, orders and retries events.
+//!
+//! This module owns no socket and no thread: it is the pure core that a
+//! delivery task drives with the time and the receiver's answers. It must
+//! not name any other module of the crate (layer 1 in tests/layers.rs), so
+//! the sessions and the hub can feed it without a circle.
+
+pub mod event;
+pub mod queue;
+pub mod settings;
+pub mod sign;
+
+pub use event::{Event, EventKind, Key};
+pub use queue::{Batch, Outcome, Queue};
+pub use settings::{HookSettings, HookSettingsError};
+pub use sign::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
