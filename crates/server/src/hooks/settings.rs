@@ -12,7 +12,7 @@ use super::event::EventKind;
 pub const MIN_SECRET_LEN: usize = 32;
 
 /// Where and how lifecycle events are delivered.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct HookSettings {
     /// `hook_url`: the receiver, `http://` or `https://` only.
     pub url: String,
@@ -41,6 +41,23 @@ pub struct HookSettings {
 
 /// The longest wait between two tries of one batch.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+impl std::fmt::Debug for HookSettings {
+    /// Everything but the secret, which no log may show.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HookSettings")
+            .field("url", &self.url)
+            .field("secret", &format_args!("<{} bytes>", self.secret.len()))
+            .field("events", &self.events)
+            .field("delay", &self.delay)
+            .field("batch_window", &self.batch_window)
+            .field("batch_size", &self.batch_size)
+            .field("queue_bound", &self.queue_bound)
+            .field("retry_bound", &self.retry_bound)
+            .field("backoff", &self.backoff)
+            .finish()
+    }
+}
 
 impl HookSettings {
     /// The settings with every default, for `url` and `secret`.
