@@ -2,16 +2,19 @@
 //! settings and their checks, the request signature, and the delivery
 //! queue that holds, batches, orders and retries events.
 //!
-//! This module owns no socket and no thread: it is the pure core that a
-//! delivery task drives with the time and the receiver's answers. It must
+//! The queue owns no socket and no thread: it is the pure core that the
+//! delivery task (`deliver.rs`, its one thread) drives with the time and
+//! the receiver's answers. It must
 //! not name any other module of the crate (layer 1 in tests/layers.rs), so
 //! the sessions and the hub can feed it without a circle.
 
+pub mod deliver;
 pub mod event;
 pub mod queue;
 pub mod settings;
 pub mod sign;
 
+pub use deliver::{Hooks, Snapshot};
 pub use event::{Event, EventKind, Key};
 pub use queue::{Batch, Outcome, Queue};
 pub use settings::{HookSettings, HookSettingsError};
