@@ -1,10 +1,13 @@
 //! The delivery task: one thread running a tokio current-thread runtime
-//! that takes events from the node through a bounded channel, drives the
+//! that takes signals from the workers and the hub through a bounded
+//! channel, turns them into events with its [`Lifecycle`], drives the
 //! [`Queue`], and POSTs each batch, signed, to `hook_url`.
 //!
-//! Whoever reports an event never waits: [`Hooks::report`] is a
-//! `try_send`, and an event that finds the channel full is dropped and
-//! counted like one over the queue's bound. Batches go one at a time, each
+//! Whoever reports never waits: [`Hooks::signal`] is a `try_send`, and a
+//! signal that finds the channel full is dropped and counted like an event
+//! over the queue's bound (a dropped `Disconnected` then leaves its user
+//! online on this node until the node restarts: the channel holds
+//! `hook_queue` signals, so only a task that far behind loses one). Batches go one at a time, each
 //! on a connection of its own, within [`REQUEST_TIMEOUT`]. Only `http://`
 //! is sent so far; an `https://` URL is refused by [`Hooks::start`] until
 //! the TLS client is added.
@@ -18,7 +21,7 @@ use http_body_util::Full;
 use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc;
 
-use super::event::Event;
+use super::lifecycle::{Lifecycle, Signal};
 use super::queue::{Counts, Outcome, Queue};
 use super::settings::HookSettings;
 use super::sign::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
@@ -37,11 +40,11 @@ pub struct Snapshot {
 
 /// The node's handle on the delivery task.
 pub struct Hooks {
-    events: mpsc::Sender<Event>,
+    signals: mpsc::Sender<Signal>,
     /// The queue's counts as of its last change; the lock is only taken to
     /// copy a `Snapshot` in or out, never across an `.await`.
     snapshot: Arc<Mutex<Snapshot>>,
-    /// Events refused because the channel to the task was full.
+    /// Signals refused because the channel to the task was full.
     refused_full: Arc<AtomicU64>,
 }
 
@@ -62,8 +65,9 @@ struct Target {
 }
 
 impl Hooks {
-    /// Starts the delivery thread for checked `settings`.
-    pub fn start(settings: HookSettings) -> Result<Hooks, StartError> {
+    /// Starts the delivery thread for checked `settings`; `node` names
+    /// this node in every event and its ids.
+    pub fn start(settings: HookSettings, node: &str) -> Result<Hooks, StartError> {
         let uri: hyper::Uri = settings
             .url
             .parse()
@@ -82,7 +86,8 @@ impl Hooks {
                 .path_and_query()
                 .map_or("/".to_owned(), |p| p.as_str().to_owned()),
         };
-        let (events, inbox) = mpsc::channel(settings.queue_bound);
+        let (signals, inbox) = mpsc::channel(settings.queue_bound);
+        let lifecycle = Lifecycle::new(node);
         let snapshot = Arc::new(Mutex::new(Snapshot::default()));
         let shared = Arc::clone(&snapshot);
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -91,19 +96,19 @@ impl Hooks {
             .map_err(StartError::Thread)?;
         std::thread::Builder::new()
             .name("myriad-hooks".into())
-            .spawn(move || runtime.block_on(run(settings, target, inbox, shared)))
+            .spawn(move || runtime.block_on(run(settings, target, lifecycle, inbox, shared)))
             .map_err(StartError::Thread)?;
         Ok(Hooks {
-            events,
+            signals,
             snapshot,
             refused_full: Arc::new(AtomicU64::new(0)),
         })
     }
 
-    /// Hands an event to the task without waiting; a full channel drops
+    /// Hands a signal to the task without waiting; a full channel drops
     /// it and counts it as `dropped_full`.
-    pub fn report(&self, event: Event) {
-        if self.events.try_send(event).is_err() {
+    pub fn signal(&self, signal: Signal) {
+        if self.signals.try_send(signal).is_err() {
             self.refused_full.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -116,12 +121,13 @@ impl Hooks {
     }
 }
 
-/// The task: wait for an event or the queue's next due time, send what is
+/// The task: wait for a signal or the queue's next due time, send what is
 /// due, repeat until the node drops its [`Hooks`].
 async fn run(
     settings: HookSettings,
     target: Target,
-    mut inbox: mpsc::Receiver<Event>,
+    mut lifecycle: Lifecycle,
+    mut inbox: mpsc::Receiver<Signal>,
     snapshot: Arc<Mutex<Snapshot>>,
 ) {
     let secret = settings.secret.clone();
@@ -140,14 +146,25 @@ async fn run(
             }
         };
         tokio::select! {
-            event = inbox.recv() => match event {
-                Some(event) => queue.push(event, Instant::now()),
+            signal = inbox.recv() => match signal {
+                Some(signal) => {
+                    if let Some(event) = lifecycle.apply(signal, unix_millis()) {
+                        queue.push(event, Instant::now());
+                    }
+                }
                 None => return,
             },
             () = wait => {}
         }
         publish(&queue, &snapshot);
     }
+}
+
+/// Milliseconds since the Unix epoch, an event's `time`.
+fn unix_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn publish(queue: &Queue, snapshot: &Mutex<Snapshot>) {

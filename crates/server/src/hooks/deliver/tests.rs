@@ -12,7 +12,6 @@ use ring::hmac;
 use serde_json::Value;
 
 use super::*;
-use crate::hooks::event::EventKind;
 
 const SECRET: &[u8; 32] = b"0123456789abcdef0123456789abcdef";
 
@@ -96,15 +95,8 @@ fn settings(url: &str) -> HookSettings {
     s
 }
 
-fn online(user: &str, id: u64) -> Event {
-    Event {
-        id: format!("n1-{id}"),
-        kind: EventKind::Online,
-        time: id,
-        subject: None,
-        user: Some(user.to_owned()),
-        node: "n1".to_owned(),
-    }
+fn online(user: &str) -> Signal {
+    Signal::Connected(user.to_owned())
 }
 
 fn next(taken: &std_mpsc::Receiver<Taken>) -> Taken {
@@ -129,14 +121,17 @@ fn wait_for(hooks: &Hooks, done: impl Fn(&Snapshot) -> bool) -> Snapshot {
 #[test]
 fn a_signed_batch_reaches_the_receiver_as_documented() {
     let (url, taken) = receiver(vec![]);
-    let hooks = Hooks::start(settings(&url)).unwrap();
-    hooks.report(online("ann", 1));
+    let hooks = Hooks::start(settings(&url), "n1").unwrap();
+    hooks.signal(online("ann"));
+    let before = unix_millis();
     let request = next(&taken);
     assert!(request.verified);
+    let time = request.body["events"][0]["time"].as_u64().unwrap();
+    assert!(time >= before && time <= unix_millis(), "{time}");
     assert_eq!(
         request.body,
         serde_json::json!({"events": [
-            {"id": "n1-1", "type": "online", "time": 1, "user": "ann", "node": "n1"}
+            {"id": "n1-1", "type": "online", "time": time, "user": "ann", "node": "n1"}
         ]})
     );
     let snapshot = wait_for(&hooks, |s| s.counts.sent == 1);
@@ -146,27 +141,27 @@ fn a_signed_batch_reaches_the_receiver_as_documented() {
 #[test]
 fn a_500_then_200_is_retried_and_delivered_once() {
     let (url, taken) = receiver(vec![500]);
-    let hooks = Hooks::start(settings(&url)).unwrap();
-    hooks.report(online("ann", 1));
+    let hooks = Hooks::start(settings(&url), "n1").unwrap();
+    hooks.signal(online("ann"));
     let (first, second) = (next(&taken), next(&taken));
     assert_eq!((first.status, second.status), (500, 200));
     assert_eq!(first.body, second.body, "a retry repeats the same ids");
     let snapshot = wait_for(&hooks, |s| s.counts.sent == 1);
     assert_eq!(snapshot.counts.retried, 1);
     // Nothing more goes: a later event is the next request.
-    hooks.report(online("bob", 2));
+    hooks.signal(online("bob"));
     assert_eq!(next(&taken).body["events"][0]["id"], "n1-2");
 }
 
 #[test]
 fn a_400_is_not_retried_but_counted() {
     let (url, taken) = receiver(vec![400]);
-    let hooks = Hooks::start(settings(&url)).unwrap();
-    hooks.report(online("ann", 1));
+    let hooks = Hooks::start(settings(&url), "n1").unwrap();
+    hooks.signal(online("ann"));
     assert_eq!(next(&taken).status, 400);
     let snapshot = wait_for(&hooks, |s| s.counts.dropped_refused == 1);
     assert_eq!((snapshot.counts.retried, snapshot.counts.sent), (0, 0));
-    hooks.report(online("bob", 2));
+    hooks.signal(online("bob"));
     assert_eq!(next(&taken).body["events"][0]["id"], "n1-2");
 }
 
@@ -177,16 +172,51 @@ fn no_receiver_is_retried_within_the_bound_then_dropped() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         format!("http://{}/hooks", listener.local_addr().unwrap())
     };
-    let hooks = Hooks::start(settings(&url)).unwrap();
-    hooks.report(online("ann", 1));
+    let hooks = Hooks::start(settings(&url), "n1").unwrap();
+    hooks.signal(online("ann"));
     let snapshot = wait_for(&hooks, |s| s.counts.dropped_retries == 1);
     assert_eq!((snapshot.counts.retried, snapshot.queued), (3, 0));
 }
 
 #[test]
 fn https_is_refused_until_it_is_delivered() {
-    let error = Hooks::start(settings("https://127.0.0.1:9/hooks"))
+    let error = Hooks::start(settings("https://127.0.0.1:9/hooks"), "n1")
         .err()
         .unwrap();
     assert!(error.to_string().contains("only http://"), "{error}");
+}
+
+#[test]
+fn a_quick_return_sends_neither_offline_nor_a_second_online() {
+    let (url, taken) = receiver(vec![]);
+    let mut s = settings(&url);
+    s.delay = Duration::from_millis(200);
+    let hooks = Hooks::start(s, "n1").unwrap();
+    hooks.signal(online("ann"));
+    assert_eq!(next(&taken).body["events"][0]["type"], "online");
+    hooks.signal(Signal::Disconnected("ann".into()));
+    hooks.signal(online("ann"));
+    wait_for(&hooks, |s| s.counts.cancelled == 2 && s.queued == 0);
+    // A user who does not return goes offline once the delay is over.
+    let left = Instant::now();
+    hooks.signal(online("eve"));
+    hooks.signal(Signal::Disconnected("eve".into()));
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        for event in next(&taken).body["events"].as_array().unwrap() {
+            seen.push((event["user"].clone(), event["type"].clone()));
+        }
+    }
+    assert!(left.elapsed() >= Duration::from_millis(200));
+    assert_eq!(
+        seen,
+        [
+            ("eve".into(), "online".into()),
+            ("eve".into(), "offline".into())
+        ]
+    );
+    assert!(
+        taken.recv_timeout(Duration::from_millis(300)).is_err(),
+        "ann's offline went out"
+    );
 }
