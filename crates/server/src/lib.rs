@@ -36,8 +36,9 @@
 //!   [`heap`]: what its structures cost, counted one way everywhere.
 //! - [`sharded`]: state split over locks by key hash, with the one policy
 //!   for a poisoned lock.
-//! - [`hooks`]: lifecycle webhooks' delivery core (events, settings,
-//!   signature, the queue); not yet wired to the sessions.
+//! - [`hooks`]: lifecycle webhooks: events, settings, the signature, the
+//!   queue, the node-wide counts and the delivery thread; not yet started
+//!   by [`serve`] nor fed by the sessions and the hub.
 //!
 //! The modules stand in layers, none naming one above it
 //! (docs/architecture.md, "Layers inside the server crate"; kept by
