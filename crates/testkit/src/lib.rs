@@ -1,10 +1,13 @@
 //! Test support shared by myriad's crates: it owns real `redis-server`
 //! processes started on ephemeral loopback ports, so that the engine, the
 //! graph store and the cluster tests all talk to the real thing the same
-//! way (and no crate grows its own copy of this).
+//! way (and no crate grows its own copy of this), and a lifecycle-hook
+//! receiver ([`hook_receiver`]).
 //!
 //! Needs `redis-server` on `PATH` (scripts/install-test-deps.sh installs
 //! Debian's). Every server is killed when its [`RedisServer`] is dropped.
+
+pub mod hook_receiver;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
