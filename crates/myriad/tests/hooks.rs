@@ -1,11 +1,16 @@
-//! Lifecycle webhooks against the real binary (issue 29). So far: the
-//! hook settings a node cannot deliver with stop its start, with a message
-//! naming the setting; delivery to a real receiver comes with the slices
-//! that feed and send the queue.
+//! Lifecycle webhooks against the real binary (issue 29): the hook
+//! settings a node cannot deliver with stop its start, with a message
+//! naming the setting; a user's online and offline reach a real receiver
+//! (`myriad_testkit::hook_receiver`, written from docs/operations.md),
+//! signed, once each, and a quick reconnect sends neither.
 
 mod common;
 
-use common::refused_start;
+use std::time::{Duration, Instant};
+
+use common::{refused_start, Node};
+use myriad_testkit::hook_receiver::{HookReceiver, Taken};
+use serde_json::Value;
 
 const SECRET: &str = "0123456789abcdef0123456789abcdef";
 
@@ -51,4 +56,79 @@ fn an_unknown_hook_event_stops_the_start_naming_it() {
         stderr.contains("hook_events: unknown event \"gone\""),
         "{stderr}"
     );
+}
+
+/// A node delivering hooks to `receiver`, holding offline for `delay`,
+/// with users 7 to 10 in its follow graph (a `?user=` must be known).
+fn node_with_hooks(receiver: &HookReceiver, delay: &str) -> Node {
+    let node = Node::start(&[
+        "--workers",
+        "2",
+        "--hook-url",
+        receiver.url(),
+        "--hook-secret",
+        SECRET,
+        "--hook-delay",
+        delay,
+        "--hook-batch-window",
+        "10ms",
+    ]);
+    let body = r#"{"users":[7,8,9,10]}"#;
+    let (status, reply) = node.http("POST", "/api/users", &[], body);
+    assert_eq!(status, 200, "{reply}");
+    node
+}
+
+/// The (user, type) of every event in `request`, its signature checked.
+fn events(request: Taken) -> Vec<(String, String)> {
+    assert!(request.verified, "{:?}", request.body);
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    request.body["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (text(&e["user"]), text(&e["type"])))
+        .collect()
+}
+
+fn pair(user: &str, kind: &str) -> (String, String) {
+    (user.to_owned(), kind.to_owned())
+}
+
+#[test]
+fn a_user_goes_online_at_the_first_connection_and_offline_after_the_last() {
+    let receiver = HookReceiver::start(SECRET.as_bytes(), vec![]);
+    let node = node_with_hooks(&receiver, "300ms");
+    // Two connections of one user, likely on both workers.
+    let mut first = node.connect_path("/ws?user=7");
+    let mut second = node.connect_path("/ws?user=7");
+    assert_eq!(events(receiver.next()), [pair("7", "online")]);
+    first.close(None).unwrap();
+    let _ = first.flush();
+    // One connection left: no offline, even past the delay.
+    assert!(receiver.next_within(Duration::from_millis(900)).is_none());
+    let closed = Instant::now();
+    second.close(None).unwrap();
+    let _ = second.flush();
+    assert_eq!(events(receiver.next()), [pair("7", "offline")]);
+    assert!(
+        closed.elapsed() >= Duration::from_millis(300),
+        "held for hook_delay"
+    );
+}
+
+#[test]
+fn a_quick_reconnect_sends_neither_offline_nor_a_second_online() {
+    let receiver = HookReceiver::start(SECRET.as_bytes(), vec![]);
+    let node = node_with_hooks(&receiver, "2s");
+    let mut ws = node.connect_path("/ws?user=9");
+    assert_eq!(events(receiver.next()), [pair("9", "online")]);
+    ws.close(None).unwrap();
+    let _ = ws.flush();
+    let _again = node.connect_path("/ws?user=9");
+    // Past the delay and then some: nothing about user 9.
+    assert!(receiver.next_within(Duration::from_secs(3)).is_none());
+    // The node still delivers: another user's online arrives.
+    let _other = node.connect_path("/ws?user=10");
+    assert_eq!(events(receiver.next()), [pair("10", "online")]);
 }

@@ -37,8 +37,8 @@
 //! - [`sharded`]: state split over locks by key hash, with the one policy
 //!   for a poisoned lock.
 //! - [`hooks`]: lifecycle webhooks: events, settings, the signature, the
-//!   queue, the node-wide counts and the delivery thread; not yet started
-//!   by [`serve`] nor fed by the sessions and the hub.
+//!   queue, the node-wide counts and the delivery thread, which the
+//!   sessions tell of users' connections through [`shared`].
 //!
 //! The modules stand in layers, none naming one above it
 //! (docs/architecture.md, "Layers inside the server crate"; kept by
@@ -113,6 +113,8 @@ pub enum ServeError {
         addr: std::net::SocketAddr,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Hooks(#[from] hooks::deliver::StartError),
     #[error("cannot set up the event loop: {0}")]
     Poll(std::io::Error),
     #[error("cannot install signal handlers: {0}")]
@@ -199,6 +201,18 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let (hub, mailboxes) = Hub::new(wakers, config.mailbox_high_water);
     let redis_tls = config.redis_tls_files().load()?;
     let feeds = open_feeds(&config, Arc::clone(&hub), redis_tls.as_ref())?;
+    // Checked by `Config::validate`; the node names itself by its pid and
+    // start time, so event ids never repeat across its restarts.
+    let hooks = match config.hooks().expect("hook settings were checked") {
+        None => None,
+        Some(settings) => {
+            let started = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis());
+            let node = format!("{}-{started}", std::process::id());
+            Some(hooks::Hooks::start(settings, &node)?)
+        }
+    };
     let shared = Arc::new(Shared {
         auth,
         peers: peers::PeerCounts::default(),
@@ -214,6 +228,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         tls,
         config,
         baseline_rss_bytes: process::usage().rss_bytes,
+        hooks,
     });
 
     let mut threads = Vec::with_capacity(workers);

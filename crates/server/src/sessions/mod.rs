@@ -45,6 +45,7 @@ pub use auth::Credentials;
 
 use crate::auth::Access;
 use crate::engine::ConnRequest;
+use crate::hooks::Signal;
 use crate::hub::Wakeups;
 use crate::metrics::WorkerMetrics;
 use crate::publication::Publication;
@@ -164,6 +165,10 @@ impl Sessions {
         if let Some(identity) = &session.identity {
             let gone = self.request_of(id, None);
             self.shared.feeds.presence.remove(identity.user, &gone);
+            if identity.online {
+                self.shared
+                    .hook(Signal::Disconnected(identity.user.to_string()));
+            }
         }
     }
 
@@ -182,6 +187,7 @@ impl Sessions {
                 graph_feeds: 0,
                 client_feeds: Vec::new(),
                 access,
+                online: false,
             })
         });
     }
