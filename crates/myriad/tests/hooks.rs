@@ -132,3 +132,31 @@ fn a_quick_reconnect_sends_neither_offline_nor_a_second_online() {
     let _other = node.connect_path("/ws?user=10");
     assert_eq!(events(receiver.next()), [pair("10", "online")]);
 }
+
+#[test]
+fn a_500_then_200_is_retried_and_delivered_once_and_counted() {
+    let receiver = HookReceiver::start(SECRET.as_bytes(), vec![500]);
+    let node = node_with_hooks(&receiver, "5s");
+    let _ws = node.connect_path("/ws?user=8");
+    let (first, second) = (receiver.next(), receiver.next());
+    assert_eq!((first.status, second.status), (500, 200));
+    assert_eq!(first.body, second.body, "a retry repeats the same ids");
+    assert_eq!(events(second), [pair("8", "online")]);
+    node.wait_for_metric("myriad_hook_events_sent_total", 1);
+    assert_eq!(node.metric("myriad_hook_events_retried_total"), 1);
+    assert_eq!(node.metric("myriad_hook_events_queued"), 0);
+}
+
+#[test]
+fn a_400_is_not_retried_but_counted() {
+    let receiver = HookReceiver::start(SECRET.as_bytes(), vec![400]);
+    let node = node_with_hooks(&receiver, "5s");
+    let _ws = node.connect_path("/ws?user=8");
+    assert_eq!(receiver.next().status, 400);
+    node.wait_for_metric("myriad_hook_events_dropped_total{reason=\"refused\"}", 1);
+    assert_eq!(node.metric("myriad_hook_events_retried_total"), 0);
+    assert_eq!(node.metric("myriad_hook_events_sent_total"), 0);
+    // Not sent again: the next request is another user's online.
+    let _other = node.connect_path("/ws?user=10");
+    assert_eq!(events(receiver.next()), [pair("10", "online")]);
+}

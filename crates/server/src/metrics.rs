@@ -103,6 +103,16 @@ pub struct Metrics {
     sockets_aborted: Counter<u64, AtomicU64>,
     feeds: FeedMetrics,
     admin: AdminMetrics,
+    hooks: HookMetrics,
+}
+
+/// The lifecycle hooks' series, mirrored from the delivery thread's counts.
+struct HookMetrics {
+    sent: Counter<u64, AtomicU64>,
+    retried: Counter<u64, AtomicU64>,
+    cancelled: Counter<u64, AtomicU64>,
+    dropped: Family<ReasonLabel, Counter>,
+    queued: Gauge,
 }
 
 /// The admin listener's series (its refusals are in `errors`).
@@ -323,6 +333,29 @@ impl Metrics {
                 "Bytes the engine keeps for subjects with subscribers on this node",
             ),
         };
+        let hooks = HookMetrics {
+            sent: registered(r, "hook_events_sent", "Hook events the receiver took (2xx)"),
+            retried: registered(
+                r,
+                "hook_events_retried",
+                "Hook events sent again after a 5xx, 408, 429 or no answer, once per retry",
+            ),
+            cancelled: registered(
+                r,
+                "hook_events_cancelled",
+                "Hook events never sent because a return came within hook_delay (both of a pair)",
+            ),
+            dropped: registered(
+                r,
+                "hook_events_dropped",
+                "Hook events dropped: full (hook_queue), refused (a 4xx), retries (hook_retries spent)",
+            ),
+            queued: registered(
+                r,
+                "hook_events_queued",
+                "Hook events held, ready, out or waiting to be retried",
+            ),
+        };
         let feeds = FeedMetrics {
             sends: registered(
                 r,
@@ -381,6 +414,7 @@ impl Metrics {
             sockets_aborted,
             feeds,
             admin,
+            hooks,
         }
     }
 
@@ -424,6 +458,25 @@ impl Metrics {
             Direction::Unfollow => &self.feeds.unfollows,
         };
         counter.inc_by(edges);
+    }
+
+    /// Copies the hooks' counts in, before metrics are read.
+    pub fn mirror_hooks(&self, snapshot: &crate::hooks::Snapshot) {
+        let counts = &snapshot.counts;
+        catch_up(&self.hooks.sent, counts.sent);
+        catch_up(&self.hooks.retried, counts.retried);
+        catch_up(&self.hooks.cancelled, counts.cancelled);
+        for (reason, total) in [
+            ("full", counts.dropped_full),
+            ("refused", counts.dropped_refused),
+            ("retries", counts.dropped_retries),
+        ] {
+            catch_up(
+                &self.hooks.dropped.get_or_create(&ReasonLabel { reason }),
+                total,
+            );
+        }
+        self.hooks.queued.set(gauge(snapshot.queued as u64));
     }
 
     /// Copies the graph's gauges and counts in, before metrics are read.
