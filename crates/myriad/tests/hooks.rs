@@ -160,3 +160,29 @@ fn a_400_is_not_retried_but_counted() {
     let _other = node.connect_path("/ws?user=10");
     assert_eq!(events(receiver.next()), [pair("10", "online")]);
 }
+
+#[test]
+fn over_hook_queue_events_are_dropped_and_counted() {
+    // The receiver keeps failing, so the first event stays queued for its
+    // retries and fills a queue of one.
+    let receiver = HookReceiver::start(SECRET.as_bytes(), vec![500; 50]);
+    let node = Node::start(&[
+        "--hook-url",
+        receiver.url(),
+        "--hook-secret",
+        SECRET,
+        "--hook-queue",
+        "1",
+        "--hook-backoff",
+        "10s",
+    ]);
+    let (status, reply) = node.http("POST", "/api/users", &[], r#"{"users":[7,8]}"#);
+    assert_eq!(status, 200, "{reply}");
+    let _seven = node.connect_path("/ws?user=7");
+    assert_eq!(receiver.next().status, 500);
+    assert_eq!(node.metric("myriad_hook_events_queued"), 1);
+    let _eight = node.connect_path("/ws?user=8");
+    node.wait_for_metric("myriad_hook_events_dropped_total{reason=\"full\"}", 1);
+    assert_eq!(node.metric("myriad_hook_events_queued"), 1);
+    assert_eq!(node.metric("myriad_hook_events_sent_total"), 0);
+}
