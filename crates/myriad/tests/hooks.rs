@@ -145,6 +145,7 @@ fn a_500_then_200_is_retried_and_delivered_once_and_counted() {
     node.wait_for_metric("myriad_hook_events_sent_total", 1);
     assert_eq!(node.metric("myriad_hook_events_retried_total"), 1);
     assert_eq!(node.metric("myriad_hook_events_queued"), 0);
+    assert_eq!(node.metric("myriad_hook_delivery_seconds_count"), 1);
 }
 
 #[test]

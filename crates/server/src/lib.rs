@@ -201,6 +201,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let (hub, mailboxes) = Hub::new(wakers, config.mailbox_high_water);
     let redis_tls = config.redis_tls_files().load()?;
     let feeds = open_feeds(&config, Arc::clone(&hub), redis_tls.as_ref())?;
+    let metrics = Arc::new(Metrics::new(workers));
     // Checked by `Config::validate`; the node names itself by its pid and
     // start time, so event ids never repeat across its restarts.
     let hooks = match config.hooks().expect("hook settings were checked") {
@@ -210,7 +211,9 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis());
             let node = format!("{}-{started}", std::process::id());
-            Some(hooks::Hooks::start(settings, &node)?)
+            let metrics = Arc::clone(&metrics);
+            let delivered = Box::new(move |latency| metrics.hook_delivered(latency));
+            Some(hooks::Hooks::start(settings, &node, delivered)?)
         }
     };
     let shared = Arc::new(Shared {
@@ -220,7 +223,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         feeds,
         engine: open_engine(&config, Arc::clone(&hub), redis_tls)?,
         hub,
-        metrics: Arc::new(Metrics::new(workers)),
+        metrics,
         connections: AtomicUsize::new(0),
         refusing: AtomicUsize::new(0),
         max_connections,

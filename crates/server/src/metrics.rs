@@ -15,6 +15,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Metric, Registry};
 
 use crate::feeds::Direction;
@@ -113,6 +114,9 @@ struct HookMetrics {
     cancelled: Counter<u64, AtomicU64>,
     dropped: Family<ReasonLabel, Counter>,
     queued: Gauge,
+    /// From a batch's oldest event being ready to the receiver's 2xx,
+    /// through the batch window and any retries.
+    latency: Histogram,
 }
 
 /// The admin listener's series (its refusals are in `errors`).
@@ -355,7 +359,13 @@ impl Metrics {
                 "hook_events_queued",
                 "Hook events held, ready, out or waiting to be retried",
             ),
+            latency: Histogram::new(exponential_buckets(0.005, 2.0, 15)),
         };
+        r.register(
+            "hook_delivery_seconds",
+            "From a hook batch's oldest event being ready to its 2xx, retries included",
+            hooks.latency.clone(),
+        );
         let feeds = FeedMetrics {
             sends: registered(
                 r,
@@ -458,6 +468,12 @@ impl Metrics {
             Direction::Unfollow => &self.feeds.unfollows,
         };
         counter.inc_by(edges);
+    }
+
+    /// A hook batch was delivered `latency` after its oldest event was
+    /// ready; called by the delivery thread.
+    pub fn hook_delivered(&self, latency: std::time::Duration) {
+        self.hooks.latency.observe(latency.as_secs_f64());
     }
 
     /// Copies the hooks' counts in, before metrics are read.

@@ -30,6 +30,9 @@ use super::sign::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 /// counts as no answer (retryable).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Told each delivered batch's latency, on the delivery thread.
+pub type Delivered = Box<dyn Fn(Duration) + Send>;
+
 /// What the task has done so far, for the metrics and the tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Snapshot {
@@ -66,8 +69,13 @@ struct Target {
 
 impl Hooks {
     /// Starts the delivery thread for checked `settings`; `node` names
-    /// this node in every event and its ids.
-    pub fn start(settings: HookSettings, node: &str) -> Result<Hooks, StartError> {
+    /// this node in every event and its ids; `delivered` is told each
+    /// delivered batch's latency (the metrics' histogram).
+    pub fn start(
+        settings: HookSettings,
+        node: &str,
+        delivered: Delivered,
+    ) -> Result<Hooks, StartError> {
         let uri: hyper::Uri = settings
             .url
             .parse()
@@ -96,7 +104,9 @@ impl Hooks {
             .map_err(StartError::Thread)?;
         std::thread::Builder::new()
             .name("myriad-hooks".into())
-            .spawn(move || runtime.block_on(run(settings, target, lifecycle, inbox, shared)))
+            .spawn(move || {
+                runtime.block_on(run(settings, target, lifecycle, inbox, shared, delivered))
+            })
             .map_err(StartError::Thread)?;
         Ok(Hooks {
             signals,
@@ -129,13 +139,18 @@ async fn run(
     mut lifecycle: Lifecycle,
     mut inbox: mpsc::Receiver<Signal>,
     snapshot: Arc<Mutex<Snapshot>>,
+    delivered: Delivered,
 ) {
     let secret = settings.secret.clone();
     let mut queue = Queue::new(settings);
     loop {
         while let Some(batch) = queue.take(Instant::now()) {
             let outcome = post(&target, &secret, &batch.body()).await;
-            queue.finish(batch, outcome, Instant::now());
+            let now = Instant::now();
+            if outcome == Outcome::Delivered {
+                delivered(Queue::latency(&batch, now));
+            }
+            queue.finish(batch, outcome, now);
             publish(&queue, &snapshot);
         }
         let due = queue.next_due();

@@ -42,7 +42,7 @@ fn wait_for(hooks: &Hooks, done: impl Fn(&Snapshot) -> bool) -> Snapshot {
 #[test]
 fn a_signed_batch_reaches_the_receiver_as_documented() {
     let taken = receiver(vec![]);
-    let hooks = Hooks::start(settings(taken.url()), "n1").unwrap();
+    let hooks = Hooks::start(settings(taken.url()), "n1", Box::new(|_| {})).unwrap();
     hooks.signal(online("ann"));
     let before = unix_millis();
     let request = taken.next();
@@ -61,14 +61,28 @@ fn a_signed_batch_reaches_the_receiver_as_documented() {
 
 #[test]
 fn a_500_then_200_is_retried_and_delivered_once() {
+    let delivered = Arc::new(AtomicU64::new(0));
+    let seen = Arc::clone(&delivered);
     let taken = receiver(vec![500]);
-    let hooks = Hooks::start(settings(taken.url()), "n1").unwrap();
+    let hooks = Hooks::start(
+        settings(taken.url()),
+        "n1",
+        Box::new(move |_| {
+            seen.fetch_add(1, Ordering::Relaxed);
+        }),
+    )
+    .unwrap();
     hooks.signal(online("ann"));
     let (first, second) = (taken.next(), taken.next());
     assert_eq!((first.status, second.status), (500, 200));
     assert_eq!(first.body, second.body, "a retry repeats the same ids");
     let snapshot = wait_for(&hooks, |s| s.counts.sent == 1);
     assert_eq!(snapshot.counts.retried, 1);
+    assert_eq!(
+        delivered.load(Ordering::Relaxed),
+        1,
+        "one latency per delivery"
+    );
     // Nothing more goes: a later event is the next request.
     hooks.signal(online("bob"));
     assert_eq!(taken.next().body["events"][0]["id"], "n1-2");
@@ -77,7 +91,7 @@ fn a_500_then_200_is_retried_and_delivered_once() {
 #[test]
 fn a_400_is_not_retried_but_counted() {
     let taken = receiver(vec![400]);
-    let hooks = Hooks::start(settings(taken.url()), "n1").unwrap();
+    let hooks = Hooks::start(settings(taken.url()), "n1", Box::new(|_| {})).unwrap();
     hooks.signal(online("ann"));
     assert_eq!(taken.next().status, 400);
     let snapshot = wait_for(&hooks, |s| s.counts.dropped_refused == 1);
@@ -93,7 +107,7 @@ fn no_receiver_is_retried_within_the_bound_then_dropped() {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         format!("http://{}/hooks", listener.local_addr().unwrap())
     };
-    let hooks = Hooks::start(settings(&url), "n1").unwrap();
+    let hooks = Hooks::start(settings(&url), "n1", Box::new(|_| {})).unwrap();
     hooks.signal(online("ann"));
     let snapshot = wait_for(&hooks, |s| s.counts.dropped_retries == 1);
     assert_eq!((snapshot.counts.retried, snapshot.queued), (3, 0));
@@ -101,9 +115,13 @@ fn no_receiver_is_retried_within_the_bound_then_dropped() {
 
 #[test]
 fn https_is_refused_until_it_is_delivered() {
-    let error = Hooks::start(settings("https://127.0.0.1:9/hooks"), "n1")
-        .err()
-        .unwrap();
+    let error = Hooks::start(
+        settings("https://127.0.0.1:9/hooks"),
+        "n1",
+        Box::new(|_| {}),
+    )
+    .err()
+    .unwrap();
     assert!(error.to_string().contains("only http://"), "{error}");
 }
 
@@ -112,7 +130,7 @@ fn a_quick_return_sends_neither_offline_nor_a_second_online() {
     let taken = receiver(vec![]);
     let mut s = settings(taken.url());
     s.delay = Duration::from_millis(200);
-    let hooks = Hooks::start(s, "n1").unwrap();
+    let hooks = Hooks::start(s, "n1", Box::new(|_| {})).unwrap();
     hooks.signal(online("ann"));
     assert_eq!(taken.next().body["events"][0]["type"], "online");
     hooks.signal(Signal::Disconnected("ann".into()));
