@@ -8,11 +8,10 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use base64::Engine as _;
-use common::{get_head, recv, subscribe, Node};
+use common::{get_head, recv, refused_start, subscribe, Node};
 use serde_json::{json, Value};
 
 const ADMIN: &str = "adm-key";
@@ -144,37 +143,6 @@ fn the_admin_key_alone_guards_the_message_api_too() {
     let (status, reply) = node.http("POST", "/api/publish", &[("X-Api-Key", ADMIN)], &body);
     assert_eq!(status, 200, "{reply}");
     assert_eq!(node.stats()["errors"]["api_unauthorized"], 1);
-}
-
-/// Runs `myriad serve` with `args` (and `env`) on loopback ports unless
-/// `args` says otherwise; returns its exit code and stderr. A node that
-/// starts anyway is killed after 10 s and counts as a failure.
-fn refused_start(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_myriad"))
-        .arg("serve")
-        .args(["--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path())
-        .args(args)
-        .envs(env.iter().copied())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            let mut stderr = String::new();
-            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
-            return (status.code().unwrap_or(-1), stderr);
-        }
-        if std::time::Instant::now() > deadline {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            panic!("the node started: {args:?} {env:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]

@@ -17,6 +17,8 @@ use thiserror::Error;
 
 use crate::engine::{RedisSettings, SentinelSettings};
 use crate::history::HistoryPolicy;
+use crate::hooks::settings::parse_events;
+use crate::hooks::{HookSettings, HookSettingsError};
 use crate::namespace::{history_policy, presence_policy, Namespace, Namespaces, PresencePolicy};
 use crate::redis_tls::{RedisTls, RedisTlsFiles};
 use crate::span::Span;
@@ -406,6 +408,51 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_REDIS_FEED_BACKLOG", default_value_t = 262_144)]
     pub redis_feed_backlog: usize,
 
+    /// Where lifecycle webhooks go, an `http://` or `https://` URL; unset,
+    /// no hooks. Needs hook_secret.
+    #[arg(long, env = "MYRIAD_HOOK_URL")]
+    pub hook_url: Option<String>,
+
+    /// The HMAC-SHA256 key that signs every hook request, at least 32 bytes.
+    #[arg(long, env = "MYRIAD_HOOK_SECRET")]
+    pub hook_secret: Option<String>,
+
+    /// Which lifecycle events go out, comma-separated: occupied, vacated,
+    /// online, offline, join, leave.
+    #[arg(
+        long,
+        env = "MYRIAD_HOOK_EVENTS",
+        default_value = "occupied,vacated,online,offline,join,leave"
+    )]
+    pub hook_events: String,
+
+    /// How long vacated and offline are held; a return within it cancels
+    /// both events.
+    #[arg(long, env = "MYRIAD_HOOK_DELAY", default_value = "5s")]
+    pub hook_delay: Span,
+
+    /// How long the first ready event waits for others to share its request.
+    #[arg(long, env = "MYRIAD_HOOK_BATCH_WINDOW", default_value = "100ms")]
+    pub hook_batch_window: Span,
+
+    /// The most events in one hook request.
+    #[arg(long, env = "MYRIAD_HOOK_BATCH_SIZE", default_value_t = 100)]
+    pub hook_batch_size: usize,
+
+    /// The most hook events held or waiting; past it they are dropped and
+    /// counted.
+    #[arg(long, env = "MYRIAD_HOOK_QUEUE", default_value_t = 100_000)]
+    pub hook_queue: usize,
+
+    /// How many times a hook batch is sent again after a 5xx, 408, 429 or
+    /// no answer before it is dropped and counted.
+    #[arg(long, env = "MYRIAD_HOOK_RETRIES", default_value_t = 8)]
+    pub hook_retries: u32,
+
+    /// The first retry's wait, doubled each retry up to 30 s.
+    #[arg(long, env = "MYRIAD_HOOK_BACKOFF", default_value = "500ms")]
+    pub hook_backoff: Span,
+
     /// Where the follow graph lives: `sqlite` (a file in `data_dir`, this
     /// node's alone) or `redis` (one Redis the cluster's nodes share, keys
     /// under `<redis_prefix>:g:`; a follow through any node reaches the
@@ -643,6 +690,7 @@ impl Config {
         };
         check(self.workers <= 64, "workers must be at most 64")?;
         self.validate_admin()?;
+        self.hooks()?;
         check(self.ws_path.starts_with('/'), "ws_path must start with '/'")?;
         check(
             self.tls_cert.is_some() == self.tls_key.is_some(),
@@ -719,6 +767,30 @@ impl Config {
             check(twins.count() == 1, "namespace prefixes must differ")?;
         }
         Ok(())
+    }
+
+    /// The hook settings, `None` without `hook_url`; refuses a bad one
+    /// with a message naming the setting.
+    pub fn hooks(&self) -> Result<Option<HookSettings>, ConfigError> {
+        let invalid = |e: HookSettingsError| ConfigError::Invalid(e.to_string());
+        let Some(url) = &self.hook_url else {
+            return Ok(None);
+        };
+        let Some(secret) = &self.hook_secret else {
+            return Err(ConfigError::Invalid(
+                "hook_url needs hook_secret (at least 32 bytes)".into(),
+            ));
+        };
+        let mut settings = HookSettings::new(url.clone(), secret.as_bytes());
+        settings.events = parse_events(&self.hook_events).map_err(invalid)?;
+        settings.delay = self.hook_delay.0;
+        settings.batch_window = self.hook_batch_window.0;
+        settings.batch_size = self.hook_batch_size;
+        settings.queue_bound = self.hook_queue;
+        settings.retry_bound = self.hook_retries;
+        settings.backoff = self.hook_backoff.0;
+        settings.check().map_err(invalid)?;
+        Ok(Some(settings))
     }
 
     /// The admin listener's settings: keys that can work, a key wherever

@@ -37,6 +37,9 @@
 //!   [`heap`]: what its structures cost, counted one way everywhere.
 //! - [`sharded`]: state split over locks by key hash, with the one policy
 //!   for a poisoned lock.
+//! - [`hooks`]: lifecycle webhooks: events, settings, the signature, the
+//!   queue, the node-wide counts and the delivery thread, which the
+//!   sessions tell of users' connections through [`shared`].
 //!
 //! The modules stand in layers, none naming one above it
 //! (docs/architecture.md, "Layers inside the server crate"; kept by
@@ -54,6 +57,7 @@ pub mod fds;
 pub mod feeds;
 pub mod heap;
 pub mod history;
+pub mod hooks;
 pub mod hub;
 pub mod link;
 pub mod listener;
@@ -115,6 +119,8 @@ pub enum ServeError {
         addr: std::net::SocketAddr,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Hooks(#[from] hooks::deliver::StartError),
     #[error("cannot set up the event loop: {0}")]
     Poll(std::io::Error),
     #[error("cannot install signal handlers: {0}")]
@@ -201,6 +207,21 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let (hub, mailboxes) = Hub::new(wakers, config.mailbox_high_water);
     let redis_tls = config.redis_tls_files().load()?;
     let feeds = open_feeds(&config, Arc::clone(&hub), redis_tls.as_ref())?;
+    let metrics = Arc::new(Metrics::new(workers));
+    // Checked by `Config::validate`; the node names itself by its pid and
+    // start time, so event ids never repeat across its restarts.
+    let hooks = match config.hooks().expect("hook settings were checked") {
+        None => None,
+        Some(settings) => {
+            let started = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis());
+            let node = format!("{}-{started}", std::process::id());
+            let metrics = Arc::clone(&metrics);
+            let delivered = Box::new(move |latency| metrics.hook_delivered(latency));
+            Some(hooks::Hooks::start(settings, &node, delivered)?)
+        }
+    };
     let shared = Arc::new(Shared {
         auth,
         presence: config.presence_policies(),
@@ -209,7 +230,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         feeds,
         engine: open_engine(&config, Arc::clone(&hub), redis_tls)?,
         hub,
-        metrics: Arc::new(Metrics::new(workers)),
+        metrics,
         connections: AtomicUsize::new(0),
         refusing: AtomicUsize::new(0),
         max_connections,
@@ -217,6 +238,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         tls,
         config,
         baseline_rss_bytes: process::usage().rss_bytes,
+        hooks,
     });
 
     let mut threads = Vec::with_capacity(workers);

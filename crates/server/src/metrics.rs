@@ -6,7 +6,9 @@
 //! Rare events (closes by reason, errors by kind) share one family each;
 //! the kinds of error and their labels are [`errors`]'s.
 
+mod compression;
 mod errors;
+mod hooks;
 
 use std::sync::atomic::AtomicU64;
 
@@ -19,6 +21,8 @@ use prometheus_client::registry::{Metric, Registry};
 
 use crate::feeds::Direction;
 use crate::transport::TransportKind;
+use compression::CompressionMetrics;
+use hooks::HookMetrics;
 
 pub use self::errors::ErrorKind;
 
@@ -117,18 +121,7 @@ pub struct Metrics {
     feeds: FeedMetrics,
     admin: AdminMetrics,
     compression: CompressionMetrics,
-}
-
-/// permessage-deflate's series, copied in from `deflate::COUNTS`.
-struct CompressionMetrics {
-    frames: Counter<u64, AtomicU64>,
-    bytes_before: Counter<u64, AtomicU64>,
-    bytes_after: Counter<u64, AtomicU64>,
-    seconds: Counter<f64, AtomicU64>,
-    incompressible: Counter<u64, AtomicU64>,
-    negotiated: Counter<u64, AtomicU64>,
-    declined: Family<ReasonLabel, Counter>,
-    refused: Family<ReasonLabel, Counter>,
+    hooks: HookMetrics,
 }
 
 /// The admin listener's series (its refusals are in `errors`).
@@ -382,6 +375,8 @@ impl Metrics {
                 "Members removed because their node's presence_lease ended (cluster-wide, Redis engine)",
             ),
         };
+        let hooks = HookMetrics::new(r);
+        let compression = CompressionMetrics::new(r);
         let feeds = FeedMetrics {
             sends: registered(
                 r,
@@ -424,58 +419,6 @@ impl Metrics {
                 "Admin connections closed after admin_idle_timeout without a request",
             ),
         };
-        let compression = CompressionMetrics {
-            frames: registered(
-                r,
-                "compression_frames",
-                "Publication frames compressed for permessage-deflate (once per node each)",
-            ),
-            bytes_before: registered(
-                r,
-                "compression_bytes_before",
-                "Payload bytes of compressed frames before compression",
-            ),
-            bytes_after: registered(
-                r,
-                "compression_bytes_after",
-                "Payload bytes of compressed frames after compression",
-            ),
-            seconds: registered(
-                r,
-                "compression_seconds",
-                "Time spent compressing frames",
-            ),
-            incompressible: registered(
-                r,
-                "compression_incompressible",
-                "Frames above compression_threshold that compression did not shrink, sent uncompressed",
-            ),
-            negotiated: registered(
-                r,
-                "compression_negotiated",
-                "WebSocket upgrades that negotiated permessage-deflate",
-            ),
-            declined: registered(
-                r,
-                "compression_offers_declined",
-                "permessage-deflate offers declined (RFC 7692 §5), by reason",
-            ),
-            refused: registered(
-                r,
-                "compression_refusals",
-                "Compressed client input refused (connection closed), by reason",
-            ),
-        };
-        for decline in myriad_protocol::ws::deflate::Decline::ALL {
-            drop(compression.declined.get_or_create(&ReasonLabel {
-                reason: decline.name(),
-            }));
-        }
-        for refusal in crate::deflate::Refusal::ALL {
-            drop(compression.refused.get_or_create(&ReasonLabel {
-                reason: refusal.name(),
-            }));
-        }
         Metrics {
             compression,
             registry,
@@ -496,6 +439,7 @@ impl Metrics {
             sockets_aborted,
             feeds,
             admin,
+            hooks,
         }
     }
 
@@ -539,6 +483,22 @@ impl Metrics {
             Direction::Unfollow => &self.feeds.unfollows,
         };
         counter.inc_by(edges);
+    }
+
+    /// A hook batch was delivered `latency` after its oldest event was
+    /// ready; called by the delivery thread.
+    pub fn hook_delivered(&self, latency: std::time::Duration) {
+        self.hooks.delivered(latency);
+    }
+
+    /// Copies the hooks' counts in, before metrics are read.
+    pub fn mirror_hooks(&self, snapshot: &crate::hooks::Snapshot) {
+        self.hooks.mirror(snapshot);
+    }
+
+    /// Copies the node's compression counts in, before metrics are read.
+    pub fn mirror_deflate(&self, counts: &crate::deflate::DeflateCounts) {
+        self.compression.mirror(counts);
     }
 
     /// Copies the graph's gauges and counts in, before metrics are read.
@@ -601,37 +561,6 @@ impl Metrics {
                 &self.engine_failures.get_or_create(&KindLabel { kind }),
                 total,
             );
-        }
-    }
-
-    /// Copies the node's compression counts in, before metrics are read.
-    pub fn mirror_deflate(&self, counts: &crate::deflate::DeflateCounts) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let c = &self.compression;
-        catch_up(&c.frames, counts.frames.load(Relaxed));
-        catch_up(&c.bytes_before, counts.bytes_before.load(Relaxed));
-        catch_up(&c.bytes_after, counts.bytes_after.load(Relaxed));
-        catch_up(&c.incompressible, counts.incompressible.load(Relaxed));
-        catch_up(&c.negotiated, counts.negotiated.load(Relaxed));
-        let seconds = counts.nanos.load(Relaxed) as f64 / 1e9;
-        let behind = seconds - c.seconds.get();
-        if behind > 0.0 {
-            c.seconds.inc_by(behind);
-        }
-        for (decline, total) in myriad_protocol::ws::deflate::Decline::ALL
-            .iter()
-            .zip(&counts.declined)
-        {
-            let label = ReasonLabel {
-                reason: decline.name(),
-            };
-            catch_up(&c.declined.get_or_create(&label), total.load(Relaxed));
-        }
-        for (refusal, total) in crate::deflate::Refusal::ALL.iter().zip(&counts.refused) {
-            let label = ReasonLabel {
-                reason: refusal.name(),
-            };
-            catch_up(&c.refused.get_or_create(&label), total.load(Relaxed));
         }
     }
 

@@ -38,6 +38,10 @@ pub struct Identity {
     /// What the connection's token allows, until when; `None` for a user
     /// named by `?user=` on a node that checks no tokens.
     pub access: Option<Access>,
+    /// Whether the connection was opened as its user, and so keeps the
+    /// user online for the lifecycle hooks until it closes; a caller made
+    /// to act as a user for one request does not.
+    pub online: bool,
 }
 
 impl Session {

@@ -13,6 +13,7 @@ use crate::auth::Auth;
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::feeds::Feeds;
+use crate::hooks::{Hooks, Signal};
 use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::namespace::{Namespaces, PresencePolicy};
@@ -51,9 +52,19 @@ pub struct Shared {
     /// Resident memory once the node had started, before any connection:
     /// what memory per connection is counted from.
     pub baseline_rss_bytes: u64,
+    /// The lifecycle hooks' delivery thread, when `hook_url` is set.
+    pub hooks: Option<Hooks>,
 }
 
 impl Shared {
+    /// Hands a lifecycle signal to the hooks' thread, without waiting; a
+    /// no-op without `hook_url`.
+    pub fn hook(&self, signal: Signal) {
+        if let Some(hooks) = &self.hooks {
+            hooks.signal(signal);
+        }
+    }
+
     /// Where the node's memory goes now (see [`crate::process::Memory`]).
     pub fn memory(
         &self,

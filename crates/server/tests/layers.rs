@@ -3,7 +3,7 @@
 //!
 //! 1. leaves, naming no other module: `span`, `publication`, `registry`,
 //!    `heap`, `process`, `fds`, `peers`, `listener`, `outbound`, `reloadable`,
-//!    `sharded`, `deflate`;
+//!    `sharded`, `deflate`, `hooks`;
 //! 2. `history`, `messages` (what a worker's mailbox carries), `tls`;
 //! 3. `hub`, `namespace`, `redis_tls`, `link`;
 //! 4. `engine`, `feeds` (both send into the hub);
@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 fn layer(module: &str) -> Option<u8> {
     Some(match module {
         "span" | "publication" | "registry" | "heap" | "process" | "fds" | "peers" | "listener"
-        | "sharded" | "outbound" | "reloadable" | "deflate" => 1,
+        | "sharded" | "outbound" | "reloadable" | "deflate" | "hooks" => 1,
         "history" | "messages" | "tls" => 2,
         "hub" | "namespace" | "redis_tls" | "link" => 3,
         "engine" | "feeds" => 4,

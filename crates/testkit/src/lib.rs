@@ -1,7 +1,8 @@
 //! Test support shared by myriad's crates: it owns real `redis-server`
 //! processes started on ephemeral loopback ports, so that the engine, the
 //! graph store and the cluster tests all talk to the real thing the same
-//! way (and no crate grows its own copy of this).
+//! way (and no crate grows its own copy of this), and a lifecycle-hook
+//! receiver ([`hook_receiver`]).
 //!
 //! Besides lone servers, [`SentinelSetup`] starts the Sentinel shape: a
 //! master, a replica of it and three Sentinels (`redis-server --sentinel`,
@@ -13,6 +14,8 @@
 //!
 //! Needs `redis-server` on `PATH` (scripts/install-test-deps.sh installs
 //! Debian's). Every server is killed when its [`RedisServer`] is dropped.
+
+pub mod hook_receiver;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};

@@ -19,7 +19,7 @@ import { PresenceFullError, type MyriadError } from "../../src/errors.js";
 import { MemberList } from "../../src/presence.js";
 import type { Position, PresenceEvent, Publication } from "../../src/protocol.js";
 import type { Discontinuity, Subscription } from "../../src/subscription.js";
-import { hs256, Proxy, publish, startNode, startRedis, until, WS, WS_PLAIN, type Node, type Redis } from "./harness.js";
+import { hs256, Proxy, publish, startNode, startRedis, until, WS, type Node, type Redis } from "./harness.js";
 
 // From build/test/integration/ (where the compiled runner lives) to clients/conformance/scenarios.
 const SCENARIOS = fileURLToPath(new URL("../../../../conformance/scenarios/", import.meta.url));
@@ -68,7 +68,6 @@ interface Scenario {
     min_reconnect_delay: number;
     max_reconnect_delay: number;
     get_token?: { secret: string; claims: Record<string, unknown>; ttl: number };
-    permessage_deflate?: boolean;
   };
   steps: Step[];
   expect: {
@@ -165,7 +164,7 @@ class Run {
   makeClient(): Client {
     const spec = this.scenario.client;
     const options: ClientOptions = {
-      WebSocket: spec.permessage_deflate === false ? WS_PLAIN : WS,
+      WebSocket: WS,
       minReconnectDelay: spec.min_reconnect_delay * 1000,
       maxReconnectDelay: spec.max_reconnect_delay * 1000,
     };
@@ -215,7 +214,7 @@ class Run {
         return;
       }
       case "member": {
-        const peer = new Client(this.nodes.get(step.node)!.url, { WebSocket: this.scenario.client.permessage_deflate === false ? WS_PLAIN : WS });
+        const peer = new Client(this.nodes.get(step.node)!.url, { WebSocket: WS });
         this.cleanup.push(() => peer.close());
         const entry: { client: Client; conn?: string } = { client: peer };
         this.peers.set(step.name, entry);

@@ -26,17 +26,6 @@ export const BIN = process.env.MYRIAD_BIN ?? "../../target/release/myriad";
 /** Node 20 has no global WebSocket: the client is given `ws`'s. */
 export const WS = WebSocket as unknown as WebSocketConstructor;
 
-/**
- * `ws` without permessage-deflate, for join/leave events: the node sends
- * them to uncompressed WebSocket connections only (its
- * `on_presence_change` skips the deflate kinds; a server gap, reported),
- * and `ws`, like every browser, offers the extension by default.
- */
-export const WS_PLAIN = class extends WebSocket {
-  constructor(url: string) {
-    super(url, { perMessageDeflate: false });
-  }
-} as unknown as WebSocketConstructor;
 
 export interface Node {
   ws: string;

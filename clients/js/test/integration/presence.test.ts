@@ -17,7 +17,7 @@ import { Client } from "../../src/client.js";
 import { PresenceFullError } from "../../src/errors.js";
 import { MemberList } from "../../src/presence.js";
 import type { PresenceEvent } from "../../src/protocol.js";
-import { Proxy, startNode, until, WS_PLAIN, type Node } from "./harness.js";
+import { Proxy, startNode, until, WS, type Node } from "./harness.js";
 
 const ADMIN = "admin-key-0123456789";
 let n: Node;
@@ -40,8 +40,8 @@ after(async () => {
 });
 
 function client(url = n.url, transports?: Array<"websocket" | "http_stream">): Client {
-  // Without permessage-deflate: see WS_PLAIN.
-  const c = new Client(url, { WebSocket: WS_PLAIN, transports, minReconnectDelay: 20, maxReconnectDelay: 100 });
+  // `ws` offers permessage-deflate, as browsers do: join/leave come compressed connections' way too.
+  const c = new Client(url, { WebSocket: WS, transports, minReconnectDelay: 20, maxReconnectDelay: 100 });
   clients.push(c);
   c.connect();
   return c;

@@ -377,6 +377,37 @@ pub fn wait_until(what: &str, done: impl Fn() -> bool) {
     }
 }
 
+/// Runs `myriad serve` with `args` (and `env`) on loopback ports unless
+/// `args` says otherwise; returns its exit code and stderr. A node that
+/// starts anyway is killed after 10 s and counts as a failure.
+pub fn refused_start(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_myriad"))
+        .arg("serve")
+        .args(["--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut stderr = String::new();
+            std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+            return (status.code().unwrap_or(-1), stderr);
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("the node started: {args:?} {env:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// `myriad serve` on ephemeral loopback ports; the caller adds the rest.
 pub fn serve_command() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_myriad"));

@@ -18,6 +18,7 @@ use serde_json::value::RawValue;
 use super::{Flow, Sessions, Wire};
 use crate::auth::{Access, Action};
 use crate::feeds::{feed_subject, Apply, FeedChange};
+use crate::hooks::Signal;
 use crate::registry::ConnId;
 use crate::session::Identity;
 
@@ -37,7 +38,9 @@ impl Sessions {
             graph_feeds: 1,
             client_feeds: Vec::new(),
             access,
+            online: true,
         }));
+        self.shared.hook(Signal::Connected(user.to_string()));
         let me = self.request_of(id, None);
         self.shared.feeds.presence.add(user, me);
         self.add_subscription(id, &feed_subject(user), None, None, out);

@@ -47,6 +47,7 @@ pub use auth::Credentials;
 
 use crate::auth::Access;
 use crate::engine::ConnRequest;
+use crate::hooks::Signal;
 use crate::hub::Wakeups;
 use crate::metrics::WorkerMetrics;
 use crate::publication::Publication;
@@ -166,6 +167,10 @@ impl Sessions {
         if let Some(identity) = &session.identity {
             let gone = self.request_of(id, None);
             self.shared.feeds.presence.remove(identity.user, &gone);
+            if identity.online {
+                self.shared
+                    .hook(Signal::Disconnected(identity.user.to_string()));
+            }
         }
     }
 
@@ -184,6 +189,7 @@ impl Sessions {
                 graph_feeds: 0,
                 client_feeds: Vec::new(),
                 access,
+                online: false,
             })
         });
     }

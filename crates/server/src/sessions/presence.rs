@@ -113,16 +113,16 @@ impl Sessions {
     /// A member joined or left a subject with join/leave events: each live
     /// WebSocket subscriber of it here gets the event, through the fan-out
     /// path like a publication (counted, and within the outbound bound),
-    /// framed once. Other transports are not sent events: they read
-    /// presence with the commands.
+    /// framed once per transport kind (with or without permessage-deflate,
+    /// which browsers offer by default). Other transports are not sent
+    /// events: they read presence with the commands.
     pub fn on_presence_change(&mut self, change: &PresenceChange, out: &mut impl Wire) {
-        let kind = TransportKind::WebSocket;
-        let mut frame: Option<Bytes> = None;
+        let mut frames: [Option<Bytes>; TransportKind::COUNT] = Default::default();
         for &id in self.registry.subscribers(&change.subject) {
-            if out.open_transport(id) != Some(kind) {
+            let Some(kind) = out.open_transport(id).filter(|kind| kind.is_websocket()) else {
                 continue;
-            }
-            let bytes = frame.get_or_insert_with(|| {
+            };
+            let bytes = frames[kind.index()].get_or_insert_with(|| {
                 let member = PresenceMember {
                     conn: &change.member.conn,
                     user: change.member.user.as_deref(),

@@ -161,6 +161,7 @@ impl Harness {
             tls: None,
             config,
             baseline_rss_bytes: 0,
+            hooks: None,
         });
         Harness {
             sessions: Sessions::new(0, Arc::clone(&shared)),

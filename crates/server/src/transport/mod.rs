@@ -187,6 +187,18 @@ impl TransportKind {
         }
     }
 
+    /// Whether the connection is a WebSocket, with or without
+    /// permessage-deflate: the transports that carry server-sent events
+    /// other than publications (presence's join and leave).
+    pub fn is_websocket(self) -> bool {
+        matches!(
+            self,
+            TransportKind::WebSocket
+                | TransportKind::WebSocketDeflate
+                | TransportKind::WebSocketInflateOnly
+        )
+    }
+
     /// Whether the connection negotiated permessage-deflate, so that its
     /// compressed messages are read (RFC 7692 §6.2).
     pub fn inflates(self) -> bool {

@@ -1,0 +1,189 @@
+//! Lifecycle webhooks against the real binary (issue 29): the hook
+//! settings a node cannot deliver with stop its start, with a message
+//! naming the setting; a user's online and offline reach a real receiver
+//! (`myriad_testkit::hook_receiver`, written from docs/operations.md),
+//! signed, once each, and a quick reconnect sends neither.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{refused_start, Node};
+use myriad_testkit::hook_receiver::{HookReceiver, Taken};
+use serde_json::Value;
+
+const SECRET: &str = "0123456789abcdef0123456789abcdef";
+
+#[test]
+fn a_hook_url_that_is_not_http_stops_the_start_naming_it() {
+    for url in ["ftp://127.0.0.1/hooks", "127.0.0.1:9/hooks", "http://"] {
+        let args = ["--hook-url", url, "--hook-secret", SECRET];
+        let (code, stderr) = refused_start(&args, &[]);
+        assert_eq!(code, 2, "{url}: {stderr}");
+        assert!(stderr.contains("hook_url"), "{url}: {stderr}");
+    }
+}
+
+#[test]
+fn a_short_or_missing_hook_secret_stops_the_start_naming_it() {
+    let url = "http://127.0.0.1:9/hooks";
+    let short = &SECRET[..31];
+    let (code, stderr) = refused_start(&["--hook-url", url, "--hook-secret", short], &[]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("hook_secret is 31 bytes"), "{stderr}");
+    let (code, stderr) = refused_start(&["--hook-url", url], &[]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(stderr.contains("hook_url needs hook_secret"), "{stderr}");
+    // The secret never reaches the log.
+    let args = ["--hook-url", "ftp://x/", "--hook-secret", SECRET];
+    let (_, stderr) = refused_start(&args, &[]);
+    assert!(!stderr.contains(SECRET), "{stderr}");
+}
+
+#[test]
+fn an_unknown_hook_event_stops_the_start_naming_it() {
+    let args = [
+        "--hook-url",
+        "https://127.0.0.1:9/hooks",
+        "--hook-secret",
+        SECRET,
+        "--hook-events",
+        "online,gone",
+    ];
+    let (code, stderr) = refused_start(&args, &[]);
+    assert_eq!(code, 2, "{stderr}");
+    assert!(
+        stderr.contains("hook_events: unknown event \"gone\""),
+        "{stderr}"
+    );
+}
+
+/// A node delivering hooks to `receiver`, holding offline for `delay`,
+/// with users 7 to 10 in its follow graph (a `?user=` must be known).
+fn node_with_hooks(receiver: &HookReceiver, delay: &str) -> Node {
+    let node = Node::start(&[
+        "--workers",
+        "2",
+        "--hook-url",
+        receiver.url(),
+        "--hook-secret",
+        SECRET,
+        "--hook-delay",
+        delay,
+        "--hook-batch-window",
+        "10ms",
+    ]);
+    let body = r#"{"users":[7,8,9,10]}"#;
+    let (status, reply) = node.http("POST", "/api/users", &[], body);
+    assert_eq!(status, 200, "{reply}");
+    node
+}
+
+/// The (user, type) of every event in `request`, its signature checked.
+fn events(request: Taken) -> Vec<(String, String)> {
+    assert!(request.verified, "{:?}", request.body);
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    request.body["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (text(&e["user"]), text(&e["type"])))
+        .collect()
+}
+
+fn pair(user: &str, kind: &str) -> (String, String) {
+    (user.to_owned(), kind.to_owned())
+}
+
+#[test]
+fn a_user_goes_online_at_the_first_connection_and_offline_after_the_last() {
+    let receiver = HookReceiver::start(SECRET.as_bytes(), vec![]);
+    let node = node_with_hooks(&receiver, "300ms");
+    // Two connections of one user, likely on both workers.
+    let mut first = node.connect_path("/ws?user=7");
+    let mut second = node.connect_path("/ws?user=7");
+    assert_eq!(events(receiver.next()), [pair("7", "online")]);
+    first.close(None).unwrap();
+    let _ = first.flush();
+    // One connection left: no offline, even past the delay.
+    assert!(receiver.next_within(Duration::from_millis(900)).is_none());
+    let closed = Instant::now();
+    second.close(None).unwrap();
+    let _ = second.flush();
+    assert_eq!(events(receiver.next()), [pair("7", "offline")]);
+    assert!(
+        closed.elapsed() >= Duration::from_millis(300),
+        "held for hook_delay"
+    );
+}
+
+#[test]
+fn a_quick_reconnect_sends_neither_offline_nor_a_second_online() {
+    let receiver = HookReceiver::start(SECRET.as_bytes(), vec![]);
+    let node = node_with_hooks(&receiver, "2s");
+    let mut ws = node.connect_path("/ws?user=9");
+    assert_eq!(events(receiver.next()), [pair("9", "online")]);
+    ws.close(None).unwrap();
+    let _ = ws.flush();
+    let _again = node.connect_path("/ws?user=9");
+    // Past the delay and then some: nothing about user 9.
+    assert!(receiver.next_within(Duration::from_secs(3)).is_none());
+    // The node still delivers: another user's online arrives.
+    let _other = node.connect_path("/ws?user=10");
+    assert_eq!(events(receiver.next()), [pair("10", "online")]);
+}
+
+#[test]
+fn a_500_then_200_is_retried_and_delivered_once_and_counted() {
+    let receiver = HookReceiver::start(SECRET.as_bytes(), vec![500]);
+    let node = node_with_hooks(&receiver, "5s");
+    let _ws = node.connect_path("/ws?user=8");
+    let (first, second) = (receiver.next(), receiver.next());
+    assert_eq!((first.status, second.status), (500, 200));
+    assert_eq!(first.body, second.body, "a retry repeats the same ids");
+    assert_eq!(events(second), [pair("8", "online")]);
+    node.wait_for_metric("myriad_hook_events_sent_total", 1);
+    assert_eq!(node.metric("myriad_hook_events_retried_total"), 1);
+    assert_eq!(node.metric("myriad_hook_events_queued"), 0);
+    assert_eq!(node.metric("myriad_hook_delivery_seconds_count"), 1);
+}
+
+#[test]
+fn a_400_is_not_retried_but_counted() {
+    let receiver = HookReceiver::start(SECRET.as_bytes(), vec![400]);
+    let node = node_with_hooks(&receiver, "5s");
+    let _ws = node.connect_path("/ws?user=8");
+    assert_eq!(receiver.next().status, 400);
+    node.wait_for_metric("myriad_hook_events_dropped_total{reason=\"refused\"}", 1);
+    assert_eq!(node.metric("myriad_hook_events_retried_total"), 0);
+    assert_eq!(node.metric("myriad_hook_events_sent_total"), 0);
+    // Not sent again: the next request is another user's online.
+    let _other = node.connect_path("/ws?user=10");
+    assert_eq!(events(receiver.next()), [pair("10", "online")]);
+}
+
+#[test]
+fn over_hook_queue_events_are_dropped_and_counted() {
+    // The receiver keeps failing, so the first event stays queued for its
+    // retries and fills a queue of one.
+    let receiver = HookReceiver::start(SECRET.as_bytes(), vec![500; 50]);
+    let node = Node::start(&[
+        "--hook-url",
+        receiver.url(),
+        "--hook-secret",
+        SECRET,
+        "--hook-queue",
+        "1",
+        "--hook-backoff",
+        "10s",
+    ]);
+    let (status, reply) = node.http("POST", "/api/users", &[], r#"{"users":[7,8]}"#);
+    assert_eq!(status, 200, "{reply}");
+    let _seven = node.connect_path("/ws?user=7");
+    assert_eq!(receiver.next().status, 500);
+    assert_eq!(node.metric("myriad_hook_events_queued"), 1);
+    let _eight = node.connect_path("/ws?user=8");
+    node.wait_for_metric("myriad_hook_events_dropped_total{reason=\"full\"}", 1);
+    assert_eq!(node.metric("myriad_hook_events_queued"), 1);
+    assert_eq!(node.metric("myriad_hook_events_sent_total"), 0);
+}

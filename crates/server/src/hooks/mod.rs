@@ -1,0 +1,24 @@
+//! Lifecycle webhooks (issue 29, item 2): what a hook event is, the hook
+//! settings and their checks, the request signature, and the delivery
+//! queue that holds, batches, orders and retries events.
+//!
+//! The queue owns no socket and no thread: it is the pure core that the
+//! delivery task (`deliver.rs`, its one thread) drives with the time and
+//! the receiver's answers; `lifecycle.rs` turns what the workers and the
+//! hub report into events. The module must not name any other module of
+//! the crate (layer 1 in tests/layers.rs), so the sessions and the hub can
+//! feed it without a circle.
+
+pub mod deliver;
+pub mod event;
+pub mod lifecycle;
+pub mod queue;
+pub mod settings;
+pub mod sign;
+
+pub use deliver::{Hooks, Snapshot};
+pub use event::{Event, EventKind, Key};
+pub use lifecycle::{Lifecycle, Signal};
+pub use queue::{Batch, Outcome, Queue};
+pub use settings::{HookSettings, HookSettingsError};
+pub use sign::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
