@@ -338,6 +338,8 @@ impl Context {
                 });
                 let outcome = match (outcome, &attach.join) {
                     (Ok(attachment), Some(_)) => {
+                        let id = crate::engine::member_id(&self.members.node, &attach.to);
+                        self.members.taken(&attach.subject, &id);
                         self.members.joined();
                         Ok(attachment)
                     }

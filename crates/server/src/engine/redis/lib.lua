@@ -372,16 +372,24 @@ local function presence_keep(s, node, now, lease)
   end
 end
 
+-- Makes id (of node, acting as user, with info) a member of s, counting
+-- its user once; whether it was not one before.
+local function presence_add(s, node, id, user, info)
+  redis.call('SADD', pn(s, node), id)
+  if redis.call('HEXISTS', pm(s), id) == 1 then return false end
+  redis.call('ZADD', pz(s), 0, id)
+  redis.call('HSET', pm(s), id, user .. '\31' .. info)
+  if user ~= '' then redis.call('HINCRBY', pu(s), user, 1) end
+  return true
+end
+
 -- Makes id (of node, acting as user, with info) a member of s unless s
 -- holds max members; whether it is one now.
 local function presence_join(s, node, id, user, info, max, now, lease)
   presence_prune(s, now)
   if redis.call('HEXISTS', pm(s), id) == 0 then
     if redis.call('ZCARD', pz(s)) >= max then return false end
-    redis.call('ZADD', pz(s), 0, id)
-    redis.call('HSET', pm(s), id, user .. '\31' .. info)
-    if user ~= '' then redis.call('HINCRBY', pu(s), user, 1) end
-    redis.call('SADD', pn(s, node), id)
+    presence_add(s, node, id, user, info)
   end
   presence_keep(s, node, now, lease)
   return true

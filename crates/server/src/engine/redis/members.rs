@@ -3,12 +3,14 @@
 //! its lease renewals name), its counters, and how presence.lua is called
 //! and its replies read. The members themselves live in Redis (lib.lua's
 //! presence keys); this never decides membership, it only remembers what
-//! Redis answered.
+//! Redis answered, and tells a Redis that lost them (restarted with
+//! nothing on disk, a failover that lost the newest writes) the members it
+//! had taken, so they are listed again.
 //!
 //! Below the instance task and the context, like [`ops`](super::ops): it
 //! must not name either.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -16,19 +18,33 @@ use redis::Value;
 
 use super::ops::ScriptReply;
 use super::scripts;
-use crate::engine::{EngineError, Member, PresenceCounts, PresencePage, PresenceStats};
+use crate::engine::{EngineError, Join, Member, PresenceCounts, PresencePage, PresenceStats};
 
 /// Subjects a renewal names per script call: Redis runs nothing else
 /// while a script runs.
 pub(super) const RENEW_BATCH: usize = 500;
 
+/// One member of this node, as its join named it.
+#[derive(Clone)]
+pub(super) struct Held {
+    pub(super) user: Option<Arc<str>>,
+    pub(super) info: Option<Arc<str>>,
+    /// Redis took the join: only such a member is put back after a loss,
+    /// since one whose join is on its way (or was refused by the cap) is
+    /// not Redis's to list yet.
+    taken: bool,
+}
+
+/// Member id → what its join named.
+type Ids = HashMap<Arc<str>, Held>;
+
 /// This node's members, by subject; see the module header.
 pub struct Members {
     /// Starts every member id of this node, and names its leases.
     pub(super) node: String,
-    /// Subject → the member ids of this node in it. Nothing runs under
-    /// this lock but the map.
-    held: Mutex<HashMap<Arc<str>, HashSet<Arc<str>>>>,
+    /// Subject → the members of this node in it. Nothing runs under this
+    /// lock but the map.
+    held: Mutex<HashMap<Arc<str>, Ids>>,
     /// Leaves Redis did not take (unreachable, busy, an error): sent again
     /// with the next renewal of their instance, since this node's lease
     /// would otherwise keep them listed for as long as it lives.
@@ -59,18 +75,30 @@ impl Members {
         self.expired[index].fetch_max(total, Ordering::Relaxed);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, HashSet<Arc<str>>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Ids>> {
         crate::sharded::lock(&self.held)
     }
 
-    /// A join of `id` to `subject` is on its way to Redis: held from now,
-    /// in the order the worker asks, so that a leave asked before the
-    /// join's answer comes releases it.
-    pub(super) fn hold(&self, subject: &Arc<str>, id: Arc<str>) {
+    /// A join of `id` to `subject` as `join` names it is on its way to
+    /// Redis: held from now, in the order the worker asks, so that a leave
+    /// asked before the join's answer comes releases it.
+    pub(super) fn hold(&self, subject: &Arc<str>, id: Arc<str>, join: &Join) {
+        let held = Held {
+            user: join.user.clone(),
+            info: join.info.clone(),
+            taken: false,
+        };
         self.lock()
             .entry(Arc::clone(subject))
             .or_default()
-            .insert(id);
+            .insert(id, held);
+    }
+
+    /// Redis took the join of `id` to `subject`, unless it has left since.
+    pub(super) fn taken(&self, subject: &str, id: &str) {
+        if let Some(held) = self.lock().get_mut(subject).and_then(|ids| ids.get_mut(id)) {
+            held.taken = true;
+        }
     }
 
     /// `id` is no longer a member of `subject` (it left, or its join was
@@ -114,13 +142,27 @@ impl Members {
     }
 
     /// The subjects this node holds members of that `pick` keeps (those of
-    /// one instance).
-    pub(super) fn subjects(&self, pick: impl Fn(&str) -> bool) -> Vec<Arc<str>> {
-        self.lock().keys().filter(|s| pick(s)).cloned().collect()
+    /// one instance), each with how many of them Redis took: a renewal
+    /// names both, and Redis holding fewer tells of a loss.
+    pub(super) fn subjects(&self, pick: impl Fn(&str) -> bool) -> Vec<(Arc<str>, usize)> {
+        let held = self.lock();
+        let subjects = held.iter().filter(|(s, _)| pick(s));
+        subjects
+            .map(|(s, ids)| (Arc::clone(s), ids.values().filter(|h| h.taken).count()))
+            .collect()
+    }
+
+    /// The members of `subject` Redis took, to be put back after a loss.
+    pub(super) fn taken_in(&self, subject: &str) -> Vec<(Arc<str>, Held)> {
+        let held = self.lock();
+        let ids = held.get(subject).into_iter().flatten();
+        ids.filter(|(_, h)| h.taken)
+            .map(|(id, h)| (Arc::clone(id), h.clone()))
+            .collect()
     }
 
     pub(super) fn counts(&self) -> PresenceCounts {
-        let members = self.lock().values().map(HashSet::len).sum::<usize>();
+        let members = self.lock().values().map(HashMap::len).sum::<usize>();
         PresenceCounts {
             members: members as u64,
             joined: self.joined.load(Ordering::Relaxed),

@@ -35,7 +35,8 @@
 //!   of the node's last round trip to each;
 //! - presence (clause 8) is the cluster's: members are held in Redis under
 //!   each node's lease (`presence_lease`, renewed every third of it), so a
-//!   dead node's members are gone within one lease.
+//!   dead node's members are gone within one lease, and a live node puts
+//!   back its members a Redis lost within a renewal of reconnecting.
 //!
 //! Submodules: [`instance`] (one instance: its queue, batching and
 //! connection), [`backlog`] (feed attaches waiting for room in a full
@@ -240,9 +241,9 @@ impl Engine for RedisEngine {
                 .answered(attach, life, Err(EngineError::ShuttingDown), wakeups);
             return;
         }
-        if attach.join.is_some() {
+        if let Some(join) = &attach.join {
             let id = super::member_id(&ctx.members.node, &attach.to);
-            ctx.members.hold(&attach.subject, id);
+            ctx.members.hold(&attach.subject, id, join);
         }
         let queue = self.queue(&attach.subject);
         queue.send(Op::Read(ReadOp::Attach { attach, life }), ctx, wakeups);
@@ -568,6 +569,31 @@ mod tests {
         assert!(h.attached().outcome.is_ok());
     }
 
+    /// Two engines (nodes) over `server`, with presence leases of `lease`.
+    fn two_nodes(server: &RedisServer, lease: Duration) -> (Harness, Harness) {
+        let node = || {
+            let settings = RedisSettings {
+                presence_lease: lease,
+                ..settings(server.url())
+            };
+            harness(settings, 1, ten_kept(), 1 << 20)
+        };
+        (node(), node())
+    }
+
+    /// Connection `conn` of worker 0 leaves `subject`'s members.
+    fn leave(h: &Harness, subject: &str, conn: u32) {
+        let to = ConnRequest {
+            worker: 0,
+            conn,
+            life: 0,
+            request: None,
+        };
+        let mut wakeups = Wakeups::default();
+        h.engine.leave(subject, to, &mut wakeups);
+        h.hub.wake(wakeups);
+    }
+
     /// A leave Redis could not take (it was down) is sent again with the
     /// next renewal once it is back: the node's lease, renewed for its other
     /// member, would otherwise keep the departed one listed.
@@ -583,15 +609,7 @@ mod tests {
         join(&h, "room", 1, "ann");
         join(&h, "room", 2, "bob");
         server.kill();
-        let to = ConnRequest {
-            worker: 0,
-            conn: 1,
-            life: 0,
-            request: None,
-        };
-        let mut wakeups = Wakeups::default();
-        h.engine.leave("room", to, &mut wakeups);
-        h.hub.wake(wakeups);
+        leave(&h, "room", 1);
         // Refused while Redis is down (counted as unavailable).
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while h.engine.stats().failures.unavailable == 0 {
@@ -631,12 +649,7 @@ mod tests {
     fn a_dead_nodes_members_lapse_within_a_lease() {
         let server = RedisServer::start();
         let lease = Duration::from_millis(900);
-        let shared = || RedisSettings {
-            presence_lease: lease,
-            ..settings(server.url())
-        };
-        let alive = harness(shared(), 1, ten_kept(), 1 << 20);
-        let doomed = harness(shared(), 1, ten_kept(), 1 << 20);
+        let (alive, doomed) = two_nodes(&server, lease);
         join(&alive, "room", 1, "ann");
         join(&doomed, "room", 1, "bob");
         join(&doomed, "room", 2, "ann");
@@ -664,6 +677,69 @@ mod tests {
             std::thread::sleep(Duration::from_millis(50));
             expired = alive.engine.stats().presence.expired;
         }
+    }
+
+    /// The stats of `subject` once they read `want`, polled until
+    /// `within` has passed (an error while Redis is away is read again).
+    fn stats_reach(h: &Harness, subject: &str, want: (u64, u64), within: Duration) {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let mut wakeups = Wakeups::default();
+            h.engine
+                .presence_stats(Arc::from(subject), Reply::Task(tx), &mut wakeups);
+            h.hub.wake(wakeups);
+            let read = rx.blocking_recv().ok().and_then(Result::ok);
+            if read.as_ref().map(|s| (s.connections, s.users)) == Some(want) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{subject} never read {want:?} (last {:?})",
+                read.map(|s| (s.connections, s.users))
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// A Redis that lost its presence keys (restarted with nothing on
+    /// disk, or emptied as a failover that lost the newest writes would)
+    /// gets every live member back from the nodes that hold them within a
+    /// renewal of its return, user counts exact, and never one that left
+    /// before the loss.
+    #[test]
+    fn members_lost_by_redis_are_put_back_by_their_nodes() {
+        let mut server = RedisServer::start();
+        let lease = Duration::from_millis(1500);
+        let (one, two) = two_nodes(&server, lease);
+        join(&one, "room", 1, "ann");
+        join(&one, "room", 2, "bob");
+        join(&one, "hall", 3, "ann");
+        join(&two, "room", 1, "ann");
+        join(&two, "room", 2, "cid");
+        // bob leaves before the loss: nobody may bring him back.
+        leave(&one, "room", 2);
+        stats_reach(&one, "room", (3, 2), Duration::from_secs(5));
+        let users = |h: &Harness| {
+            let mut users: Vec<_> = h
+                .members("room", 10)
+                .into_iter()
+                .filter_map(|m| m.user.map(|u| u.to_string()))
+                .collect();
+            users.sort();
+            users
+        };
+        // Within a renewal (a third of a lease) of Redis answering again,
+        // plus the reconnect's back-off.
+        let within = lease / 3 + Duration::from_secs(3);
+        server.restart();
+        stats_reach(&one, "room", (3, 2), within);
+        stats_reach(&two, "hall", (1, 1), within);
+        assert_eq!(users(&two), ["ann", "ann", "cid"], "bob stayed gone");
+        server.command(&["FLUSHALL"]).expect("flushed");
+        stats_reach(&two, "room", (3, 2), within);
+        stats_reach(&one, "hall", (1, 1), within);
+        assert_eq!(users(&one), ["ann", "ann", "cid"], "bob stayed gone");
     }
 
     conformance::conformance_suite!(keeps_the_contract, over(RedisServer::start()));

@@ -4,8 +4,18 @@
 --   'page', subject, after ('' = from the start), limit
 --                                               -> {more (0 or 1), id, entry, ...}
 --   'stats', subject                            -> {connections, users}
---   'renew', node, lease ms, subject...         -> {members ever expired on
---                                                   this Redis}
+--   'renew', node, lease ms, then per subject: subject, how many of its
+--            members Redis took from node       -> {members ever expired on
+--                                                   this Redis, then the
+--                                                   place (1-based) of every
+--                                                   subject holding fewer}
+--   'restore', node, lease ms, then per subject: subject, n, then n times
+--            member id, user, info              -> {members put back}
+-- A renewal never makes a member: a subject where Redis holds fewer of
+-- node's members than node says it took lost them (a restart with nothing
+-- on disk, a failover that lost the newest writes, node's own lease ended
+-- while it could not renew), and node then restores those it still holds,
+-- never one that left, past the cap if need be: they are live already.
 -- Pruning a node whose lease ended comes first in each (lib.lua).
 local mode = ARGV[2]
 local now = now_ms()
@@ -43,11 +53,28 @@ elseif mode == 'stats' then
   return {redis.call('ZCARD', pz(s)), redis.call('HLEN', pu(s))}
 elseif mode == 'renew' then
   local node, lease = ARGV[3], tonumber(ARGV[4])
-  for i = 5, #ARGV do
-    local s = ARGV[i]
+  local reply = {0}
+  for i = 5, #ARGV, 2 do
+    local s, taken = ARGV[i], tonumber(ARGV[i + 1])
     presence_prune(s, now)
-    if redis.call('EXISTS', pn(s, node)) == 1 then presence_keep(s, node, now, lease) end
+    local held = redis.call('SCARD', pn(s, node))
+    if held > 0 then presence_keep(s, node, now, lease) end
+    if held < taken then reply[#reply + 1] = (i - 3) / 2 end
   end
-  return {tonumber(redis.call('HGET', TOTALS, 'presence_expired') or '0')}
+  reply[1] = tonumber(redis.call('HGET', TOTALS, 'presence_expired') or '0')
+  return reply
+elseif mode == 'restore' then
+  local node, lease = ARGV[3], tonumber(ARGV[4])
+  local put, i = 0, 5
+  while i <= #ARGV do
+    local s, n = ARGV[i], tonumber(ARGV[i + 1])
+    presence_prune(s, now)
+    for m = i + 2, i + 1 + 3 * n, 3 do
+      if presence_add(s, node, ARGV[m], ARGV[m + 1], ARGV[m + 2]) then put = put + 1 end
+    end
+    presence_keep(s, node, now, lease)
+    i = i + 2 + 3 * n
+  end
+  return {put}
 end
 return redis.error_reply('unknown presence mode ' .. tostring(mode))
