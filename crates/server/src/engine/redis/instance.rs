@@ -47,7 +47,6 @@ use tokio::time::Instant;
 
 use super::backlog::Backlog;
 use super::context::{Context, ReadMode, ReadScript};
-use super::members::{self, RENEW_BATCH};
 use super::ops::{script_calls, Op, Read, ReadOp, ScriptCall};
 use super::target::{ConnectError, Master, Target};
 use crate::engine::EngineError;
@@ -641,84 +640,6 @@ impl Instance {
         }
     }
 
-    /// Renews this node's lease on its members of every subject of this
-    /// instance: one script call per [`RENEW_BATCH`] subjects, however many
-    /// members they hold; the subjects where Redis lost some of them get
-    /// them back with one more call per batch. A failure is left to the
-    /// next renewal (a third of a lease later).
-    async fn renew(&mut self) {
-        let Some(mut conn) = self.conn.clone() else {
-            return;
-        };
-        let (index, instances) = (self.index, self.ctx.instances);
-        let ours = |s: &str| super::ring::instance_of(s, instances) == index;
-        let members = &self.ctx.members;
-        let prefix = &self.ctx.settings.prefix;
-        let mut lost = members.take_lost(ours).into_iter();
-        while let Some((subject, member)) = lost.next() {
-            let mut call = members::call(&self.ctx.scripts.presence, prefix, "leave");
-            call.arg(&*subject).arg(&members.node).arg(&*member);
-            if let Err(e) = call.query_async::<Value>(&mut conn).await {
-                tracing::warn!(error = %e, "a lost presence leave failed again");
-                members.lost_leave(subject, member);
-                lost.for_each(|(s, m)| members.lost_leave(s, m));
-                return;
-            }
-        }
-        let subjects = members.subjects(ours);
-        let lease = self.ctx.settings.presence_lease.as_millis() as u64;
-        for batch in subjects.chunks(RENEW_BATCH) {
-            let mut call = members::call(&self.ctx.scripts.presence, prefix, "renew");
-            call.arg(&members.node).arg(lease);
-            for (subject, taken) in batch {
-                call.arg(&**subject).arg(*taken);
-            }
-            let short = match call.query_async::<Vec<u64>>(&mut conn).await {
-                Ok(reply) => {
-                    members.expired_on(index, reply.first().copied().unwrap_or(0));
-                    reply.into_iter().skip(1)
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "a presence lease renewal failed");
-                    return;
-                }
-            };
-            // Nothing of this instance is sent while this task renews, so
-            // a leave released since the count is made after the restore.
-            let mut call = members::call(&self.ctx.scripts.presence, prefix, "restore");
-            call.arg(&members.node).arg(lease);
-            let mut restoring = 0;
-            for place in short {
-                let at = (place as usize).checked_sub(1);
-                let Some((subject, _)) = at.and_then(|at| batch.get(at)) else {
-                    continue;
-                };
-                let taken = members.taken_in(subject);
-                call.arg(&**subject).arg(taken.len());
-                for (id, held) in taken {
-                    call.arg(&*id)
-                        .arg(held.user.as_deref().unwrap_or(""))
-                        .arg(held.info.as_deref().unwrap_or(""));
-                }
-                restoring += 1;
-            }
-            if restoring == 0 {
-                continue;
-            }
-            match call.query_async::<Vec<u64>>(&mut conn).await {
-                Ok(put) => tracing::info!(
-                    subjects = restoring,
-                    members = put.first().copied().unwrap_or(0),
-                    "put back presence members Redis had lost"
-                ),
-                Err(e) => {
-                    tracing::warn!(error = %e, "restoring lost presence members failed");
-                    return;
-                }
-            }
-        }
-    }
-
     async fn sweep(&mut self) {
         let Some(mut conn) = self.conn.clone() else {
             return;
@@ -818,5 +739,6 @@ fn protocol_error(what: String) -> redis::RedisError {
     redis::RedisError::from(std::io::Error::new(std::io::ErrorKind::InvalidData, what))
 }
 
+mod presence;
 #[cfg(test)]
 mod tests;
