@@ -58,10 +58,11 @@ pub struct Shared {
 
 impl Shared {
     /// Hands a lifecycle signal to the hooks' thread, without waiting; a
-    /// no-op without `hook_url`.
-    pub fn hook(&self, signal: Signal) {
+    /// no-op without `hook_url`, where `signal` is never called: a
+    /// connection's open and close then allocate nothing for the hooks.
+    pub fn hook(&self, signal: impl FnOnce() -> Signal) {
         if let Some(hooks) = &self.hooks {
-            hooks.signal(signal);
+            hooks.signal(signal());
         }
     }
 

@@ -1,8 +1,9 @@
 //! The node-wide counts that turn what the workers and the hub report
-//! (a user's connection opened or closed, a subject's first local
-//! subscriber attached or its last detached) into lifecycle events: a
-//! user's first connection on the node is `online`, its last gone
-//! `offline`; a subject attached is `occupied`, detached `vacated`.
+//! (a user's connection opened or closed; a subject's first local
+//! subscriber attached or its last detached, which nothing reports yet)
+//! into lifecycle events: a user's first connection on the node is
+//! `online`, its last gone `offline`; a subject attached is `occupied`,
+//! detached `vacated`.
 //!
 //! One `Lifecycle` is kept by the delivery task alone and fed by messages,
 //! so the workers take no lock for it. Node-wide only: a user with
@@ -65,7 +66,9 @@ impl Lifecycle {
                 self.connections.remove(&user);
                 (EventKind::Offline, None, Some(user))
             }
-            // The hub reports only first and last, so each is an event.
+            // Nothing sends these yet (operations.md: occupied and vacated
+            // are not delivered); a sender must report a subject's first
+            // and last subscriber on the node once each, as each is an event.
             Signal::Attached(subject) => (EventKind::Occupied, Some(subject), None),
             Signal::Detached(subject) => (EventKind::Vacated, Some(subject), None),
         };

@@ -40,7 +40,7 @@ impl Sessions {
             access,
             online: true,
         }));
-        self.shared.hook(Signal::Connected(user.to_string()));
+        self.shared.hook(|| Signal::Connected(user.to_string()));
         let me = self.request_of(id, None);
         self.shared.feeds.presence.add(user, me);
         self.add_subscription(id, &feed_subject(user), None, None, out);

@@ -168,8 +168,8 @@ impl Sessions {
             let gone = self.request_of(id, None);
             self.shared.feeds.presence.remove(identity.user, &gone);
             if identity.online {
-                self.shared
-                    .hook(Signal::Disconnected(identity.user.to_string()));
+                let user = identity.user;
+                self.shared.hook(|| Signal::Disconnected(user.to_string()));
             }
         }
     }
