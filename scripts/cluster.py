@@ -293,9 +293,13 @@ def start_node(children, binary, flags, listen="127.0.0.1:0", admin="127.0.0.1:0
     return proc, ready["ws"], ready["admin"]
 
 
-def metrics(admin):
-    """A node's Prometheus counters, by name with labels."""
-    with urllib.request.urlopen(f"http://{admin}/metrics", timeout=10) as r:
+def metrics(admin, key=None):
+    """A node's Prometheus counters, by name with labels (`key`: the
+    node's admin key, when it has one)."""
+    req = urllib.request.Request(f"http://{admin}/metrics")
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    with urllib.request.urlopen(req, timeout=10) as r:
         text = r.read().decode()
     out = {}
     for line in text.splitlines():

@@ -36,5 +36,11 @@ bash scripts/sdk-python.sh "$TARGET_DIR/release/myriad"
 step "scale proof, smoke size: 2,000 subscribers over 2 nodes and Redis; 0 lost, nothing left running"
 python3 scripts/scale_smoke.py "$TARGET_DIR/release/myriad" "$TARGET_DIR/scale-smoke"
 
+step "presence, smoke size: 300 members joining at once, on one node (with join/leave events) and on 2 nodes over Redis"
+python3 scripts/presence_bench.py --bin "$TARGET_DIR/release/myriad" --out "$TARGET_DIR/presence-smoke" \
+    --runs 1 --members 300 --variants plain presence events --duration 5s --wait 20 --stats-requests 50 --check
+python3 scripts/presence_bench.py --bin "$TARGET_DIR/release/myriad" --out "$TARGET_DIR/presence-smoke" \
+    --runs 1 --members 300 --nodes 2 --variants plain presence --duration 8s --hold 2 --wait 20 --stats-requests 50 --check
+
 step "Autobahn conformance, sections 1-10, 12 and 13 (permessage-deflate), against the real server"
 MYRIAD_BIN="$TARGET_DIR/release/myriad" bash scripts/autobahn.sh
