@@ -286,3 +286,42 @@ async def test_a_recovery_replays_the_stored_compressed_frames(cleanup: Cleanup)
     assert metrics(n)["myriad_compression_frames_total"] == 3, "replayed, not compressed again"
     await live.close()
     await late.close()
+
+
+async def test_history_counts_the_compressed_frames_it_keeps(cleanup: Cleanup) -> None:
+    """A kept publication's compressed frame is charged to history_max_bytes
+    (docs/operations.md): the same three publications cost history more on
+    a subject whose subscriber got them compressed, by their frames."""
+    n = await node(cleanup)
+
+    def history_bytes() -> int:
+        with urllib.request.urlopen(f"{n.api}/stats", timeout=5) as reply:
+            return int(json.loads(reply.read())["history"]["bytes"])
+
+    async def three_kept(subject: str, extensions: Optional[List[str]]) -> int:
+        """What history's bytes grew by for three publications to `subject`."""
+        client = await Raw.open(n, extensions)
+        client.send_text(json.dumps({"op": "subscribe", "subject": subject, "id": 1}), compress=False)
+        _, subscribed = await client.message()
+        assert subscribed["op"] == "subscribed", subscribed
+        before = history_bytes()
+        for seq in range(3):
+            client.send_text(json.dumps({"op": "publish", "subject": subject, "data": {**DATA, "seq": seq}}), compress=False)
+        got = 0
+        while got < 3:
+            compressed, msg = await client.message()
+            if msg["op"] == "msg":
+                assert compressed == bool(extensions), msg
+                got += 1
+        grown = history_bytes() - before
+        await client.close()
+        return grown
+
+    # Names of one length, the same data: the same plain bytes kept.
+    plain = await three_kept("roomA", None)
+    compressing = await three_kept("roomB", ["permessage-deflate"])
+    m = metrics(n)
+    assert m["myriad_compression_frames_total"] == 3
+    payloads = int(m["myriad_compression_bytes_after_total"])
+    # Each frame is its compressed payload and a header of 2 to 10 bytes.
+    assert payloads + 3 * 2 <= compressing - plain <= payloads + 3 * 10, (plain, compressing, payloads)

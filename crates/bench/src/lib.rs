@@ -13,6 +13,8 @@
 //!    ([`util::fmt`]), timestamps in messages ([`util::payload`]), other
 //!    servers' dialects ([`util::profile`]), the client side of HTTP/1.1
 //!    with one pure reader per receive-only transport ([`util::http`]),
+//!    compressed deliveries inflated once per distinct message
+//!    ([`util::inflate_cache`]),
 //!    /stats figures ([`util::stats`]), the follow graph and who sends
 //!    ([`util::graph`]), received offsets ([`util::offsets`]), the social
 //!    workload's judge of every send ([`util::judge`]) and its follow churn

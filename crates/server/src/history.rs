@@ -7,7 +7,8 @@
 //! append, expires by age when it touches a subject and on a periodic sweep,
 //! and evicts the node's oldest messages when the shared memory budget is
 //! spent. Every removal reports the bytes it freed so the owner can keep
-//! that budget exact.
+//! that budget exact, a kept publication's compressed frame included
+//! (charged when both kept and made, see `publication`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -69,11 +70,14 @@ struct Slot {
     /// Node-wide store order (the memory budget evicts by it).
     order: u64,
     published_ms: u64,
+    /// [`kept_bytes`] of it, fixed; its compressed frame's bytes, made at
+    /// any time, are asked of the publication as it leaves.
     bytes: usize,
     publication: Arc<Publication>,
 }
 
-/// What keeping `publication` in history costs: the publication and its slot.
+/// What keeping `publication` in history costs: the publication and its
+/// slot, without its compressed frame (charged apart, as it is made).
 pub fn kept_bytes(publication: &Publication) -> usize {
     publication.held_bytes() + std::mem::size_of::<Slot>()
 }
@@ -82,6 +86,7 @@ pub fn kept_bytes(publication: &Publication) -> usize {
 #[derive(Debug, Default)]
 pub struct SubjectHistory {
     items: VecDeque<Slot>,
+    /// The slots' [`kept_bytes`].
     bytes: usize,
 }
 
@@ -103,15 +108,17 @@ impl SubjectHistory {
     }
 
     /// Keeps `publication` (stored `order`-th on the node), then trims to
-    /// `policy.size`. Returns the bytes trimmed.
+    /// `policy.size`. Returns the bytes it added (with its compressed
+    /// frame, if already made) and those trimmed.
     pub fn append(
         &mut self,
         order: u64,
         publication: Arc<Publication>,
         policy: &HistoryPolicy,
-    ) -> Freed {
+    ) -> (usize, Freed) {
         debug_assert!(policy.is_on());
         let bytes = kept_bytes(&publication);
+        let added = bytes + publication.keep();
         self.bytes += bytes;
         self.items.push_back(Slot {
             order,
@@ -123,7 +130,7 @@ impl SubjectHistory {
         while self.items.len() > policy.size {
             freed += self.pop_oldest();
         }
-        freed
+        (added, freed)
     }
 
     /// Drops publications older than the policy's age limit at `now_ms`.
@@ -149,7 +156,7 @@ impl SubjectHistory {
                 self.bytes -= slot.bytes;
                 Freed {
                     messages: 1,
-                    bytes: slot.bytes,
+                    bytes: slot.bytes + slot.publication.leave(),
                 }
             }
             None => Freed::default(),
@@ -311,8 +318,8 @@ mod tests {
                         let offset = published.len() as u64 + 1;
                         published.push(now);
                         let p = publication(offset, now);
-                        bytes += kept_bytes(&p);
-                        let freed = h.append(offset, p, &policy);
+                        let (added, freed) = h.append(offset, p, &policy);
+                        bytes += added;
                         bytes -= freed.bytes;
                         floor = floor.max((offset + 1).saturating_sub(size as u64));
                     }

@@ -332,8 +332,9 @@ impl Metrics {
             bytes: registered(
                 r,
                 "history_bytes",
-                "Bytes charged to history_max_bytes: publications (shared with live fan-out), \
-                 history queues, and subjects kept without subscribers",
+                "Bytes charged to history_max_bytes: publications (shared with live fan-out) \
+                 with their compressed frames once made, history queues, and subjects kept \
+                 without subscribers",
             ),
             evictions: registered(
                 r,

@@ -16,7 +16,16 @@
 //! This module only keeps it; how it is compressed is the caller's (the
 //! WebSocket transport hands in `deflate::text_frame`), so that the unit
 //! every layer passes around names no other module.
+//!
+//! A publication history keeps is charged to the history budget, and so is
+//! its compressed frame from when both are true, whichever came first:
+//! it is kept ([`Publication::keep`], by `history`) and its frame is made
+//! (on a worker, at any time). One atomic holds the two facts, so exactly
+//! one side adds the frame's bytes to the budget ([`Publication::budget`])
+//! and leaving history ([`Publication::leave`]) frees them exactly when
+//! they were added.
 
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
@@ -39,7 +48,20 @@ pub struct Publication {
     /// The compressed text frame (RFC 7692), made once; `None` inside when
     /// compressing did not make the envelope smaller.
     deflated: OnceLock<Option<Bytes>>,
+    /// [`KEPT`] and [`DEFLATED`]: the compressed frame's bytes are charged
+    /// to `budget` while both are set.
+    charge: AtomicU8,
+    /// The history budget's count of bytes, for a publication a history
+    /// may keep (the engine's, see [`Publication::charged_to`]); `None`
+    /// for one no history keeps, which [`Publication::keep`] then leaves
+    /// uncharged.
+    budget: Option<Arc<AtomicUsize>>,
 }
+
+/// In [`Publication::charge`]: a history keeps it.
+const KEPT: u8 = 1;
+/// In [`Publication::charge`]: its compressed frame is made (and smaller).
+const DEFLATED: u8 = 2;
 
 impl Publication {
     /// Encodes `data` (raw JSON) at `position` of `subject`.
@@ -56,7 +78,16 @@ impl Publication {
             frame: Bytes::from(frame),
             header_len,
             deflated: OnceLock::new(),
+            charge: AtomicU8::new(0),
+            budget: None,
         }
+    }
+
+    /// This publication, to be kept by a history whose bytes `budget`
+    /// counts: its compressed frame, if made while kept, is added there.
+    pub fn charged_to(mut self, budget: Arc<AtomicUsize>) -> Self {
+        self.budget = Some(budget);
+        self
     }
 
     /// The frame a recipient that negotiated permessage-deflate gets: the
@@ -73,10 +104,83 @@ impl Publication {
         if self.envelope().len() < threshold {
             return &self.frame;
         }
+        let mut made = false;
+        let deflated = self.deflated.get_or_init(|| {
+            made = true;
+            compress(self.envelope())
+        });
+        match deflated {
+            Some(frame) => {
+                if made {
+                    self.made(frame.len());
+                }
+                frame
+            }
+            None => &self.frame,
+        }
+    }
+
+    /// Records that the compressed frame (`len` bytes) now exists, and
+    /// charges it to the budget if a history keeps this publication. The
+    /// bytes are added before the fact is published and taken back if it
+    /// was not kept, so the budget's count never dips below what it holds
+    /// (an eviction that sees the frame subtracts it afterwards).
+    fn made(&self, len: usize) {
+        let Some(budget) = &self.budget else {
+            self.charge.fetch_or(DEFLATED, Ordering::AcqRel);
+            return;
+        };
+        budget.fetch_add(len, Ordering::Relaxed);
+        if self.charge.fetch_or(DEFLATED, Ordering::AcqRel) & KEPT == 0 {
+            budget.fetch_sub(len, Ordering::Relaxed);
+        }
+    }
+
+    /// The bytes of the compressed frame, once made (0 before, or when it
+    /// was not smaller than the plain one).
+    pub fn deflated_len(&self) -> usize {
         self.deflated
-            .get_or_init(|| compress(self.envelope()))
-            .as_ref()
-            .unwrap_or(&self.frame)
+            .get()
+            .and_then(Option::as_ref)
+            .map_or(0, Bytes::len)
+    }
+
+    /// A history keeps it from now on: returns the bytes of its compressed
+    /// frame if already made, which the caller adds to the budget beside
+    /// [`held_bytes`](Self::held_bytes) (0 when not made, or when no budget
+    /// was given: then the frame is never charged).
+    pub fn keep(&self) -> usize {
+        if self.budget.is_none() {
+            return 0;
+        }
+        let was = self.charge.fetch_or(KEPT, Ordering::AcqRel);
+        debug_assert!(was & KEPT == 0, "kept by one history once");
+        if was & DEFLATED != 0 {
+            self.deflated_len()
+        } else {
+            0
+        }
+    }
+
+    /// It leaves history: returns the bytes of its compressed frame if they
+    /// were charged, which the caller takes off the budget.
+    pub fn leave(&self) -> usize {
+        let was = self.charge.fetch_and(!KEPT, Ordering::AcqRel);
+        if was & (KEPT | DEFLATED) == KEPT | DEFLATED {
+            self.deflated_len()
+        } else {
+            0
+        }
+    }
+
+    /// The bytes of its compressed frame charged to the budget now (made
+    /// and kept), for an audit of the budget.
+    pub fn charged_deflated_bytes(&self) -> usize {
+        if self.charge.load(Ordering::Acquire) & (KEPT | DEFLATED) == KEPT | DEFLATED {
+            self.deflated_len()
+        } else {
+            0
+        }
     }
 
     /// The complete WebSocket text frame, shared by every WebSocket recipient.
@@ -92,9 +196,9 @@ impl Publication {
     /// Bytes this publication keeps alive while history holds it: the
     /// encoded buffer plus this struct inside its `Arc` (two counters).
     /// Not the compressed frame: history adds and later subtracts this
-    /// figure, so it must not change once stored, and the compressed frame
-    /// is made later, if ever, and is kept only when smaller than `frame`,
-    /// so it at most doubles what history's byte figures say.
+    /// figure, so it must not change once stored; the compressed frame,
+    /// made later if ever, is charged on its own ([`keep`](Self::keep),
+    /// [`leave`](Self::leave)).
     pub fn held_bytes(&self) -> usize {
         self.frame.len() + std::mem::size_of::<Publication>() + 2 * std::mem::size_of::<usize>()
     }
@@ -144,5 +248,47 @@ mod tests {
         let none = Publication::new(Arc::from("s"), Position::new(Epoch(1), 2), "[1,2]", 0);
         let kept = none.deflated_frame(0, |_| None);
         assert_eq!(kept.as_ptr(), none.ws_frame().as_ptr(), "not smaller");
+    }
+
+    #[test]
+    fn a_publication_stays_small() {
+        // Paid per kept publication (docs/benchmarks.md, history memory).
+        assert!(std::mem::size_of::<Publication>() <= 128);
+    }
+
+    #[test]
+    fn the_compressed_frame_is_charged_while_kept_whichever_comes_first() {
+        let frame = |_: &[u8]| Some(Bytes::from_static(b"1234567"));
+        let budget = Arc::new(AtomicUsize::new(0));
+        let charged = || budget.load(Ordering::Relaxed);
+        let new = |offset| {
+            Publication::new(Arc::from("s"), Position::new(Epoch(1), offset), "[1,2]", 0)
+                .charged_to(Arc::clone(&budget))
+        };
+        // Kept, then made: the maker charges it; leaving frees it.
+        let p = new(1);
+        assert_eq!(p.keep(), 0);
+        p.deflated_frame(0, frame);
+        assert_eq!((charged(), p.charged_deflated_bytes()), (7, 7));
+        assert_eq!(p.leave(), 7);
+        budget.fetch_sub(7, Ordering::Relaxed);
+        assert_eq!(p.charged_deflated_bytes(), 0);
+        // Made, then kept: the keeper is told (and adds it itself).
+        let p = new(2);
+        p.deflated_frame(0, frame);
+        assert_eq!(charged(), 0, "not kept: not charged");
+        assert_eq!(p.keep(), 7);
+        assert_eq!(p.leave(), 7);
+        // Left before it was made: never charged.
+        let p = new(3);
+        p.keep();
+        assert_eq!(p.leave(), 0);
+        p.deflated_frame(0, frame);
+        assert_eq!((charged(), p.leave()), (0, 0));
+        // Without a budget nothing is charged at all.
+        let p = Publication::new(Arc::from("s"), Position::new(Epoch(1), 4), "[1,2]", 0);
+        assert_eq!(p.keep(), 0);
+        p.deflated_frame(0, frame);
+        assert_eq!((p.charged_deflated_bytes(), p.leave()), (0, 0));
     }
 }

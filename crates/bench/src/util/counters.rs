@@ -113,6 +113,9 @@ pub struct Counters {
     pub wire_bytes_in: u64,
     /// WebSocket upgrades whose server agreed to permessage-deflate.
     pub deflate_agreed: u64,
+    /// Compressed messages inflated; the other compressed deliveries were
+    /// byte-identical copies of one of these (`util::inflate_cache`).
+    pub inflated: u64,
     /// Publish messages whose last byte the socket took (WebSocket frames
     /// or HTTP requests).
     pub published: u64,
@@ -206,6 +209,7 @@ impl Counters {
         self.bytes_in += o.bytes_in;
         self.wire_bytes_in += o.wire_bytes_in;
         self.deflate_agreed += o.deflate_agreed;
+        self.inflated += o.inflated;
         self.published += o.published;
         self.publish_dropped += o.publish_dropped;
         self.http_ok += o.http_ok;

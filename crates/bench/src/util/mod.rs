@@ -15,6 +15,7 @@ pub mod fmt;
 pub mod graph;
 pub mod histogram;
 pub mod http;
+pub mod inflate_cache;
 pub mod judge;
 pub mod offsets;
 pub mod pacing;

@@ -17,7 +17,8 @@
 //! boundary, or output the socket did not take). Reads go through the
 //! worker's one scratch buffer, so an idle connection costs well under the 1 KiB of RSS the bench allows itself.
 //! A connection that negotiated permessage-deflate holds nothing more: its
-//! compressed deliveries go through the worker's one inflater (`Cx`).
+//! compressed deliveries go through the worker's one inflater (`Cx`), which
+//! inflates each distinct message once.
 //! The handshake nonce is derived from the index, and an HTTP transport's
 //! request from the index and the worker's [`Assignment`], instead of
 //! stored. Workload behaviour (what to send once open, what a delivery
@@ -37,7 +38,6 @@ use myriad_protocol::handshake::{
     client_request_offering, parse_switching_protocols_offered, PERMESSAGE_DEFLATE_OFFER,
 };
 use myriad_protocol::position::Position;
-use myriad_protocol::ws::deflate::Inflater;
 use myriad_protocol::ws::{
     apply_mask, write_frame_header, Message, MessageReader, OpCode, Read, ReadLimits,
 };
@@ -50,6 +50,7 @@ use crate::util::http::chunked::{self, Chunk};
 use crate::util::http::poll::{self, PollError};
 use crate::util::http::sse::{self, Block};
 use crate::util::http::{self, Receive, Resume, MAX_HEAD};
+use crate::util::inflate_cache::InflateCache;
 use crate::util::pattern::{mix, Assignment};
 
 /// What a connection speaks.
@@ -249,8 +250,9 @@ pub struct Cx {
     subject_names: Vec<String>,
     /// Inflates the compressed deliveries of every permessage-deflate
     /// connection of the worker (the server compresses each message on its
-    /// own, so one serves them all); its stream exists after the first.
-    inflater: Inflater,
+    /// own, so one serves them all), each distinct message once: the copies
+    /// a node sends its recipients reuse its text (`util::inflate_cache`).
+    inflater: InflateCache,
 }
 
 impl Cx {
@@ -280,7 +282,7 @@ impl Cx {
             subjects: None,
             subject_ids: Vec::new(),
             subject_names: Vec::new(),
-            inflater: Inflater::new(),
+            inflater: InflateCache::new(),
         }
     }
 
@@ -706,7 +708,9 @@ impl ClientConn {
         // The worker's one inflater, lent for these frames: a delivery may
         // be borrowed from it while `cx` is used (see `consume_frames`).
         let mut inflater = std::mem::take(&mut cx.inflater);
+        let before = inflater.inflated();
         let used = self.consume_frames(cx, buf, pos, now_real, &mut inflater, h);
+        cx.counters.inflated += inflater.inflated() - before;
         cx.inflater = inflater;
         used
     }
@@ -719,7 +723,7 @@ impl ClientConn {
         buf: &mut [u8],
         mut pos: usize,
         now_real: u64,
-        inflater: &mut Inflater,
+        inflater: &mut InflateCache,
         h: &mut H,
     ) -> Result<usize, Ending> {
         let inflates = self.wire == Wire::WebSocketDeflate;

@@ -276,6 +276,24 @@ fn is_token(text: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
+/// What inflates one whole compressed message for
+/// [`MessageReader::read_deflate`](super::MessageReader::read_deflate):
+/// [`Inflater`] itself, or a caller's wrapper around one (the bench keeps
+/// the last few messages it inflated, since a node sends every recipient
+/// of a publication the same compressed bytes).
+pub trait Inflate {
+    /// The message `payload` (a whole compressed message, without its
+    /// tail) inflates to, or why it cannot be: [`FrameError::BadDeflateData`],
+    /// or [`FrameError::InflatedTooBig`] past `limit` bytes.
+    fn inflate(&mut self, payload: &[u8], limit: usize) -> Result<&[u8], FrameError>;
+}
+
+impl Inflate for Inflater {
+    fn inflate(&mut self, payload: &[u8], limit: usize) -> Result<&[u8], FrameError> {
+        Inflater::inflate(self, payload, limit)
+    }
+}
+
 /// Inflates compressed client messages, one at a time, each on its own
 /// (`client_no_context_takeover`). One per worker: the stream is created on
 /// first use and reset per message, so a connection holds nothing.

@@ -12,7 +12,7 @@
 //! message is being reassembled. Unfragmented messages, the common case, are
 //! unmasked in place in the caller's buffer and lent out from it with no copy.
 
-use super::deflate::Inflater;
+use super::deflate::{Inflate, Inflater};
 use super::frame::{
     apply_mask, parse_close_payload, parse_frame_header_deflate, FrameError, OpCode,
 };
@@ -149,7 +149,7 @@ impl MessageReader {
         buf: &'a mut [u8],
         limits: &ReadLimits,
     ) -> Result<Read<'a>, FrameError> {
-        self.read_deflate(buf, limits, None)
+        self.read_deflate(buf, limits, None::<&mut Inflater>)
     }
 
     /// [`MessageReader::read`] on a connection that negotiated
@@ -159,11 +159,11 @@ impl MessageReader {
     /// with [`FrameError::InflatedTooBig`]) and its text checked then. The
     /// compressed bytes are held to `max_message` too. Without `inflater`
     /// RSV1 is [`FrameError::ReservedBits`], as in `read`.
-    pub fn read_deflate<'a>(
+    pub fn read_deflate<'a, I: Inflate>(
         &'a mut self,
         buf: &'a mut [u8],
         limits: &ReadLimits,
-        inflater: Option<&'a mut Inflater>,
+        inflater: Option<&'a mut I>,
     ) -> Result<Read<'a>, FrameError> {
         if self.partial.as_ref().is_some_and(|p| p.complete) {
             // The message lent out by the previous call is no longer borrowed.
@@ -214,7 +214,7 @@ impl MessageReader {
             apply_mask(payload, key);
         }
         let payload: &'a [u8] = payload;
-        let inflate = |inflater: Option<&'a mut Inflater>, text: bool, data: &'a [u8]| {
+        let inflate = |inflater: Option<&'a mut I>, text: bool, data: &'a [u8]| {
             let data = match inflater {
                 Some(inflater) => inflater.inflate(data, limits.max_message)?,
                 None => unreachable!("RSV1 is refused without an inflater"),

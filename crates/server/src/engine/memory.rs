@@ -26,7 +26,10 @@
 //! then the oldest publications. Eviction runs after the publishing shard
 //! is unlocked, so no thread ever holds two stream shards. Age limits are
 //! applied whenever a subject is touched and by a once-a-second sweep on
-//! its own thread, so idle subjects free their memory too.
+//! its own thread, so idle subjects free their memory too. A kept
+//! publication's compressed frame is charged to the budget when a worker
+//! makes it (`Publication::charged_to`); the next publish or sweep evicts
+//! for it.
 //!
 //! Presence (contract clause 8) is a [`Roster`] beside the streams, under
 //! locks of its own; a join is made before the attach takes its stream's
@@ -79,8 +82,10 @@ struct Inner {
     shard_idle: Box<[AtomicU64]>,
     hasher: RandomState,
     max_bytes: usize,
-    /// Everything charged to the history budget (see the module header).
-    held_bytes: AtomicUsize,
+    /// Everything charged to the history budget (see the module header);
+    /// shared with the publications history keeps, whose compressed frames
+    /// are charged here as workers make them (`Publication::charged_to`).
+    held_bytes: Arc<AtomicUsize>,
     held_messages: AtomicUsize,
     /// Streams kept with neither subscribers nor history.
     idle_positions: AtomicUsize,
@@ -128,7 +133,7 @@ impl MemoryEngine {
             shard_idle: (0..SHARDS).map(|_| AtomicU64::new(u64::MAX)).collect(),
             hasher: RandomState::default(),
             max_bytes,
-            held_bytes: AtomicUsize::new(0),
+            held_bytes: Arc::default(),
             held_messages: AtomicUsize::new(0),
             idle_positions: AtomicUsize::new(0),
             routed_bytes: AtomicUsize::new(0),
@@ -428,6 +433,11 @@ impl Inner {
                 shard.streams.shrink_to_fit();
             }
         }
+        // Compressed frames of kept publications are charged by the workers
+        // that make them, which do not evict: frames made since the last
+        // publish (a recovery's replay, say) are brought within the budget
+        // here at the latest.
+        self.enforce_budget();
     }
 }
 
@@ -501,13 +511,12 @@ impl Engine for MemoryEngine {
         let (publication, subscribers) = inner.change(index, shard, &name, now, |stream| {
             stream.offset += 1;
             stream.last_active_s = seconds(now);
-            let publication = Arc::new(Publication::new(
-                Arc::clone(&name),
-                stream.position(),
-                data,
-                now,
-            ));
             let policy = inner.namespaces.policy(stream.namespace);
+            let mut publication = Publication::new(Arc::clone(&name), stream.position(), data, now);
+            if policy.is_on() {
+                publication = publication.charged_to(Arc::clone(&inner.held_bytes));
+            }
+            let publication = Arc::new(publication);
             let mut freed = Freed::default();
             let mut added = 0;
             if policy.is_on() {
@@ -515,8 +524,9 @@ impl Engine for MemoryEngine {
                 let order = inner.order.fetch_add(1, Ordering::Relaxed);
                 let history = stream.history.get_or_insert_with(Box::default);
                 freed += history.expire(now, &policy);
-                added = crate::history::kept_bytes(&publication);
-                freed += history.append(order, Arc::clone(&publication), &policy);
+                let (kept, trimmed) = history.append(order, Arc::clone(&publication), &policy);
+                added = kept;
+                freed += trimmed;
             }
             let subscribers = stream.route.deliver(&inner.hub, &publication, wakeups);
             ((publication, subscribers), freed, added)

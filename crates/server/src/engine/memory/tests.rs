@@ -46,7 +46,7 @@ fn audit(inner: &Inner) -> usize {
                 let kept = history.last(usize::MAX);
                 charged += kept
                     .iter()
-                    .map(|p| crate::history::kept_bytes(p))
+                    .map(|p| crate::history::kept_bytes(p) + p.charged_deflated_bytes())
                     .sum::<usize>();
                 messages += kept.len();
                 let order = history.oldest_order().expect("not empty");
@@ -103,6 +103,89 @@ fn the_byte_count_is_exactly_what_history_holds() {
     audit(&inner);
     let stats = h.engine.stats().history;
     assert!(stats.bytes <= 5_000 && stats.evictions > 0, "{stats:?}");
+}
+
+/// Every publication history keeps on the node.
+fn kept(inner: &Inner) -> Vec<Arc<Publication>> {
+    let mut all = Vec::new();
+    for index in 0..SHARDS {
+        let shard = inner.lock(index);
+        for stream in shard.streams.values() {
+            if let Some(history) = stream.history.as_deref() {
+                all.extend(history.last(usize::MAX));
+            }
+        }
+    }
+    all
+}
+
+/// What history holds, counted from the streams and publications
+/// themselves: each stream's charge, and each kept publication with its
+/// compressed frame if one was made.
+fn really_held(inner: &Inner) -> usize {
+    let mut held = 0;
+    for index in 0..SHARDS {
+        let shard = inner.lock(index);
+        for (name, stream) in &shard.streams {
+            held += stream.charge(name);
+        }
+    }
+    held + kept(inner)
+        .iter()
+        .map(|p| crate::history::kept_bytes(p) + p.deflated_len())
+        .sum::<usize>()
+}
+
+#[test]
+fn compressed_frames_of_kept_publications_count_against_the_budget() {
+    // A compressing subscriber gets every publication's compressed frame,
+    // which the publication keeps beside its plain one. Before, history
+    // did not count it, so it could hold up to twice its budget.
+    let budget = 40_000;
+    let policy = HistoryPolicy {
+        size: 50,
+        ttl: Duration::ZERO,
+    };
+    let (h, inner) = audited(budget, policy);
+    // Text of words in no repeating order, which shrinks as real messages
+    // do (to about 0.6), not to almost nothing.
+    let words = [
+        "river", "stone", "amber", "quiet", "north", "lantern", "seven", "harbor",
+    ];
+    let mut seed = 7u32;
+    let text: Vec<&str> = (0..150)
+        .map(|_| {
+            seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+            words[(seed >> 16) as usize % words.len()]
+        })
+        .collect();
+    let text = format!("\"{}\"", text.join(" "));
+    let mut compressed = 0;
+    for n in 0..200 {
+        h.publish(&format!("s{}", n % 5), &text);
+        let held = really_held(&inner);
+        assert!(held <= budget, "after {n}: {held} held, budget {budget}");
+        audit(&inner);
+        // The deliveries of what is kept to a compressing subscriber (a
+        // worker making each frame once, as `transport::ws` does).
+        for p in kept(&inner) {
+            p.deflated_frame(0, |envelope| crate::deflate::text_frame(envelope, 2));
+            compressed += 1;
+        }
+    }
+    assert!(compressed > 0);
+    audit(&inner);
+    let stats = h.engine.stats().history;
+    assert!(stats.evictions > 0, "{stats:?}");
+    // The frames were made, and charged: each kept publication costs its
+    // plain bytes and its frame's within the budget.
+    let oldest = &kept(&inner)[0];
+    let (plain, frame) = (crate::history::kept_bytes(oldest), oldest.deflated_len());
+    assert!(frame > 0 && frame < plain, "{frame} of {plain}");
+    assert!(
+        stats.messages as usize * (plain + frame) <= budget,
+        "{stats:?}"
+    );
 }
 
 #[test]
