@@ -4,8 +4,9 @@
 //! obeys it: allow, refuse with a code, a connect's user and grants. A
 //! timeout and a malformed answer go by `proxy_fail` in both modes, a slow
 //! answer holds no other connection of the same worker, a closed
-//! connection's late verdict reaches nobody, and the in-flight cap refuses
-//! clearly. Waits are for events (a gate the test opens, a counter),
+//! connection's late verdict reaches nobody, the in-flight cap refuses
+//! clearly, a namespace may switch its proxy off, and a URL-opened stream
+//! under a subscribe proxy is refused (403). Waits are for events (a gate the test opens, a counter),
 //! never for a time.
 
 mod common;
@@ -453,4 +454,49 @@ fn a_connect_acts_as_the_admitted_user_within_the_token_grammar() {
     // Acting as user 42: a second connect is refused.
     let again = ask(&mut ws, 7, json!({"op": "connect", "token": "good"}));
     assert_eq!(error_code(&again), "already_connected");
+}
+
+#[test]
+fn a_namespace_switches_its_proxy_off_and_url_opened_streams_are_refused_under_one() {
+    let backend = ProxyBackend::start(SECRET.as_bytes(), |_| Reply::refuse("", "never"));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("myriad.toml");
+    std::fs::write(
+        &file,
+        "[[namespace]]\nprefix = \"free.\"\nsubscribe_proxy = false\n",
+    )
+    .unwrap();
+    let node = node(&[
+        "--config",
+        file.to_str().unwrap(),
+        "--proxy-subscribe-url",
+        backend.url(),
+    ]);
+    let mut ws = node.connect();
+    let free = ask(&mut ws, 1, json!({"op": "subscribe", "subject": "free.1"}));
+    assert_eq!(free["op"], "subscribed", "not asked: {free}");
+    let asked = ask(&mut ws, 2, json!({"op": "subscribe", "subject": "paid.1"}));
+    assert_eq!(error_code(&asked), "proxy_refused");
+    assert_eq!(
+        calls(&node, "subscribe", "refused"),
+        1,
+        "one call, for paid.1"
+    );
+    // An SSE stream cannot wait for a verdict: refused where one is asked,
+    // served where none is.
+    let (status, body) = common::http(node.ws, "GET", "/sse?subject=paid.1", &[], "");
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("backend's proxy"), "{body}");
+    let mut stream = std::net::TcpStream::connect(node.ws).unwrap();
+    std::io::Write::write_all(
+        &mut stream,
+        b"GET /sse?subject=free.1 HTTP/1.1\r\nHost: x\r\n\r\n",
+    )
+    .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut head = [0u8; 12];
+    std::io::Read::read_exact(&mut stream, &mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
 }
