@@ -500,3 +500,26 @@ fn a_namespace_switches_its_proxy_off_and_url_opened_streams_are_refused_under_o
     std::io::Read::read_exact(&mut stream, &mut head).unwrap();
     assert_eq!(&head, b"HTTP/1.1 200");
 }
+
+#[test]
+fn calls_one_after_another_share_a_kept_alive_connection() {
+    let backend = ProxyBackend::start(SECRET.as_bytes(), |_| Reply::allow());
+    let node = node(&["--proxy-subscribe-url", backend.url()]);
+    let mut ws = node.connect();
+    for id in 1..=20 {
+        let reply = ask(
+            &mut ws,
+            id,
+            json!({"op": "subscribe", "subject": format!("k.{id}")}),
+        );
+        assert_eq!(reply["op"], "subscribed", "{reply}");
+    }
+    assert_eq!(calls(&node, "subscribe", "allowed"), 20);
+    // One at a time: one connection serves them all (two, should the
+    // backend's side close one between calls).
+    assert!(
+        backend.connections() <= 2,
+        "{} connections",
+        backend.connections()
+    );
+}

@@ -171,7 +171,7 @@ async fn post(target: &Target, secret: &[u8], body: &[u8]) -> Outcome {
     let headers = headers(secret, body);
     let body = Bytes::copy_from_slice(body);
     // Only the status counts: the receiver's body is not read.
-    let status = match backend::post(target, &headers, body, REQUEST_TIMEOUT, 0).await {
+    let status = match backend::post(target, None, &headers, body, REQUEST_TIMEOUT, 0).await {
         Ok(answer) => Some(answer.status),
         Err(error) => {
             tracing::warn!(%error, "hook request failed");

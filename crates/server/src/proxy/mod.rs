@@ -6,7 +6,8 @@
 //! of the answer (`answer.rs`, pure) and the one thread that makes the
 //! calls: a tokio current-thread runtime, each call a task of its own (so a
 //! slow backend holds only its own calls), each through the crate's one
-//! backend client (`crate::backend`) within `proxy_timeout`, signed like
+//! backend client (`crate::backend`, on a connection kept alive in a pool
+//! per URL) within `proxy_timeout`, signed like
 //! the hooks when `hook_secret` is set. A verdict goes back to the worker
 //! that asked through its mailbox (`hub::Event::Proxied`), the way engine
 //! answers do: a worker never waits on a call. What the worker does
@@ -25,7 +26,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::mpsc;
 
-use crate::backend::{self, Target};
+use crate::backend::{self, Pool, Target};
 use crate::hooks::sign::headers;
 use crate::hub::{Event, Hub, Wakeups};
 use crate::messages::proxy::{Proxied, ProxyKind, ProxyTicket, Verdict};
@@ -178,13 +179,17 @@ async fn run(
     mut inbox: mpsc::UnboundedReceiver<Call>,
     in_flight: Arc<AtomicUsize>,
 ) {
+    // One pool of kept-alive connections per kind's target.
+    let pools: Arc<[Pool; 3]> = Arc::default();
     while let Some(call) = inbox.recv().await {
         let settings = Arc::clone(&settings);
+        let pools = Arc::clone(&pools);
         let hub = Arc::clone(&hub);
         let in_flight = Arc::clone(&in_flight);
         tokio::spawn(async move {
             let started = Instant::now();
-            let verdict = verdict(&settings, call.kind, call.body).await;
+            let pool = &pools[index(call.kind)];
+            let verdict = verdict(&settings, pool, call.kind, call.body).await;
             if let Verdict::Failed(why) = &verdict {
                 tracing::warn!(kind = call.kind.name(), %why, "proxy call failed");
             }
@@ -207,7 +212,7 @@ async fn run(
 }
 
 /// Makes one call and reads its answer.
-async fn verdict(settings: &ProxySettings, kind: ProxyKind, body: Bytes) -> Verdict {
+async fn verdict(settings: &ProxySettings, pool: &Pool, kind: ProxyKind, body: Bytes) -> Verdict {
     let Some(target) = &settings.targets[index(kind)] else {
         return Verdict::Failed("no URL for this kind".into());
     };
@@ -216,7 +221,8 @@ async fn verdict(settings: &ProxySettings, kind: ProxyKind, body: Bytes) -> Verd
         .as_deref()
         .map(|secret| headers(secret, &body));
     let signed = signed.as_ref().map_or(&[][..], |h| &h[..]);
-    match backend::post(target, signed, body, settings.timeout, MAX_ANSWER_BYTES).await {
+    let timeout = settings.timeout;
+    match backend::post(target, Some(pool), signed, body, timeout, MAX_ANSWER_BYTES).await {
         Ok(answer) if (200..300).contains(&answer.status) => answer::read(kind, &answer.body),
         Ok(answer) => Verdict::Failed(format!("status {}", answer.status)),
         Err(backend::PostError::TimedOut(_)) => Verdict::Timeout,
