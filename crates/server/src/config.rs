@@ -489,6 +489,11 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_PROXY_MAX_IN_FLIGHT", default_value_t = 10_000)]
     pub proxy_max_in_flight: usize,
 
+    /// The largest proxy answer body read; a longer one is a failure
+    /// (handled per proxy_fail).
+    #[arg(long, env = "MYRIAD_PROXY_MAX_ANSWER_BYTES", default_value_t = 65_536)]
+    pub proxy_max_answer_bytes: usize,
+
     /// Where the follow graph lives: `sqlite` (a file in `data_dir`, this
     /// node's alone) or `redis` (one Redis the cluster's nodes share, keys
     /// under `<redis_prefix>:g:`; a follow through any node reaches the
@@ -877,6 +882,9 @@ impl Config {
         if self.proxy_max_in_flight == 0 {
             return Err(invalid("proxy_max_in_flight must be at least 1".into()));
         }
+        if self.proxy_max_answer_bytes < 64 {
+            return Err(invalid("proxy_max_answer_bytes must be at least 64".into()));
+        }
         if self.proxy_timeout.0.is_zero() {
             return Err(invalid("proxy_timeout must be more than 0s".into()));
         }
@@ -885,6 +893,7 @@ impl Config {
             timeout: self.proxy_timeout.0,
             fail: self.proxy_fail,
             max_in_flight: self.proxy_max_in_flight,
+            max_answer_bytes: self.proxy_max_answer_bytes,
             secret,
         }))
     }
@@ -1307,6 +1316,46 @@ mod tests {
         let why = refusal(&["myriad", "--presence-lease", "2s"]);
         assert!(why.contains("presence_lease (2s)"), "{why}");
         assert!(assembled(&["myriad", "--presence-lease", "3s"]).is_ok());
+    }
+
+    #[test]
+    fn proxy_settings_are_checked_naming_the_setting() {
+        let url = "http://127.0.0.1:9/p";
+        assert!(assembled(&["myriad"]).unwrap().proxies().unwrap().is_none());
+        let config = assembled(&["myriad", "--proxy-publish-url", url]).unwrap();
+        let settings = config.proxies().unwrap().unwrap();
+        assert!(settings.targets[2].is_some() && settings.targets[1].is_none());
+        assert_eq!(settings.fail, FailMode::Closed, "closed by default");
+        assert!(settings.secret.is_none(), "unsigned without hook_secret");
+        let policies = config.proxy_policies();
+        assert!(policies.policy_for("any").publish);
+        assert!(!policies.policy_for("any").subscribe);
+        for (args, named) in [
+            (
+                vec!["--proxy-subscribe-url", "https://a/"],
+                "proxy_subscribe_url",
+            ),
+            (vec!["--proxy-connect-url", "a/b"], "proxy_connect_url"),
+            (
+                vec!["--proxy-publish-url", url, "--hook-secret", "short"],
+                "hook_secret is 5 bytes",
+            ),
+            (
+                vec!["--proxy-publish-url", url, "--proxy-max-in-flight", "0"],
+                "proxy_max_in_flight",
+            ),
+            (
+                vec!["--proxy-publish-url", url, "--proxy-timeout", "0s"],
+                "proxy_timeout",
+            ),
+            (
+                vec!["--proxy-publish-url", url, "--proxy-max-answer-bytes", "10"],
+                "proxy_max_answer_bytes",
+            ),
+        ] {
+            let why = refusal(&[&["myriad"][..], &args].concat());
+            assert!(why.contains(named), "{args:?}: {why}");
+        }
     }
 
     #[test]

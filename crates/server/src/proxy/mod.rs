@@ -32,9 +32,6 @@ use crate::hub::{Event, Hub, Wakeups};
 use crate::messages::proxy::{Proxied, ProxyKind, ProxyTicket, Verdict};
 use crate::namespace::{Namespaces, ProxyPolicy};
 
-/// The largest answer body read; a longer one is a failure.
-pub const MAX_ANSWER_BYTES: usize = 64 * 1024;
-
 /// What a call that got no verdict (a timeout, an error, a malformed
 /// answer) lets its command do.
 #[derive(
@@ -58,6 +55,8 @@ pub struct ProxySettings {
     pub timeout: Duration,
     pub fail: FailMode,
     pub max_in_flight: usize,
+    /// `proxy_max_answer_bytes`: a longer answer body is a failure.
+    pub max_answer_bytes: usize,
     /// `hook_secret`, which signs every call when set.
     pub secret: Option<Vec<u8>>,
 }
@@ -221,8 +220,8 @@ async fn verdict(settings: &ProxySettings, pool: &Pool, kind: ProxyKind, body: B
         .as_deref()
         .map(|secret| headers(secret, &body));
     let signed = signed.as_ref().map_or(&[][..], |h| &h[..]);
-    let timeout = settings.timeout;
-    match backend::post(target, Some(pool), signed, body, timeout, MAX_ANSWER_BYTES).await {
+    let (timeout, most) = (settings.timeout, settings.max_answer_bytes);
+    match backend::post(target, Some(pool), signed, body, timeout, most).await {
         Ok(answer) if (200..300).contains(&answer.status) => answer::read(kind, &answer.body),
         Ok(answer) => Verdict::Failed(format!("status {}", answer.status)),
         Err(backend::PostError::TimedOut(_)) => Verdict::Timeout,
