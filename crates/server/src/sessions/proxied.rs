@@ -37,6 +37,9 @@ use crate::metrics::ProxyOutcome;
 use crate::proxy::{request_body, Busy, FailMode};
 use crate::registry::ConnId;
 
+/// Capacity kept after a burst drains; beyond it the table is freed.
+const SHRINK_ABOVE: usize = 64;
+
 /// A command waiting for its verdict, with what it needs to run after.
 #[derive(Debug)]
 enum Pending {
@@ -110,7 +113,18 @@ impl Parked {
 
     /// Connection `id` closed: its parked commands are dropped.
     pub(super) fn closed(&mut self, id: ConnId) {
-        self.by_conn.remove(&id);
+        self.forget(id);
+    }
+
+    /// Drops `id`'s queue; once a burst has drained, gives its table's
+    /// memory back (an idle worker holds no entries).
+    fn forget(&mut self, id: ConnId) {
+        if self.by_conn.remove(&id).is_some()
+            && self.by_conn.is_empty()
+            && self.by_conn.capacity() > SHRINK_ABOVE
+        {
+            self.by_conn.shrink_to(0);
+        }
     }
 }
 
@@ -321,7 +335,7 @@ impl Sessions {
             };
             if queue.items.front().is_none_or(|i| i.verdict.is_none()) {
                 if queue.items.is_empty() {
-                    self.parked.by_conn.remove(&id);
+                    self.parked.forget(id);
                 }
                 return;
             }
