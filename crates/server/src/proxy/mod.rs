@@ -71,8 +71,8 @@ struct Call {
 /// The node's handle on the proxies' thread.
 pub struct Proxy {
     calls: mpsc::UnboundedSender<Call>,
-    /// Calls asked and not yet answered to their worker; what
-    /// `proxy_max_in_flight` bounds (so the channel, too, is bounded).
+    /// Calls asked and not yet given a verdict; what `proxy_max_in_flight`
+    /// bounds (so the channel, too, is bounded).
     in_flight: Arc<AtomicUsize>,
     max_in_flight: usize,
     asks: [bool; 3],
@@ -198,6 +198,9 @@ async fn run(
                 verdict,
                 latency: started.elapsed(),
             };
+            // Given back before the verdict is queued, so whoever sees the
+            // verdict's effect sees the call no longer out.
+            in_flight.fetch_sub(1, Ordering::AcqRel);
             let mut wakeups = Wakeups::default();
             hub.send(
                 call.ticket.worker,
@@ -205,7 +208,6 @@ async fn run(
                 &mut wakeups,
             );
             hub.wake(wakeups);
-            in_flight.fetch_sub(1, Ordering::AcqRel);
         });
     }
 }
