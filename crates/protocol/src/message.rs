@@ -134,11 +134,20 @@ pub enum ErrorCode {
     /// A subscribe to a presence subject that already has its namespace's
     /// `presence_max_members` members: the connection is not subscribed.
     PresenceFull,
+    /// The backend's proxy refused the command (its `reason` is the
+    /// message).
+    ProxyRefused,
+    /// The backend's proxy gave no verdict (timeout, error, malformed
+    /// answer) and `proxy_fail` is `closed`: nothing was done; retry later.
+    ProxyUnavailable,
+    /// `proxy_max_in_flight` proxy calls are out on the node: the command
+    /// was not asked about and nothing was done; retry later.
+    ProxyBusy,
 }
 
 impl ErrorCode {
     /// Every code, for metrics registration and documentation.
-    pub const ALL: [ErrorCode; 15] = [
+    pub const ALL: [ErrorCode; 18] = [
         ErrorCode::InvalidJson,
         ErrorCode::UnknownOp,
         ErrorCode::MissingField,
@@ -154,6 +163,9 @@ impl ErrorCode {
         ErrorCode::AlreadyConnected,
         ErrorCode::RateLimited,
         ErrorCode::PresenceFull,
+        ErrorCode::ProxyRefused,
+        ErrorCode::ProxyUnavailable,
+        ErrorCode::ProxyBusy,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -173,6 +185,9 @@ impl ErrorCode {
             ErrorCode::AlreadyConnected => "already_connected",
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::PresenceFull => "presence_full",
+            ErrorCode::ProxyRefused => "proxy_refused",
+            ErrorCode::ProxyUnavailable => "proxy_unavailable",
+            ErrorCode::ProxyBusy => "proxy_busy",
         }
     }
 }
@@ -952,7 +967,10 @@ mod tests {
             InvalidToken,
             AlreadyConnected,
             RateLimited,
-            PresenceFull
+            PresenceFull,
+            ProxyRefused,
+            ProxyUnavailable,
+            ProxyBusy
         );
         assert_eq!(every, ErrorCode::ALL);
     }

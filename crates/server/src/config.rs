@@ -15,11 +15,17 @@ use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::backend::Target;
 use crate::engine::{RedisSettings, SentinelSettings};
 use crate::history::HistoryPolicy;
 use crate::hooks::settings::parse_events;
+use crate::hooks::settings::MIN_SECRET_LEN;
 use crate::hooks::{HookSettings, HookSettingsError};
-use crate::namespace::{history_policy, presence_policy, Namespace, Namespaces, PresencePolicy};
+use crate::namespace::{
+    history_policy, presence_policy, proxy_policy, Namespace, Namespaces, PresencePolicy,
+    ProxyPolicy,
+};
+use crate::proxy::{FailMode, ProxySettings};
 use crate::redis_tls::{RedisTls, RedisTlsFiles};
 use crate::span::Span;
 use crate::tls::TlsFiles;
@@ -453,6 +459,41 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_HOOK_BACKOFF", default_value = "500ms")]
     pub hook_backoff: Span,
 
+    /// Where a `connect` command's token goes for the backend to judge, an
+    /// `http://` URL; unset, the node checks it with its own keys.
+    #[arg(long, env = "MYRIAD_PROXY_CONNECT_URL")]
+    pub proxy_connect_url: Option<String>,
+
+    /// Where every subscribe is asked about first, an `http://` URL (a
+    /// namespace may switch it off with `subscribe_proxy = false`).
+    #[arg(long, env = "MYRIAD_PROXY_SUBSCRIBE_URL")]
+    pub proxy_subscribe_url: Option<String>,
+
+    /// Where every client publish is asked about first, an `http://` URL
+    /// (a namespace may switch it off with `publish_proxy = false`).
+    #[arg(long, env = "MYRIAD_PROXY_PUBLISH_URL")]
+    pub proxy_publish_url: Option<String>,
+
+    /// How long a proxy call may take, connect to the answer's last byte.
+    #[arg(long, env = "MYRIAD_PROXY_TIMEOUT", default_value = "1s")]
+    pub proxy_timeout: Span,
+
+    /// What a proxy call with no verdict (timeout, error, malformed answer)
+    /// lets its command do: `closed` refuses it (`proxy_unavailable`),
+    /// `open` lets it go on as if no proxy were set.
+    #[arg(long, env = "MYRIAD_PROXY_FAIL", value_enum, default_value_t = FailMode::Closed)]
+    pub proxy_fail: FailMode,
+
+    /// Proxy calls out at once, node-wide; a command that would pass it
+    /// is refused with `proxy_busy`.
+    #[arg(long, env = "MYRIAD_PROXY_MAX_IN_FLIGHT", default_value_t = 10_000)]
+    pub proxy_max_in_flight: usize,
+
+    /// The largest proxy answer body read; a longer one is a failure
+    /// (handled per proxy_fail).
+    #[arg(long, env = "MYRIAD_PROXY_MAX_ANSWER_BYTES", default_value_t = 65_536)]
+    pub proxy_max_answer_bytes: usize,
+
     /// Where the follow graph lives: `sqlite` (a file in `data_dir`, this
     /// node's alone) or `redis` (one Redis the cluster's nodes share, keys
     /// under `<redis_prefix>:g:`; a follow through any node reaches the
@@ -691,6 +732,7 @@ impl Config {
         check(self.workers <= 64, "workers must be at most 64")?;
         self.validate_admin()?;
         self.hooks()?;
+        self.proxies()?;
         check(self.ws_path.starts_with('/'), "ws_path must start with '/'")?;
         check(
             self.tls_cert.is_some() == self.tls_key.is_some(),
@@ -791,6 +833,79 @@ impl Config {
         settings.backoff = self.hook_backoff.0;
         settings.check().map_err(invalid)?;
         Ok(Some(settings))
+    }
+
+    /// The proxies' settings, `None` when no proxy URL is set; refuses a
+    /// URL that is not `http://` naming its setting, a `hook_secret` too
+    /// short to sign with, and a namespace switch with no URL behind it.
+    pub fn proxies(&self) -> Result<Option<ProxySettings>, ConfigError> {
+        let invalid = |what: String| ConfigError::Invalid(what);
+        let urls = [
+            ("proxy_connect_url", &self.proxy_connect_url),
+            ("proxy_subscribe_url", &self.proxy_subscribe_url),
+            ("proxy_publish_url", &self.proxy_publish_url),
+        ];
+        let mut targets: [Option<Target>; 3] = Default::default();
+        for (i, (name, url)) in urls.into_iter().enumerate() {
+            if let Some(url) = url {
+                let target = Target::parse(url).ok_or_else(|| {
+                    invalid(format!(
+                        "{name} {url:?} is not an http:// URL with a host (https is not sent yet)"
+                    ))
+                })?;
+                targets[i] = Some(target);
+            }
+        }
+        for ns in &self.namespace {
+            if ns.subscribe_proxy == Some(true) && targets[1].is_none() {
+                return Err(invalid(format!(
+                    "namespace {:?} has subscribe_proxy = true: it needs proxy_subscribe_url",
+                    ns.prefix
+                )));
+            }
+            if ns.publish_proxy == Some(true) && targets[2].is_none() {
+                return Err(invalid(format!(
+                    "namespace {:?} has publish_proxy = true: it needs proxy_publish_url",
+                    ns.prefix
+                )));
+            }
+        }
+        if targets.iter().all(Option::is_none) {
+            return Ok(None);
+        }
+        let secret = self.hook_secret.as_ref().map(|s| s.as_bytes().to_vec());
+        if let Some(secret) = &secret {
+            if secret.len() < MIN_SECRET_LEN {
+                return Err(invalid(HookSettingsError::Secret(secret.len()).to_string()));
+            }
+        }
+        if self.proxy_max_in_flight == 0 {
+            return Err(invalid("proxy_max_in_flight must be at least 1".into()));
+        }
+        if self.proxy_max_answer_bytes < 64 {
+            return Err(invalid("proxy_max_answer_bytes must be at least 64".into()));
+        }
+        if self.proxy_timeout.0.is_zero() {
+            return Err(invalid("proxy_timeout must be more than 0s".into()));
+        }
+        Ok(Some(ProxySettings {
+            targets,
+            timeout: self.proxy_timeout.0,
+            fail: self.proxy_fail,
+            max_in_flight: self.proxy_max_in_flight,
+            max_answer_bytes: self.proxy_max_answer_bytes,
+            secret,
+        }))
+    }
+
+    /// Which subjects' subscribes and publishes are asked about: all of
+    /// them where the URL is set, but in the namespaces that switch it off.
+    pub fn proxy_policies(&self) -> Namespaces<ProxyPolicy> {
+        let node = ProxyPolicy {
+            subscribe: self.proxy_subscribe_url.is_some(),
+            publish: self.proxy_publish_url.is_some(),
+        };
+        Namespaces::new(node, &self.namespace, proxy_policy)
     }
 
     /// The admin listener's settings: keys that can work, a key wherever
@@ -1201,6 +1316,46 @@ mod tests {
         let why = refusal(&["myriad", "--presence-lease", "2s"]);
         assert!(why.contains("presence_lease (2s)"), "{why}");
         assert!(assembled(&["myriad", "--presence-lease", "3s"]).is_ok());
+    }
+
+    #[test]
+    fn proxy_settings_are_checked_naming_the_setting() {
+        let url = "http://127.0.0.1:9/p";
+        assert!(assembled(&["myriad"]).unwrap().proxies().unwrap().is_none());
+        let config = assembled(&["myriad", "--proxy-publish-url", url]).unwrap();
+        let settings = config.proxies().unwrap().unwrap();
+        assert!(settings.targets[2].is_some() && settings.targets[1].is_none());
+        assert_eq!(settings.fail, FailMode::Closed, "closed by default");
+        assert!(settings.secret.is_none(), "unsigned without hook_secret");
+        let policies = config.proxy_policies();
+        assert!(policies.policy_for("any").publish);
+        assert!(!policies.policy_for("any").subscribe);
+        for (args, named) in [
+            (
+                vec!["--proxy-subscribe-url", "https://a/"],
+                "proxy_subscribe_url",
+            ),
+            (vec!["--proxy-connect-url", "a/b"], "proxy_connect_url"),
+            (
+                vec!["--proxy-publish-url", url, "--hook-secret", "short"],
+                "hook_secret is 5 bytes",
+            ),
+            (
+                vec!["--proxy-publish-url", url, "--proxy-max-in-flight", "0"],
+                "proxy_max_in_flight",
+            ),
+            (
+                vec!["--proxy-publish-url", url, "--proxy-timeout", "0s"],
+                "proxy_timeout",
+            ),
+            (
+                vec!["--proxy-publish-url", url, "--proxy-max-answer-bytes", "10"],
+                "proxy_max_answer_bytes",
+            ),
+        ] {
+            let why = refusal(&[&["myriad"][..], &args].concat());
+            assert!(why.contains(named), "{args:?}: {why}");
+        }
     }
 
     #[test]

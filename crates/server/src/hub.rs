@@ -19,6 +19,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::messages::engine::{Attached, Broken, ConnAnswer, PresenceChange};
 use crate::messages::feeds::FeedChange;
+use crate::messages::proxy::Proxied;
 use crate::publication::Publication;
 
 /// What a worker's mailbox carries.
@@ -40,6 +41,8 @@ pub enum Event {
     /// A member joined or left a subject with join/leave events: for the
     /// worker's live subscribers of it.
     Presence(Arc<PresenceChange>),
+    /// The backend's verdict on a command a connection parked for it.
+    Proxied(Box<Proxied>),
 }
 
 /// A worker's inbound queue and the means to wake it.

@@ -39,7 +39,10 @@
 //!   for a poisoned lock.
 //! - [`hooks`]: lifecycle webhooks: events, settings, the signature, the
 //!   queue, the node-wide counts and the delivery thread, which the
-//!   sessions tell of users' connections through [`shared`].
+//!   sessions tell of users' connections through [`shared`]; [`backend`]:
+//!   the one HTTP client to the application's backend, which the hooks and
+//!   the [`proxy`] thread (synchronous connect, subscribe and publish
+//!   proxies, answered through the workers' mailboxes) share.
 //!
 //! The modules stand in layers, none naming one above it
 //! (docs/architecture.md, "Layers inside the server crate"; kept by
@@ -48,6 +51,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod backend;
 pub mod config;
 pub mod conn;
 pub mod deflate;
@@ -67,6 +71,7 @@ pub mod namespace;
 pub mod outbound;
 pub mod peers;
 pub mod process;
+pub mod proxy;
 pub mod publication;
 pub mod redis_tls;
 pub mod registry;
@@ -121,6 +126,8 @@ pub enum ServeError {
     },
     #[error(transparent)]
     Hooks(#[from] hooks::deliver::StartError),
+    #[error("cannot start the proxies' thread: {0}")]
+    Proxy(std::io::Error),
     #[error("cannot set up the event loop: {0}")]
     Poll(std::io::Error),
     #[error("cannot install signal handlers: {0}")]
@@ -222,6 +229,13 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
             Some(hooks::Hooks::start(settings, &node, delivered)?)
         }
     };
+    let proxy = match config.proxies().expect("proxy settings were checked") {
+        None => None,
+        Some(settings) => Some(
+            proxy::Proxy::start(settings, config.proxy_policies(), Arc::clone(&hub))
+                .map_err(ServeError::Proxy)?,
+        ),
+    };
     let shared = Arc::new(Shared {
         auth,
         presence: config.presence_policies(),
@@ -239,6 +253,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         config,
         baseline_rss_bytes: process::usage().rss_bytes,
         hooks,
+        proxy,
     });
 
     let mut threads = Vec::with_capacity(workers);

@@ -9,6 +9,7 @@
 mod compression;
 mod errors;
 mod hooks;
+mod proxy;
 
 use std::sync::atomic::AtomicU64;
 
@@ -23,6 +24,8 @@ use crate::feeds::Direction;
 use crate::transport::TransportKind;
 use compression::CompressionMetrics;
 use hooks::HookMetrics;
+use proxy::ProxyMetrics;
+pub use proxy::ProxyOutcome;
 
 pub use self::errors::ErrorKind;
 
@@ -122,6 +125,7 @@ pub struct Metrics {
     admin: AdminMetrics,
     compression: CompressionMetrics,
     hooks: HookMetrics,
+    proxy: ProxyMetrics,
 }
 
 /// The admin listener's series (its refusals are in `errors`).
@@ -377,6 +381,7 @@ impl Metrics {
             ),
         };
         let hooks = HookMetrics::new(r);
+        let proxy = ProxyMetrics::new(r);
         let compression = CompressionMetrics::new(r);
         let feeds = FeedMetrics {
             sends: registered(
@@ -441,6 +446,7 @@ impl Metrics {
             feeds,
             admin,
             hooks,
+            proxy,
         }
     }
 
@@ -490,6 +496,23 @@ impl Metrics {
     /// ready; called by the delivery thread.
     pub fn hook_delivered(&self, latency: std::time::Duration) {
         self.hooks.delivered(latency);
+    }
+
+    /// A proxy call of `kind` came to `outcome`, after `latency` when it
+    /// was made.
+    pub fn proxy_call(
+        &self,
+        kind: &'static str,
+        outcome: ProxyOutcome,
+        latency: Option<std::time::Duration>,
+    ) {
+        self.proxy
+            .call(kind, outcome, latency.map(|l| l.as_secs_f64()));
+    }
+
+    /// Copies the proxy calls out now in, before metrics are read.
+    pub fn mirror_proxy(&self, in_flight: usize) {
+        self.proxy.in_flight(in_flight);
     }
 
     /// Copies the hooks' counts in, before metrics are read.

@@ -56,6 +56,14 @@ pub struct Namespace {
     /// join and leave; off when unset.
     #[serde(default)]
     pub join_leave: Option<bool>,
+    /// Whether subscribes here are asked about first (`proxy_subscribe_url`);
+    /// on wherever that URL is set, when unset.
+    #[serde(default)]
+    pub subscribe_proxy: Option<bool>,
+    /// Whether client publishes here are asked about first
+    /// (`proxy_publish_url`); on wherever that URL is set, when unset.
+    #[serde(default)]
+    pub publish_proxy: Option<bool>,
 }
 
 /// What clients may do in a namespace, before their token's grants are
@@ -75,6 +83,13 @@ pub struct PresencePolicy {
     pub max_members: usize,
     /// Join and leave events to subscribers (only where `on`).
     pub join_leave: bool,
+}
+
+/// Which commands on a namespace's subjects the backend is asked about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProxyPolicy {
+    pub subscribe: bool,
+    pub publish: bool,
 }
 
 /// A namespace, by its place in [`Namespaces`]; 0 is the default.
@@ -154,6 +169,14 @@ pub fn presence_policy(ns: &Namespace, node: PresencePolicy) -> PresencePolicy {
         on: ns.presence.unwrap_or(node.on),
         max_members: ns.presence_max_members.unwrap_or(node.max_members),
         join_leave: ns.join_leave.unwrap_or(node.join_leave),
+    }
+}
+
+/// The proxy policy a namespace table makes, over the node's.
+pub fn proxy_policy(ns: &Namespace, node: ProxyPolicy) -> ProxyPolicy {
+    ProxyPolicy {
+        subscribe: ns.subscribe_proxy.unwrap_or(node.subscribe),
+        publish: ns.publish_proxy.unwrap_or(node.publish),
     }
 }
 

@@ -18,6 +18,7 @@ use crate::hub::Hub;
 use crate::metrics::Metrics;
 use crate::namespace::{Namespaces, PresencePolicy};
 use crate::peers::{PeerCounts, TokenFailures};
+use crate::proxy::Proxy;
 use crate::tls::Certificates;
 
 /// State shared by all workers and the admin API.
@@ -54,6 +55,8 @@ pub struct Shared {
     pub baseline_rss_bytes: u64,
     /// The lifecycle hooks' delivery thread, when `hook_url` is set.
     pub hooks: Option<Hooks>,
+    /// The proxies' thread, when a proxy URL is set.
+    pub proxy: Option<Proxy>,
 }
 
 impl Shared {

@@ -3,10 +3,11 @@
 //!
 //! 1. leaves, naming no other module: `span`, `publication`, `registry`,
 //!    `heap`, `process`, `fds`, `peers`, `listener`, `outbound`, `reloadable`,
-//!    `sharded`, `deflate`, `hooks`;
+//!    `sharded`, `deflate`, `backend` (the one HTTP client to the
+//!    application's backend), `hooks` (which names `backend`);
 //! 2. `history`, `messages` (what a worker's mailbox carries), `tls`;
 //! 3. `hub`, `namespace`, `redis_tls`, `link`;
-//! 4. `engine`, `feeds` (both send into the hub);
+//! 4. `engine`, `feeds`, `proxy` (all send into the hub);
 //! 5. `config` (every setting, built from the engine's and TLS's own);
 //! 6. `auth`, `session`, `transport`, `doctor` (the host's limits against
 //!    the settings);
@@ -33,10 +34,10 @@ use std::path::{Path, PathBuf};
 fn layer(module: &str) -> Option<u8> {
     Some(match module {
         "span" | "publication" | "registry" | "heap" | "process" | "fds" | "peers" | "listener"
-        | "sharded" | "outbound" | "reloadable" | "deflate" | "hooks" => 1,
+        | "sharded" | "outbound" | "reloadable" | "deflate" | "backend" | "hooks" => 1,
         "history" | "messages" | "tls" => 2,
         "hub" | "namespace" | "redis_tls" | "link" => 3,
-        "engine" | "feeds" => 4,
+        "engine" | "feeds" | "proxy" => 4,
         "config" => 5,
         "auth" | "session" | "transport" | "doctor" => 6,
         "metrics" | "conn" => 7,

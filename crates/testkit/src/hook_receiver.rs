@@ -47,17 +47,7 @@ impl HookReceiver {
                 let Some((timestamp, signature, body)) = read_request(&mut stream) else {
                     continue;
                 };
-                // The documented steps: HMAC-SHA256 over the timestamp's
-                // digits, ".", the raw body; lowercase hex behind "v1=";
-                // compared in constant time (ring's verify).
-                let mut signed = timestamp.into_bytes();
-                signed.push(b'.');
-                signed.extend_from_slice(&body);
-                let tag = signature
-                    .strip_prefix("v1=")
-                    .and_then(unhex)
-                    .unwrap_or_default();
-                let verified = hmac::verify(&key, &signed, &tag).is_ok();
+                let verified = verify(&key, timestamp, &signature, &body);
                 let status = statuses.next().unwrap_or(200);
                 let answer = format!(
                     "HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
@@ -96,8 +86,23 @@ impl HookReceiver {
     }
 }
 
+/// Whether `signature` signs `body` at `timestamp` with `key`, checked the
+/// documented way: HMAC-SHA256 over the timestamp's digits, ".", the raw
+/// body; lowercase hex behind "v1="; compared in constant time (ring's
+/// verify).
+pub(crate) fn verify(key: &hmac::Key, timestamp: String, signature: &str, body: &[u8]) -> bool {
+    let mut signed = timestamp.into_bytes();
+    signed.push(b'.');
+    signed.extend_from_slice(body);
+    let tag = signature
+        .strip_prefix("v1=")
+        .and_then(unhex)
+        .unwrap_or_default();
+    hmac::verify(key, &signed, &tag).is_ok()
+}
+
 /// The timestamp and signature headers and the body of one request.
-fn read_request(stream: &mut impl BufRead) -> Option<(String, String, Vec<u8>)> {
+pub(crate) fn read_request(stream: &mut impl BufRead) -> Option<(String, String, Vec<u8>)> {
     let (mut length, mut timestamp, mut signature) = (0, String::new(), String::new());
     loop {
         let mut line = String::new();

@@ -16,6 +16,7 @@
 //! Debian's). Every server is killed when its [`RedisServer`] is dropped.
 
 pub mod hook_receiver;
+pub mod proxy_backend;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};

@@ -198,6 +198,9 @@ async fn whole_reply(req: Request<Incoming>, shared: &Shared, started: Instant) 
             if let Some(hooks) = &shared.hooks {
                 shared.metrics.mirror_hooks(&hooks.snapshot());
             }
+            if let Some(proxy) = &shared.proxy {
+                shared.metrics.mirror_proxy(proxy.in_flight());
+            }
             let mut reply = Response::new(Full::new(Bytes::from(shared.metrics.render())));
             reply.headers_mut().insert(
                 CONTENT_TYPE,

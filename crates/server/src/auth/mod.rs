@@ -70,6 +70,13 @@ pub enum Forbidden {
     NeedsToken { verb: &'static str, subject: String },
     #[error("the token does not grant {verb} {subject:?}")]
     NotGranted { verb: &'static str, subject: String },
+    /// A URL-opened stream (SSE, HTTP streaming, long-poll) cannot wait
+    /// for a subscribe proxy's verdict yet.
+    #[error(
+        "subscribing to {0:?} is asked of the backend's proxy: subscribe over a WebSocket or \
+         a posted command"
+    )]
+    Proxied(String),
 }
 
 /// What a SIGHUP did to the token keys.

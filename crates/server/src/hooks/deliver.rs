@@ -8,7 +8,8 @@
 //! over the queue's bound (a dropped `Disconnected` then leaves its user
 //! online on this node until the node restarts: the channel holds
 //! `hook_queue` signals, so only a task that far behind loses one). Batches go one at a time, each
-//! on a connection of its own, within [`REQUEST_TIMEOUT`]. Only `http://`
+//! on a connection of its own, within [`REQUEST_TIMEOUT`], through the
+//! crate's one backend client (`crate::backend`). Only `http://`
 //! is sent so far; an `https://` URL is refused by [`Hooks::start`] until
 //! the TLS client is added.
 
@@ -17,14 +18,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use http_body_util::Full;
-use hyper_util::rt::TokioIo;
 use tokio::sync::mpsc;
 
 use super::lifecycle::{Lifecycle, Signal};
 use super::queue::{Counts, Outcome, Queue};
 use super::settings::HookSettings;
-use super::sign::{sign, SIGNATURE_HEADER, TIMESTAMP_HEADER};
+use super::sign::headers;
+use crate::backend::{self, Target};
 
 /// How long one request may take, connect to status line, before it
 /// counts as no answer (retryable).
@@ -60,13 +60,6 @@ pub enum StartError {
     Thread(std::io::Error),
 }
 
-/// Where requests go, taken apart once.
-#[derive(Clone, Debug)]
-struct Target {
-    authority: String,
-    path: String,
-}
-
 impl Hooks {
     /// Starts the delivery thread for checked `settings`; `node` names
     /// this node in every event and its ids; `delivered` is told each
@@ -76,24 +69,8 @@ impl Hooks {
         node: &str,
         delivered: Delivered,
     ) -> Result<Hooks, StartError> {
-        let uri: hyper::Uri = settings
-            .url
-            .parse()
-            .map_err(|_| StartError::Scheme(settings.url.clone()))?;
-        let (Some("http"), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
-            return Err(StartError::Scheme(settings.url.clone()));
-        };
-        let authority = if authority.port().is_some() {
-            authority.to_string()
-        } else {
-            format!("{}:80", authority.host())
-        };
-        let target = Target {
-            authority,
-            path: uri
-                .path_and_query()
-                .map_or("/".to_owned(), |p| p.as_str().to_owned()),
-        };
+        let target =
+            Target::parse(&settings.url).ok_or_else(|| StartError::Scheme(settings.url.clone()))?;
         let (signals, inbox) = mpsc::channel(settings.queue_bound);
         let lifecycle = Lifecycle::new(node);
         let snapshot = Arc::new(Mutex::new(Snapshot::default()));
@@ -191,34 +168,13 @@ fn publish(queue: &Queue, snapshot: &Mutex<Snapshot>) {
 
 /// Sends one body; what its status (or its absence) means.
 async fn post(target: &Target, secret: &[u8], body: &[u8]) -> Outcome {
-    let timestamp = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let signature = sign(secret, timestamp, body);
-    let request = hyper::Request::post(target.path.as_str())
-        .header(hyper::header::HOST, target.authority.as_str())
-        .header(hyper::header::CONTENT_TYPE, "application/json")
-        .header(TIMESTAMP_HEADER, timestamp)
-        .header(SIGNATURE_HEADER, signature)
-        .body(Full::new(Bytes::copy_from_slice(body)))
-        .expect("a request from checked parts");
-    let exchange = async {
-        let stream = tokio::net::TcpStream::connect(target.authority.as_str()).await?;
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-        // Drives the connection until the answer is in; ends with it.
-        tokio::spawn(connection);
-        let answer = sender.send_request(request).await?;
-        Ok::<u16, Box<dyn std::error::Error + Send + Sync>>(answer.status().as_u16())
-    };
-    let status = match tokio::time::timeout(REQUEST_TIMEOUT, exchange).await {
-        Ok(Ok(status)) => Some(status),
-        Ok(Err(error)) => {
+    let headers = headers(secret, body);
+    let body = Bytes::copy_from_slice(body);
+    // Only the status counts: the receiver's body is not read.
+    let status = match backend::post(target, None, &headers, body, REQUEST_TIMEOUT, 0).await {
+        Ok(answer) => Some(answer.status),
+        Err(error) => {
             tracing::warn!(%error, "hook request failed");
-            None
-        }
-        Err(_) => {
-            tracing::warn!("hook request timed out");
             None
         }
     };

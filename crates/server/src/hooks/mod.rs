@@ -6,8 +6,9 @@
 //! delivery task (`deliver.rs`, its one thread) drives with the time and
 //! the receiver's answers; `lifecycle.rs` turns what the workers and the
 //! hub report into events. The module must not name any other module of
-//! the crate (layer 1 in tests/layers.rs), so the sessions and the hub can
-//! feed it without a circle.
+//! the crate but `backend`, the HTTP client it shares with the proxies
+//! (layer 1 in tests/layers.rs), so the sessions and the hub can feed it
+//! without a circle.
 
 pub mod deliver;
 pub mod event;

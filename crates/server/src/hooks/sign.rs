@@ -27,6 +27,19 @@ pub fn sign(secret: &[u8], timestamp: u64, body: &[u8]) -> String {
     out
 }
 
+/// The two headers that sign `body` now: the timestamp and the
+/// signature, what every request to the backend carries when a secret is
+/// set (hooks always, proxies with `hook_secret`).
+pub fn headers(secret: &[u8], body: &[u8]) -> [(&'static str, String); 2] {
+    let timestamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    [
+        (TIMESTAMP_HEADER, timestamp.to_string()),
+        (SIGNATURE_HEADER, sign(secret, timestamp, body)),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,8 @@ use myriad_protocol::message::ErrorCode;
 
 use super::abuse::Bucket;
 use super::{Sessions, Wire};
-use crate::auth::{Access, Action, TokenError, TokenLimit, Verified};
+use crate::auth::{clip, Access, Action, Forbidden, TokenError, TokenLimit, Verified};
+use crate::messages::proxy::ProxyKind;
 use crate::metrics::ErrorKind;
 use crate::registry::ConnId;
 use crate::transport::http::{parse_upgrade_query, RequestError, StreamRequest};
@@ -62,6 +63,19 @@ impl Sessions {
             self.refuse(id, request, ErrorCode::AlreadyConnected, &detail, out);
             return;
         }
+        if !self.proxy_connect(id, request, token, out) {
+            self.connect_locally(id, request, token, out);
+        }
+    }
+
+    /// A `connect` whose token the node checks with its own keys.
+    pub(super) fn connect_locally(
+        &mut self,
+        id: ConnId,
+        request: Option<u64>,
+        token: &str,
+        out: &mut impl Wire,
+    ) {
         match self.verify_command_token(id, token) {
             Ok(verified) => {
                 self.open_as_user(id, verified.user, Some(verified.access), out);
@@ -218,6 +232,9 @@ impl Sessions {
         for subject in &request.subjects {
             auth.check(Action::Subscribe, subject, access)
                 .map_err(RequestError::Forbidden)?;
+            if self.asks_proxy(ProxyKind::Subscribe, subject) {
+                return Err(RequestError::Forbidden(Forbidden::Proxied(clip(subject))));
+            }
         }
         Ok((request, verified))
     }

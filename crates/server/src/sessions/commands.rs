@@ -40,12 +40,13 @@ impl Sessions {
                 let session = &self.by_conn[id as usize];
                 let mut new: Vec<&Cow<'_, str>> = Vec::new();
                 for s in &subjects {
-                    if !session.holds(s) && !new.contains(&s) {
+                    let parked = self.parked.subscribing(id, s);
+                    if !session.holds(s) && !parked && !new.contains(&s) {
                         new.push(s);
                     }
                 }
                 let limit = self.shared.config.max_subscriptions;
-                let held = session.client_subscriptions();
+                let held = session.client_subscriptions() + self.parked.subscribes(id);
                 let refused = new.iter().find_map(|s| {
                     self.shared
                         .auth
@@ -73,6 +74,9 @@ impl Sessions {
                     self.acknowledge(id, request, out);
                 }
                 for subject in new {
+                    if self.proxy_subscribe(id, subject, since, request, out) {
+                        continue;
+                    }
                     self.add_subscription(id, subject, since, request, out);
                     if is_feed(subject) {
                         self.by_conn[id as usize].feed_subscribed(subject);
@@ -83,6 +87,7 @@ impl Sessions {
                 self.abuse
                     .charge(id, Bucket::Subscribe, subjects.len() as u32);
                 for subject in &subjects {
+                    self.drop_parked_subscribe(id, subject, out);
                     if self.remove_subscription(id, subject) && is_feed(subject) {
                         self.by_conn[id as usize].feed_dropped(subject);
                     }
@@ -92,6 +97,7 @@ impl Sessions {
             Command::Publish { subject, data, .. } => {
                 if self.within_publish_rate(id, request, out)
                     && self.permitted(id, request, Action::Publish, &subject, out)
+                    && !self.proxy_publish(id, request, &subject, data.get(), out)
                 {
                     return self.publish_for(id, request, &subject, data.get());
                 }

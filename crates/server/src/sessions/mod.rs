@@ -23,7 +23,8 @@
 //! connection's token: connect, refresh, permission checks), `feeds`
 //! (connections acting as users), `presence` (joins, leaves and the
 //! presence commands), `attaching` (subscriptions waiting for their attach
-//! answer) and `abuse` (connections per address, publish,
+//! answer), `proxied` (commands parked while the backend's proxy is asked)
+//! and `abuse` (connections per address, publish,
 //! subscribe and token rates).
 
 mod abuse;
@@ -33,6 +34,7 @@ mod auth;
 mod commands;
 mod feeds;
 mod presence;
+mod proxied;
 #[cfg(test)]
 mod tests;
 
@@ -112,6 +114,8 @@ pub struct Sessions {
     registry: Registry,
     /// Subscriptions waiting for the engine's attach answer.
     attaching: attaching::Attaching,
+    /// Commands waiting for the backend proxy's verdict.
+    parked: proxied::Parked,
     /// Per-address and per-connection rate limits.
     pub(crate) abuse: abuse::AbuseLimits,
     /// Workers this turn's engine requests handed work to, woken once the
@@ -140,6 +144,7 @@ impl Sessions {
             lives: Vec::new(),
             registry: Registry::new(),
             attaching: attaching::Attaching::default(),
+            parked: proxied::Parked::default(),
             wakeups: Wakeups::default(),
             cursors_owed: Vec::new(),
             answers_owed: 0,
@@ -161,6 +166,7 @@ impl Sessions {
     /// uncounted, its user leaves the node's presence, and its session is
     /// freed.
     pub fn closed(&mut self, id: ConnId) {
+        self.parked.closed(id);
         self.unsubscribe_all(id);
         self.abuse.release(id, &self.shared.peers);
         let session = std::mem::take(&mut self.by_conn[id as usize]);

@@ -161,6 +161,7 @@ impl Harness {
             tls: None,
             config,
             baseline_rss_bytes: 0,
+            proxy: None,
             hooks: None,
         });
         Harness {
@@ -207,6 +208,7 @@ impl Harness {
                 Event::Feeds(f) => s.on_feed_change(*f, out),
                 Event::Broken(b) => s.on_stream_broken(&b, out),
                 Event::Presence(c) => s.on_presence_change(&c, out),
+                Event::Proxied(p) => s.on_proxied(*p, out),
             }
         }
         self.sessions.hand_out_cursors(&mut self.lines);

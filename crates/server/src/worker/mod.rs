@@ -430,6 +430,7 @@ impl Worker {
                 Event::Feeds(change) => sessions.on_feed_change(*change, &mut out),
                 Event::Broken(broken) => sessions.on_stream_broken(&broken, &mut out),
                 Event::Presence(change) => sessions.on_presence_change(&change, &mut out),
+                Event::Proxied(proxied) => sessions.on_proxied(*proxied, &mut out),
             }
             // Before queueing more, give over-limit connections a chance to
             // write: only a queue still over the limit then is a slow consumer.

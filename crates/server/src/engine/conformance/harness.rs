@@ -419,6 +419,7 @@ impl Sim {
             Event::Feeds(_) => panic!("engines never send feed changes"),
             Event::Broken(b) => panic!("no stream breaks while the engine is up: {b:?}"),
             Event::Presence(c) => panic!("no join asked for events: {c:?}"),
+            Event::Proxied(p) => panic!("engines never send proxy verdicts: {p:?}"),
         }
     }
 
