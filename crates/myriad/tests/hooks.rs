@@ -2,13 +2,14 @@
 //! settings a node cannot deliver with stop its start, with a message
 //! naming the setting; a user's online and offline reach a real receiver
 //! (`myriad_testkit::hook_receiver`, written from docs/operations.md),
-//! signed, once each, and a quick reconnect sends neither.
+//! signed, once each, and a quick reconnect sends neither; a subject's
+//! occupied and vacated likewise.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{refused_start, Node};
+use common::{refused_start, subscribe, Node};
 use myriad_testkit::hook_receiver::{HookReceiver, Taken};
 use serde_json::Value;
 
@@ -58,9 +59,17 @@ fn an_unknown_hook_event_stops_the_start_naming_it() {
     );
 }
 
-/// A node delivering hooks to `receiver`, holding offline for `delay`,
-/// with users 7 to 10 in its follow graph (a `?user=` must be known).
+/// A node delivering users' hooks to `receiver` (a user's connection
+/// also subscribes to its graph's feeds, whose occupied and vacated would
+/// come between), holding offline for `delay`, with users 7 to 10 in its
+/// follow graph (a `?user=` must be known).
 fn node_with_hooks(receiver: &HookReceiver, delay: &str) -> Node {
+    node_sending(receiver, delay, "online,offline")
+}
+
+/// A node delivering the hook `events` to `receiver`, holding the delayed
+/// ones for `delay`, with users 7 to 10 in its follow graph.
+fn node_sending(receiver: &HookReceiver, delay: &str, events: &str) -> Node {
     let node = Node::start(&[
         "--workers",
         "2",
@@ -72,6 +81,8 @@ fn node_with_hooks(receiver: &HookReceiver, delay: &str) -> Node {
         delay,
         "--hook-batch-window",
         "10ms",
+        "--hook-events",
+        events,
     ]);
     let body = r#"{"users":[7,8,9,10]}"#;
     let (status, reply) = node.http("POST", "/api/users", &[], body);
@@ -81,13 +92,19 @@ fn node_with_hooks(receiver: &HookReceiver, delay: &str) -> Node {
 
 /// The (user, type) of every event in `request`, its signature checked.
 fn events(request: Taken) -> Vec<(String, String)> {
+    events_about(request, "user")
+}
+
+/// The (`about`, type) of every event in `request` (`about` is `user` or
+/// `subject`), its signature checked.
+fn events_about(request: Taken, about: &str) -> Vec<(String, String)> {
     assert!(request.verified, "{:?}", request.body);
     let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
     request.body["events"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|e| (text(&e["user"]), text(&e["type"])))
+        .map(|e| (text(&e[about]), text(&e["type"])))
         .collect()
 }
 
@@ -186,4 +203,60 @@ fn over_hook_queue_events_are_dropped_and_counted() {
     node.wait_for_metric("myriad_hook_events_dropped_total{reason=\"full\"}", 1);
     assert_eq!(node.metric("myriad_hook_events_queued"), 1);
     assert_eq!(node.metric("myriad_hook_events_sent_total"), 0);
+}
+
+/// A new anonymous connection (no online or offline) subscribed to
+/// `subjects`.
+fn subscriber(node: &Node, subjects: &[&str]) -> common::Ws {
+    let mut ws = node.connect();
+    subscribe(&mut ws, subjects);
+    ws
+}
+
+/// Closes `ws` from the client's side.
+fn close(mut ws: common::Ws) {
+    ws.close(None).unwrap();
+    let _ = ws.flush();
+}
+
+/// The (subject, type) of the events of the next request `receiver` takes.
+fn subject_events(receiver: &HookReceiver) -> Vec<(String, String)> {
+    events_about(receiver.next(), "subject")
+}
+
+#[test]
+fn a_subject_is_occupied_at_its_first_subscriber_and_vacated_after_its_last() {
+    let receiver = HookReceiver::start(SECRET.as_bytes(), vec![]);
+    let node = node_sending(&receiver, "300ms", "occupied,vacated");
+    // Three subscribers, likely on both workers, one of two subjects.
+    let first = subscriber(&node, &["room"]);
+    assert_eq!(subject_events(&receiver), [pair("room", "occupied")]);
+    let second = subscriber(&node, &["room", "hall"]);
+    let third = subscriber(&node, &["room"]);
+    assert_eq!(subject_events(&receiver), [pair("hall", "occupied")]);
+    close(first);
+    close(second);
+    assert_eq!(subject_events(&receiver), [pair("hall", "vacated")]);
+    // One subscriber of `room` left: no vacated, even past the delay.
+    assert!(receiver.next_within(Duration::from_millis(900)).is_none());
+    let closed = Instant::now();
+    close(third);
+    assert_eq!(subject_events(&receiver), [pair("room", "vacated")]);
+    assert!(
+        closed.elapsed() >= Duration::from_millis(300),
+        "held for hook_delay"
+    );
+    node.wait_for_metric("myriad_hook_events_sent_total", 4);
+}
+
+#[test]
+fn a_quick_resubscribe_sends_neither_vacated_nor_a_second_occupied() {
+    let receiver = HookReceiver::start(SECRET.as_bytes(), vec![]);
+    let node = node_sending(&receiver, "2s", "occupied,vacated");
+    let ws = subscriber(&node, &["room"]);
+    assert_eq!(subject_events(&receiver), [pair("room", "occupied")]);
+    close(ws);
+    let _again = subscriber(&node, &["room"]);
+    assert!(receiver.next_within(Duration::from_secs(3)).is_none());
+    node.wait_for_metric("myriad_hook_events_cancelled_total", 2);
 }

@@ -123,6 +123,19 @@ impl Hooks {
         }
     }
 
+    /// A handle whose signals land in the returned receiver instead of a
+    /// delivery task: for tests of what the workers report.
+    #[cfg(test)]
+    pub(crate) fn tap(capacity: usize) -> (Hooks, mpsc::Receiver<Signal>) {
+        let (signals, inbox) = mpsc::channel(capacity);
+        let hooks = Hooks {
+            signals,
+            snapshot: Arc::default(),
+            refused_full: Arc::default(),
+        };
+        (hooks, inbox)
+    }
+
     /// The counts so far.
     pub fn snapshot(&self) -> Snapshot {
         let mut snapshot = *self.snapshot.lock().unwrap_or_else(|e| e.into_inner());

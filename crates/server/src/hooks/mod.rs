@@ -4,8 +4,8 @@
 //!
 //! The queue owns no socket and no thread: it is the pure core that the
 //! delivery task (`deliver.rs`, its one thread) drives with the time and
-//! the receiver's answers; `lifecycle.rs` turns what the workers and the
-//! hub report into events. The module must not name any other module of
+//! the receiver's answers; `lifecycle.rs` turns what the workers report
+//! into events. The module must not name any other module of
 //! the crate (layer 1 in tests/layers.rs), so the sessions and the hub can
 //! feed it without a circle.
 
