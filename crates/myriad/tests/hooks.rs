@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{refused_start, subscribe, Node};
 use myriad_testkit::hook_receiver::{HookReceiver, Taken};
+use myriad_testkit::RedisServer;
 use serde_json::Value;
 
 const SECRET: &str = "0123456789abcdef0123456789abcdef";
@@ -70,7 +71,14 @@ fn node_with_hooks(receiver: &HookReceiver, delay: &str) -> Node {
 /// A node delivering the hook `events` to `receiver`, holding the delayed
 /// ones for `delay`, with users 7 to 10 in its follow graph.
 fn node_sending(receiver: &HookReceiver, delay: &str, events: &str) -> Node {
-    let node = Node::start(&[
+    let mut args = hook_flags(receiver, delay).to_vec();
+    args.extend(["--hook-events", events]);
+    with_users(Node::start(&args))
+}
+
+/// Two workers, and hooks to `receiver` held `delay`, batched within 10 ms.
+fn hook_flags<'a>(receiver: &'a HookReceiver, delay: &'a str) -> [&'a str; 10] {
+    [
         "--workers",
         "2",
         "--hook-url",
@@ -81,9 +89,12 @@ fn node_sending(receiver: &HookReceiver, delay: &str, events: &str) -> Node {
         delay,
         "--hook-batch-window",
         "10ms",
-        "--hook-events",
-        events,
-    ]);
+    ]
+}
+
+/// `node`, with users 7 to 10 in its follow graph (a `?user=` must be
+/// known).
+fn with_users(node: Node) -> Node {
     let body = r#"{"users":[7,8,9,10]}"#;
     let (status, reply) = node.http("POST", "/api/users", &[], body);
     assert_eq!(status, 200, "{reply}");
@@ -259,4 +270,136 @@ fn a_quick_resubscribe_sends_neither_vacated_nor_a_second_occupied() {
     let _again = subscriber(&node, &["room"]);
     assert!(receiver.next_within(Duration::from_secs(3)).is_none());
     node.wait_for_metric("myriad_hook_events_cancelled_total", 2);
+}
+
+/// A node of the cluster over `redis` (its keys under `prefix`) delivering
+/// the hook `events` to `receiver`, holding the delayed ones `delay`, its
+/// lease the shortest allowed (3 s), with users 7 to 10 in its graph.
+fn cluster_node(redis: &RedisServer, prefix: &str, receiver: &HookReceiver, delay: &str) -> Node {
+    let mut args = hook_flags(receiver, delay).to_vec();
+    args.extend(["--redis-timeout", "2s", "--presence-lease", "3s"]);
+    with_users(Node::in_cluster_of(&[redis], prefix, &args))
+}
+
+/// A Redis, a receiver, and two nodes of one cluster over that Redis
+/// delivering every hook to it, held `delay`.
+fn cluster(delay: &str) -> (RedisServer, HookReceiver, [Node; 2]) {
+    let redis = RedisServer::start();
+    let receiver = HookReceiver::start(SECRET.as_bytes(), vec![]);
+    let nodes = [(); 2].map(|()| cluster_node(&redis, "hooks", &receiver, delay));
+    (redis, receiver, nodes)
+}
+
+/// One event as the cluster tests read it: the user or subject, the type
+/// and the node that sent it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct Seen {
+    about: String,
+    kind: String,
+    node: String,
+}
+
+/// Every event the receiver takes within `within`, but those of graph
+/// feeds (`@…`, which a user's connection subscribes to), which the
+/// cluster tests leave aside.
+fn seen_within(receiver: &HookReceiver, within: Duration) -> Vec<Seen> {
+    let deadline = Instant::now() + within;
+    let mut seen = Vec::new();
+    while let Some(request) =
+        receiver.next_within(deadline.saturating_duration_since(Instant::now()))
+    {
+        assert!(request.verified, "{:?}", request.body);
+        for e in request.body["events"].as_array().unwrap() {
+            let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+            let about = text(&e["user"]) + &text(&e["subject"]);
+            if !about.starts_with('@') {
+                seen.push(Seen {
+                    about,
+                    kind: text(&e["type"]),
+                    node: text(&e["node"]),
+                });
+            }
+        }
+    }
+    seen
+}
+
+/// The (about, type) of `seen`, in order.
+fn kinds(seen: &[Seen]) -> Vec<(String, String)> {
+    seen.iter().map(|s| pair(&s.about, &s.kind)).collect()
+}
+
+#[test]
+fn a_user_and_a_subject_on_two_nodes_are_online_and_occupied_once_and_let_go_once_after_the_last() {
+    let (_redis, receiver, [a, b]) = cluster("300ms");
+    let on_a = a.connect_path("/ws?user=7");
+    let on_b = b.connect_path("/ws?user=7");
+    let room_a = subscriber(&a, &["room"]);
+    let room_b = subscriber(&b, &["room"]);
+    let seen = seen_within(&receiver, Duration::from_secs(2));
+    let mut got = kinds(&seen);
+    got.sort();
+    assert_eq!(
+        got,
+        [pair("7", "online"), pair("room", "occupied")],
+        "{seen:?}"
+    );
+    close(on_a);
+    close(room_a);
+    // Held on b: nothing, even well past the delay.
+    assert_eq!(seen_within(&receiver, Duration::from_secs(2)), []);
+    close(on_b);
+    close(room_b);
+    let seen = seen_within(&receiver, Duration::from_secs(3));
+    let mut got = kinds(&seen);
+    got.sort();
+    assert_eq!(
+        got,
+        [pair("7", "offline"), pair("room", "vacated")],
+        "{seen:?}"
+    );
+}
+
+#[test]
+fn a_quick_reconnect_on_another_node_cancels_the_offline() {
+    let (_redis, receiver, [a, b]) = cluster("2s");
+    let on_a = a.connect_path("/ws?user=9");
+    assert_eq!(
+        kinds(&seen_within(&receiver, Duration::from_secs(1))),
+        [pair("9", "online")]
+    );
+    close(on_a);
+    // Closed on a only once a let it go (its stage's pending confirm).
+    a.wait_for_metric("myriad_hook_let_go_pending", 1);
+    let _on_b = b.connect_path("/ws?user=9");
+    // Past the delay and then some: nothing about user 9.
+    assert_eq!(seen_within(&receiver, Duration::from_secs(4)), []);
+    b.wait_for_metric("myriad_hook_events_cancelled_total", 2);
+}
+
+#[test]
+fn a_killed_nodes_users_go_offline_and_subjects_vacated_from_a_live_node() {
+    let (_redis, receiver, [mut dying, live]) = cluster("300ms");
+    let _user = dying.connect_path("/ws?user=8");
+    let _hall = subscriber(&dying, &["hall"]);
+    // Held on both: the live node's let-go is not the last.
+    let _room = subscriber(&dying, &["room"]);
+    let _room_too = subscriber(&live, &["room"]);
+    let seen = seen_within(&receiver, Duration::from_secs(2));
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    let dying_name = seen[0].node.clone();
+    dying.kill_9();
+    // The documented bound: a lease (3 s), a renewal period (1 s), the
+    // delay (300 ms) and the batch window; waited for with room to spare,
+    // since a test does not time the box.
+    let seen = seen_within(&receiver, Duration::from_secs(12));
+    let mut got = kinds(&seen);
+    got.sort();
+    assert_eq!(
+        got,
+        [pair("8", "offline"), pair("hall", "vacated")],
+        "{seen:?}"
+    );
+    assert!(seen.iter().all(|s| s.node != dying_name), "{seen:?}");
+    live.wait_for_metric("myriad_hook_dead_node_keys_total", 2);
 }

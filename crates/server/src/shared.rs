@@ -13,6 +13,7 @@ use crate::auth::Auth;
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::feeds::Feeds;
+use crate::hooks::cluster::Stage;
 use crate::hooks::{Hooks, Signal};
 use crate::hub::Hub;
 use crate::metrics::Metrics;
@@ -54,6 +55,9 @@ pub struct Shared {
     pub baseline_rss_bytes: u64,
     /// The lifecycle hooks' delivery thread, when `hook_url` is set.
     pub hooks: Option<Hooks>,
+    /// The lifecycle stage in front of it, when nodes share a tally (the
+    /// Redis engine): the workers' signals go there instead.
+    pub lifecycle: Option<Stage>,
 }
 
 impl Shared {
@@ -61,7 +65,9 @@ impl Shared {
     /// no-op without `hook_url`, where `signal` is never called: a
     /// connection's open and close then allocate nothing for the hooks.
     pub fn hook(&self, signal: impl FnOnce() -> Signal) {
-        if let Some(hooks) = &self.hooks {
+        if let Some(stage) = &self.lifecycle {
+            stage.signal(signal());
+        } else if let Some(hooks) = &self.hooks {
             hooks.signal(signal());
         }
     }

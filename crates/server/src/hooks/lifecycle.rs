@@ -5,16 +5,17 @@
 //! `offline`; a subject's first worker is `occupied`, its last gone
 //! `vacated`.
 //!
-//! One `Lifecycle` is kept by the delivery task alone and fed by messages,
-//! so the workers take no lock for it. Each count ignores a decrement it
-//! never saw the increment of, so a lost `Connected` or `Attached` (a full
-//! channel) cannot make a second `offline` or `vacated`. Node-wide only: a user with
-//! connections on two nodes is online on each, and a killed node says
-//! nothing; the cluster's view needs presence leases (issue 29, item 1).
+//! One `Lifecycle` is kept by the lifecycle stage (`cluster.rs`), which
+//! asks the cluster's tally about each of these node-wide transitions,
+//! and one by the delivery task, which then only sees `Signal::Cluster`
+//! and makes each into its event. Fed by messages, so the workers take no
+//! lock for it. Each count ignores a decrement it never saw the increment
+//! of, so a lost `Connected` or `Attached` (a full channel) cannot make a
+//! second `offline` or `vacated`.
 
 use std::collections::HashMap;
 
-use super::event::{Event, EventKind};
+use super::event::{Event, EventKind, Key};
 
 /// What a worker reports.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +30,9 @@ pub enum Signal {
     /// The subject's last subscriber on a worker is gone; sent with the
     /// `Engine::detach` whose `last_local` is true.
     Detached(String),
+    /// An event the cluster's tally decided (the lifecycle stage,
+    /// `cluster.rs`): made as it is, counted nowhere here.
+    Cluster(EventKind, Key),
 }
 
 /// See the module header.
@@ -80,6 +84,8 @@ impl Lifecycle {
                 }
                 (EventKind::Vacated, Some(subject), None)
             }
+            Signal::Cluster(kind, Key::Subject(subject)) => (kind, Some(subject), None),
+            Signal::Cluster(kind, Key::User(user)) => (kind, None, Some(user)),
         };
         self.next_id += 1;
         Some(Event {

@@ -173,6 +173,7 @@ impl Harness {
             config,
             baseline_rss_bytes: 0,
             hooks,
+            lifecycle: None,
         });
         Harness {
             sessions: Sessions::new(0, Arc::clone(&shared)),

@@ -1,0 +1,279 @@
+//! The lifecycle hooks' tally kept in Redis (the contract is
+//! `hooks::tally`): per user and per subject a hash of the nodes holding
+//! it and the pending let-go's marker, both under the key's own hash tag;
+//! per node the set of keys it holds; and one sorted set of node leases.
+//! lifecycle.lua makes each key's transition in one atomic step.
+//!
+//! Runs on the lifecycle stage's thread alone, never a worker's: it waits
+//! on its round trips (a plain blocking connection, with the engine's
+//! `redis_timeout`), and reconnects at the next call after a failure. The
+//! tally lives on the first configured instance: every node must find it
+//! in the same place, and the keys' hash tags keep it valid on a Redis
+//! Cluster later.
+
+use std::time::Duration;
+
+use redis::Script;
+
+use crate::hooks::tally::{key_name, key_of, Tally, TallyError, Up};
+use crate::hooks::Key;
+
+/// See the module header.
+pub struct RedisTally {
+    client: redis::Client,
+    conn: Option<redis::Connection>,
+    script: Script,
+    prefix: String,
+    node: String,
+    lease: Duration,
+    timeout: Duration,
+    /// How long a pending marker outlives its let-go: past the confirm it
+    /// is owed, so that a confirm that comes late still finds it, and then
+    /// gone, so that a let-go whose node died holds no key for ever.
+    marker_ttl: Duration,
+    /// Numbers this node's generations; with the node id, unique in the
+    /// cluster.
+    next: u64,
+}
+
+fn failed(e: impl std::fmt::Display) -> TallyError {
+    TallyError(e.to_string())
+}
+
+impl RedisTally {
+    /// A tally on the Redis at `url`, its keys under `prefix`, for node
+    /// `node` keeping `lease`, its pending let-gos confirmed `delay` after.
+    pub fn new(
+        url: &str,
+        prefix: &str,
+        node: &str,
+        lease: Duration,
+        delay: Duration,
+        timeout: Duration,
+    ) -> Result<RedisTally, TallyError> {
+        Ok(RedisTally {
+            client: redis::Client::open(url).map_err(failed)?,
+            conn: None,
+            script: Script::new(include_str!("lifecycle.lua")),
+            prefix: prefix.to_owned(),
+            node: node.to_owned(),
+            lease,
+            timeout,
+            marker_ttl: delay + lease * 4,
+            next: 0,
+        })
+    }
+
+    /// A key's two Redis keys: the nodes holding it and its pending marker,
+    /// one hash tag (`{u:ann}`) for both.
+    fn keys_of(&self, key: &Key) -> [String; 2] {
+        let name = key_name(key);
+        ["here", "down"].map(|part| format!("{}lc:{{{name}}}:{part}", self.prefix))
+    }
+
+    /// The set of the keys node `node` holds.
+    fn node_set(&self, node: &str) -> String {
+        format!("{}lc:node:{{{node}}}", self.prefix)
+    }
+
+    /// Takes `key` out of this node's set: it no longer holds it, nor
+    /// owes a confirm of it.
+    fn forget(&mut self, key: &Key) -> Result<(), TallyError> {
+        let (set, name) = (self.node_set(&self.node), key_name(key));
+        self.with_conn(|conn, _| redis::cmd("SREM").arg(&set).arg(&name).query(conn))
+    }
+
+    fn leases(&self) -> String {
+        format!("{}lc:leases", self.prefix)
+    }
+
+    fn generation(&mut self) -> String {
+        self.next += 1;
+        format!("{}-{}", self.node, self.next)
+    }
+
+    /// Runs `call` on the connection, made first if there is none; a
+    /// failure drops it, so the next call connects again.
+    fn with_conn<T>(
+        &mut self,
+        call: impl FnOnce(&mut redis::Connection, &Script) -> redis::RedisResult<T>,
+    ) -> Result<T, TallyError> {
+        if self.conn.is_none() {
+            let conn = self
+                .client
+                .get_connection_with_timeout(self.timeout)
+                .map_err(failed)?;
+            conn.set_read_timeout(Some(self.timeout)).map_err(failed)?;
+            conn.set_write_timeout(Some(self.timeout)).map_err(failed)?;
+            self.conn = Some(conn);
+        }
+        let conn = self.conn.as_mut().expect("just made");
+        call(conn, &self.script).map_err(|e| {
+            self.conn = None;
+            failed(e)
+        })
+    }
+
+    /// A let-go of `key` by `mode` (`down`, or `drop` for a dead `node`):
+    /// its generation when nobody holds the key any more.
+    fn let_go(&mut self, mode: &str, key: &Key, node: &str) -> Result<Option<String>, TallyError> {
+        let [here, down] = self.keys_of(key);
+        let generation = self.generation();
+        let ttl = self.marker_ttl.as_millis() as u64;
+        let gone: u8 = self.with_conn(|conn, script| {
+            script
+                .key(&here)
+                .key(&down)
+                .arg(mode)
+                .arg(node)
+                .arg(&generation)
+                .arg(ttl)
+                .invoke(conn)
+        })?;
+        Ok((gone == 1).then_some(generation))
+    }
+}
+
+impl Tally for RedisTally {
+    fn up(&mut self, key: &Key) -> Result<Up, TallyError> {
+        let [here, down] = self.keys_of(key);
+        let set = self.node_set(&self.node);
+        let (name, node) = (key_name(key), self.node.clone());
+        // In the node's set first: a node dying between the two leaves a
+        // key its sweep finds it does not hold, which is no change.
+        let answer: u8 = self.with_conn(|conn, script| {
+            redis::cmd("SADD").arg(&set).arg(&name).query::<()>(conn)?;
+            script
+                .key(&here)
+                .key(&down)
+                .arg("up")
+                .arg(&node)
+                .invoke(conn)
+        })?;
+        Ok(match answer {
+            1 => Up::First,
+            2 => Up::Returned,
+            _ => Up::Held,
+        })
+    }
+
+    fn down(&mut self, key: &Key) -> Result<Option<String>, TallyError> {
+        let node = self.node.clone();
+        let gone = self.let_go("down", key, &node)?;
+        // Kept in the node's set while its let-go is pending, so that a
+        // sweeper takes the let-go over if this node dies before its
+        // confirm; dropped by the confirm.
+        if gone.is_none() {
+            self.forget(key)?;
+        }
+        Ok(gone)
+    }
+
+    fn confirm(&mut self, key: &Key, generation: &str) -> Result<bool, TallyError> {
+        let [here, down] = self.keys_of(key);
+        let done: u8 = self.with_conn(|conn, script| {
+            script
+                .key(&here)
+                .key(&down)
+                .arg("confirm")
+                .arg(generation)
+                .invoke(conn)
+        })?;
+        self.forget(key)?;
+        Ok(done == 1)
+    }
+
+    fn renew(&mut self) -> Result<Vec<(Key, String)>, TallyError> {
+        let (leases, node) = (self.leases(), self.node.clone());
+        let lease = self.lease.as_millis() as u64;
+        let dead: Vec<String> = self.with_conn(|conn, script| {
+            script
+                .key(&leases)
+                .arg("renew")
+                .arg(&node)
+                .arg(lease)
+                .invoke(conn)
+        })?;
+        let mut emptied = Vec::new();
+        for gone in dead {
+            let set = self.node_set(&gone);
+            let names: Vec<String> =
+                self.with_conn(|conn, _| redis::cmd("SMEMBERS").arg(&set).query(conn))?;
+            for key in names.iter().filter_map(|name| key_of(name)) {
+                if let Some(generation) = self.let_go("drop", &key, &gone)? {
+                    emptied.push((key, generation));
+                }
+            }
+            // Only once every key is let go: a sweeper that failed half
+            // way leaves the rest to the next.
+            self.with_conn(|conn, _| {
+                redis::cmd("DEL").arg(&set).query::<()>(conn)?;
+                redis::cmd("ZREM").arg(&leases).arg(&gone).query::<()>(conn)
+            })?;
+        }
+        Ok(emptied)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hooks::tally::suite::Rig;
+    use myriad_testkit::RedisServer;
+
+    const LEASE: Duration = Duration::from_millis(600);
+
+    /// A world in a real `redis-server`, each rig under its own prefix.
+    struct InRedis {
+        redis: RedisServer,
+        prefix: String,
+    }
+
+    impl InRedis {
+        fn new(prefix: &str) -> InRedis {
+            InRedis {
+                redis: RedisServer::start(),
+                prefix: prefix.to_owned(),
+            }
+        }
+    }
+
+    impl Rig for InRedis {
+        fn node(&self, node: &str) -> Box<dyn Tally> {
+            let timeout = Duration::from_secs(2);
+            let url = self.redis.url();
+            let tally = RedisTally::new(&url, &self.prefix, node, LEASE, LEASE, timeout);
+            Box::new(tally.unwrap())
+        }
+
+        fn lease(&self) -> Duration {
+            LEASE
+        }
+
+        fn pass(&self, span: Duration) {
+            std::thread::sleep(span);
+        }
+    }
+
+    mod suite_in_redis {
+        use super::InRedis;
+        use std::sync::atomic::{AtomicU64, Ordering};
+
+        /// Each test's world under a prefix of its own.
+        fn rig() -> InRedis {
+            static NEXT: AtomicU64 = AtomicU64::new(0);
+            InRedis::new(&format!("t{}:", NEXT.fetch_add(1, Ordering::Relaxed)))
+        }
+
+        crate::hooks::tally::suite::tally_suite!(rig());
+    }
+
+    #[test]
+    fn every_key_a_script_touches_shares_its_keys_hash_tag() {
+        let rig = InRedis::new("p:");
+        let tally = RedisTally::new(&rig.redis.url(), "p:", "n1", LEASE, LEASE, LEASE).unwrap();
+        let [here, down] = tally.keys_of(&Key::User("ann".into()));
+        assert_eq!(here, "p:lc:{u:ann}:here");
+        assert_eq!(down, "p:lc:{u:ann}:down");
+    }
+}

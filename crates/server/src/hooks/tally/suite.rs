@@ -1,0 +1,202 @@
+//! The tally contract's one test suite (tally.rs, clauses 1 to 4), run
+//! unchanged against the memory tally here and the Redis tally in
+//! `engine::redis::lifecycle`: each test gets a [`Rig`] that makes node
+//! handles on one shared world and lets time pass.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{MemoryTally, Tally, Up};
+use crate::hooks::event::Key;
+
+/// A world to run the suite in.
+pub(crate) trait Rig {
+    /// A handle of node `node` on the rig's world.
+    fn node(&self, node: &str) -> Box<dyn Tally>;
+    /// The lease every handle keeps.
+    fn lease(&self) -> Duration;
+    /// Lets `span` pass on the world's clock.
+    fn pass(&self, span: Duration);
+}
+
+fn user(name: &str) -> Key {
+    Key::User(name.to_owned())
+}
+
+/// Clauses 1 to 3: one up and one let-go for the cluster, however many
+/// nodes hold the key between.
+pub(crate) fn first_up_and_last_down_once(rig: &dyn Rig) {
+    let (mut a, mut b) = (rig.node("a"), rig.node("b"));
+    let ann = user("ann");
+    assert_eq!(a.up(&ann).unwrap(), Up::First);
+    assert_eq!(b.up(&ann).unwrap(), Up::Held);
+    assert_eq!(a.down(&ann).unwrap(), None, "b still holds ann");
+    let generation = b.down(&ann).unwrap().expect("the last node let go");
+    assert!(b.confirm(&ann, &generation).unwrap());
+    assert!(!b.confirm(&ann, &generation).unwrap(), "once");
+    assert!(
+        !a.confirm(&ann, &generation).unwrap(),
+        "once in the cluster"
+    );
+    assert_eq!(a.up(&ann).unwrap(), Up::First, "a new life");
+}
+
+/// Clauses 1 and 3: a return on another node cancels the pending let-go;
+/// a later let-go has a new generation, and only it confirms.
+pub(crate) fn a_return_anywhere_cancels_the_pending_let_go(rig: &dyn Rig) {
+    let (mut a, mut b) = (rig.node("a"), rig.node("b"));
+    let room = Key::Subject("room".to_owned());
+    assert_eq!(a.up(&room).unwrap(), Up::First);
+    let first = a.down(&room).unwrap().expect("pending");
+    assert_eq!(b.up(&room).unwrap(), Up::Returned);
+    assert!(!a.confirm(&room, &first).unwrap(), "cancelled");
+    let second = b.down(&room).unwrap().expect("pending again");
+    assert_ne!(first, second);
+    assert!(!b.confirm(&room, &first).unwrap(), "the old generation");
+    assert!(b.confirm(&room, &second).unwrap());
+    // A user and a subject of one name are two keys.
+    assert_eq!(a.up(&user("room")).unwrap(), Up::First);
+    assert_eq!(a.up(&room).unwrap(), Up::First);
+}
+
+/// Clause 2: a node that never held a key letting go of it starts nothing.
+pub(crate) fn a_down_never_up_is_no_change(rig: &dyn Rig) {
+    let (mut a, mut b) = (rig.node("a"), rig.node("b"));
+    let bob = user("bob");
+    assert_eq!(a.down(&bob).unwrap(), None);
+    assert_eq!(a.up(&bob).unwrap(), Up::First);
+    assert_eq!(b.down(&bob).unwrap(), None, "b never held bob");
+    assert!(a.down(&bob).unwrap().is_some());
+}
+
+/// Clause 4: a node that stops renewing has its keys let go by a live
+/// node's renewal after its lease, each once, and a key another node
+/// still holds is not let go.
+pub(crate) fn a_dead_nodes_keys_are_let_go_once_after_its_lease(rig: &dyn Rig) {
+    let (mut dead, mut b, mut c) = (rig.node("dead"), rig.node("b"), rig.node("c"));
+    for t in [&mut dead, &mut b, &mut c] {
+        assert!(t.renew().unwrap().is_empty());
+    }
+    let (cy, dan, hall) = (user("cy"), user("dan"), Key::Subject("hall".to_owned()));
+    assert_eq!(dead.up(&cy).unwrap(), Up::First);
+    assert_eq!(dead.up(&hall).unwrap(), Up::First);
+    assert_eq!(dead.up(&dan).unwrap(), Up::First);
+    assert_eq!(b.up(&dan).unwrap(), Up::Held);
+    // Within the lease nothing is let go.
+    rig.pass(rig.lease() / 3);
+    assert!(b.renew().unwrap().is_empty());
+    assert!(c.renew().unwrap().is_empty());
+    rig.pass(rig.lease() + rig.lease() / 2);
+    let mut taken = b.renew().unwrap();
+    taken.extend(c.renew().unwrap());
+    let keys: BTreeSet<String> = taken.iter().map(|(k, _)| super::key_name(k)).collect();
+    let expected: BTreeSet<String> = ["u:cy", "s:hall"].map(str::to_owned).into();
+    assert_eq!(keys, expected, "each once, dan kept by b");
+    assert_eq!(taken.len(), 2);
+    for (key, generation) in &taken {
+        assert!(b.confirm(key, generation).unwrap());
+    }
+    assert!(b.renew().unwrap().is_empty(), "nothing twice");
+    assert_eq!(c.up(&cy).unwrap(), Up::First);
+    assert_eq!(c.up(&dan).unwrap(), Up::Held);
+}
+
+/// Clause 4: a node that dies owing a confirm has its pending let-go
+/// taken over, once, and a return cancels the taken-over one as well.
+pub(crate) fn a_dead_nodes_pending_let_go_is_taken_over(rig: &dyn Rig) {
+    let (mut dead, mut b) = (rig.node("dead"), rig.node("b"));
+    assert!(dead.renew().unwrap().is_empty());
+    assert!(b.renew().unwrap().is_empty());
+    let (eve, fay) = (user("eve"), user("fay"));
+    for key in [&eve, &fay] {
+        assert_eq!(dead.up(key).unwrap(), Up::First);
+        assert!(dead.down(key).unwrap().is_some());
+    }
+    rig.pass(rig.lease() * 2);
+    let taken = b.renew().unwrap();
+    let mut keys: Vec<String> = taken.iter().map(|(k, _)| super::key_name(k)).collect();
+    keys.sort();
+    assert_eq!(keys, ["u:eve", "u:fay"]);
+    assert!(b.renew().unwrap().is_empty(), "once");
+    let generation = |name: &str| {
+        let found = taken.iter().find(|(k, _)| super::key_name(k) == name);
+        found.map(|(_, g)| g.clone()).expect("taken over")
+    };
+    assert_eq!(b.up(&fay).unwrap(), Up::Returned);
+    assert!(!b.confirm(&fay, &generation("u:fay")).unwrap());
+    assert!(b.confirm(&eve, &generation("u:eve")).unwrap());
+}
+
+/// A world on a clock the test moves.
+struct Memory {
+    first: MemoryTally,
+    now: Arc<AtomicU64>,
+}
+
+impl Memory {
+    fn new() -> Memory {
+        let now = Arc::new(AtomicU64::new(1_000_000));
+        let clock = Arc::clone(&now);
+        let first = MemoryTally::new(
+            "",
+            Duration::from_secs(15),
+            Arc::new(move || clock.load(Ordering::Relaxed)),
+        );
+        Memory { first, now }
+    }
+}
+
+impl Rig for Memory {
+    fn node(&self, node: &str) -> Box<dyn Tally> {
+        Box::new(self.first.join(node))
+    }
+
+    fn lease(&self) -> Duration {
+        Duration::from_secs(15)
+    }
+
+    fn pass(&self, span: Duration) {
+        self.now
+            .fetch_add(span.as_millis() as u64, Ordering::Relaxed);
+    }
+}
+
+/// The suite's tests, one per clause test, each on a new world that
+/// `$rig` makes.
+macro_rules! tally_suite {
+    ($rig:expr) => {
+        #[test]
+        fn first_up_and_last_down_once() {
+            $crate::hooks::tally::suite::first_up_and_last_down_once(&$rig);
+        }
+
+        #[test]
+        fn a_return_anywhere_cancels_the_pending_let_go() {
+            $crate::hooks::tally::suite::a_return_anywhere_cancels_the_pending_let_go(&$rig);
+        }
+
+        #[test]
+        fn a_down_never_up_is_no_change() {
+            $crate::hooks::tally::suite::a_down_never_up_is_no_change(&$rig);
+        }
+
+        #[test]
+        fn a_dead_nodes_keys_are_let_go_once_after_its_lease() {
+            $crate::hooks::tally::suite::a_dead_nodes_keys_are_let_go_once_after_its_lease(&$rig);
+        }
+
+        #[test]
+        fn a_dead_nodes_pending_let_go_is_taken_over() {
+            $crate::hooks::tally::suite::a_dead_nodes_pending_let_go_is_taken_over(&$rig);
+        }
+    };
+}
+pub(crate) use tally_suite;
+
+mod memory {
+    use super::Memory;
+
+    super::tally_suite!(Memory::new());
+}
