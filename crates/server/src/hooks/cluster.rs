@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use super::deliver::Hooks;
 use super::event::{EventKind, Key};
 use super::lifecycle::{Lifecycle, Signal};
-use super::tally::{Tally, Up};
+use super::tally::{Tally, TallyError, Up};
 
 /// What the stage has done, for the metrics.
 #[derive(Debug, Default)]
@@ -37,8 +37,11 @@ pub struct StageCounts {
     /// Keys of dead nodes this node let go (or whose pending let-go it
     /// took over).
     pub swept: AtomicU64,
-    /// Tally calls that failed (its Redis away): that transition is lost.
+    /// Tally calls that failed (its Redis away), each made again at the
+    /// next renewals, and calls lost past `capacity` waiting.
     pub failures: AtomicU64,
+    /// Calls waiting to be made again.
+    pub retrying: AtomicU64,
     /// Signals dropped because the stage's channel was full.
     pub dropped_full: AtomicU64,
     /// Let-gos waiting out the delay for their confirm.
@@ -78,6 +81,7 @@ impl Stage {
             settings,
             node: Lifecycle::new(""),
             owed: VecDeque::new(),
+            retrying: VecDeque::new(),
             counts: Arc::clone(&counts),
         };
         std::thread::Builder::new()
@@ -98,6 +102,18 @@ impl Stage {
     }
 }
 
+/// A tally call the stage makes, kept to be made again when it fails.
+#[derive(Debug)]
+enum Op {
+    /// The node's first holder of the key (its event kind, to send on
+    /// [`Up::First`]).
+    Up(Key, EventKind),
+    /// The node's last holder of the key is gone.
+    Down(Key),
+    /// The delay after a let-go is over.
+    Confirm(Key, String),
+}
+
 /// The stage thread's state.
 struct Run {
     tally: Box<dyn Tally>,
@@ -107,6 +123,11 @@ struct Run {
     node: Lifecycle,
     /// Confirms this node owes, in due order (the delay is one for all).
     owed: VecDeque<(Instant, Key, String)>,
+    /// Calls that failed (the tally's store away), made again in order at
+    /// each renewal; while any waits, later calls wait behind it, so a
+    /// key's up and down never swap. At most `capacity`; past it a call is
+    /// lost (counted in `failures`).
+    retrying: VecDeque<Op>,
     counts: Arc<StageCounts>,
 }
 
@@ -116,16 +137,20 @@ impl Run {
         loop {
             let now = Instant::now();
             if now >= renew_at {
+                self.retry();
                 self.renew(now);
                 renew_at = now + self.settings.renew_every;
             }
             while self.owed.front().is_some_and(|(due, _, _)| *due <= now) {
                 let (_, key, generation) = self.owed.pop_front().expect("just seen");
-                self.confirm(&key, &generation);
+                self.make(Op::Confirm(key, generation));
             }
             self.counts
                 .pending
                 .store(self.owed.len() as u64, Ordering::Relaxed);
+            self.counts
+                .retrying
+                .store(self.retrying.len() as u64, Ordering::Relaxed);
             let next = self.owed.front().map_or(renew_at, |(due, _, _)| *due);
             match inbox.recv_timeout(next.min(renew_at).saturating_duration_since(now)) {
                 Ok(signal) => self.take(signal),
@@ -143,56 +168,106 @@ impl Run {
         };
         let key = event.key();
         match event.kind {
-            EventKind::Online | EventKind::Occupied => match self.tally.up(&key) {
-                Ok(Up::First) => self.emit(event.kind, key),
-                Ok(Up::Returned) => {
-                    self.counts.cancelled.fetch_add(2, Ordering::Relaxed);
-                }
-                Ok(Up::Held) => {}
-                Err(error) => self.failed(&error),
-            },
-            EventKind::Offline | EventKind::Vacated => match self.tally.down(&key) {
-                Ok(Some(generation)) => self.owe(key, generation),
-                Ok(None) => {}
-                Err(error) => self.failed(&error),
-            },
+            EventKind::Online | EventKind::Occupied => self.make(Op::Up(key, event.kind)),
+            EventKind::Offline | EventKind::Vacated => self.make(Op::Down(key)),
             EventKind::Join | EventKind::Leave => {}
         }
     }
 
-    fn owe(&mut self, key: Key, generation: String) {
-        let due = Instant::now() + self.settings.delay;
-        self.owed.push_back((due, key, generation));
-    }
-
-    fn confirm(&mut self, key: &Key, generation: &str) {
-        match self.tally.confirm(key, generation) {
-            Ok(true) => {
-                let kind = match key {
-                    Key::User(_) => EventKind::Offline,
-                    Key::Subject(_) => EventKind::Vacated,
-                };
-                self.emit(kind, key.clone());
-            }
-            Ok(false) => {}
-            Err(error) => self.failed(&error),
+    /// Makes `op` now, or behind the calls waiting to be made again.
+    fn make(&mut self, op: Op) {
+        if !self.retrying.is_empty() {
+            self.keep(op);
+            return;
+        }
+        if let Err(error) = self.call(&op) {
+            self.failed(&error);
+            self.keep(op);
         }
     }
 
-    fn renew(&mut self, now: Instant) {
-        match self.tally.renew() {
-            Ok(emptied) => {
-                let swept = emptied.len() as u64;
-                for (key, generation) in emptied {
-                    self.owed
-                        .push_back((now + self.settings.delay, key, generation));
+    fn keep(&mut self, op: Op) {
+        if self.retrying.len() < self.settings.capacity {
+            self.retrying.push_back(op);
+        } else {
+            self.counts.failures.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(?op, "a lifecycle transition was lost: too many waiting");
+        }
+    }
+
+    /// Makes again, in order, the calls that failed, up to the first that
+    /// fails again.
+    fn retry(&mut self) {
+        while let Some(op) = self.retrying.pop_front() {
+            if let Err(error) = self.call(&op) {
+                self.failed(&error);
+                self.retrying.push_front(op);
+                return;
+            }
+        }
+    }
+
+    /// One tally call, and what it makes this node send or owe.
+    fn call(&mut self, op: &Op) -> Result<(), TallyError> {
+        match op {
+            Op::Up(key, kind) => match self.tally.up(key)? {
+                Up::First => self.emit(*kind, key.clone()),
+                Up::Returned => {
+                    self.counts.cancelled.fetch_add(2, Ordering::Relaxed);
                 }
-                if swept > 0 {
-                    self.counts.swept.fetch_add(swept, Ordering::Relaxed);
-                    tracing::info!(keys = swept, "let go a dead node's users and subjects");
+                Up::Held => {}
+            },
+            Op::Down(key) => {
+                if let Some(generation) = self.tally.down(key)? {
+                    let due = Instant::now() + self.settings.delay;
+                    self.owed.push_back((due, key.clone(), generation));
                 }
             }
-            Err(error) => self.failed(&error),
+            Op::Confirm(key, generation) => {
+                if self.tally.confirm(key, generation)? {
+                    let kind = match key {
+                        Key::User(_) => EventKind::Offline,
+                        Key::Subject(_) => EventKind::Vacated,
+                    };
+                    self.emit(kind, key.clone());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn renew(&mut self, now: Instant) {
+        let renewed = match self.tally.renew() {
+            Ok(renewed) => renewed,
+            Err(error) => return self.failed(&error),
+        };
+        let swept = renewed.emptied.len() as u64;
+        for (key, generation) in renewed.emptied {
+            self.owed
+                .push_back((now + self.settings.delay, key, generation));
+        }
+        if swept > 0 {
+            self.counts.swept.fetch_add(swept, Ordering::Relaxed);
+            tracing::info!(keys = swept, "let go a dead node's users and subjects");
+        }
+        if renewed.lost {
+            // Taken for dead (the others sent these keys' offline and
+            // vacated), or the store lost the tally: held again, and
+            // `online`/`occupied` sent where this makes them first.
+            let held = self.node.held();
+            if !held.is_empty() {
+                tracing::warn!(
+                    keys = held.len(),
+                    "this node's lifecycle lease was lost; holding its keys again"
+                );
+            }
+            for key in held {
+                let kind = match key {
+                    Key::User(_) => EventKind::Online,
+                    Key::Subject(_) => EventKind::Occupied,
+                };
+                self.make(Op::Up(key, kind));
+            }
         }
     }
 
@@ -200,93 +275,11 @@ impl Run {
         self.hooks.signal(Signal::Cluster(kind, key));
     }
 
-    fn failed(&self, error: &super::tally::TallyError) {
+    fn failed(&self, error: &TallyError) {
         self.counts.failures.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(%error, "a lifecycle transition was lost");
+        tracing::warn!(%error, "a lifecycle tally call failed; made again at the next renewal");
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::hooks::tally::MemoryTally;
-
-    /// Two stages on one memory world, their events in two receivers.
-    fn two_nodes(delay: Duration) -> [(Stage, tokio::sync::mpsc::Receiver<Signal>); 2] {
-        let world = MemoryTally::new("a", Duration::from_secs(15), Arc::new(|| 0));
-        let settings = StageSettings {
-            delay,
-            renew_every: Duration::from_secs(5),
-            capacity: 100,
-        };
-        ["a", "b"].map(|node| {
-            let (hooks, events) = Hooks::tap(100);
-            let stage = Stage::start(Box::new(world.join(node)), hooks, settings).unwrap();
-            (stage, events)
-        })
-    }
-
-    fn next(events: &mut tokio::sync::mpsc::Receiver<Signal>) -> Signal {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(signal) = events.try_recv() {
-                return signal;
-            }
-            assert!(Instant::now() < deadline, "no event");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    fn ann() -> String {
-        "ann".to_owned()
-    }
-
-    #[test]
-    fn a_user_on_two_nodes_is_online_once_and_offline_once_after_the_last() {
-        let [(a, mut a_events), (b, mut b_events)] = two_nodes(Duration::from_millis(50));
-        a.signal(Signal::Connected(ann()));
-        assert_eq!(
-            next(&mut a_events),
-            Signal::Cluster(EventKind::Online, Key::User(ann()))
-        );
-        b.signal(Signal::Connected(ann()));
-        b.signal(Signal::Connected(ann()));
-        a.signal(Signal::Disconnected(ann()));
-        b.signal(Signal::Disconnected(ann()));
-        std::thread::sleep(Duration::from_millis(200));
-        assert!(a_events.try_recv().is_err() && b_events.try_recv().is_err());
-        b.signal(Signal::Disconnected(ann()));
-        assert_eq!(
-            next(&mut b_events),
-            Signal::Cluster(EventKind::Offline, Key::User(ann()))
-        );
-        assert!(a_events.try_recv().is_err());
-    }
-
-    #[test]
-    fn a_return_on_another_node_within_the_delay_sends_nothing() {
-        let [(a, mut a_events), (b, mut b_events)] = two_nodes(Duration::from_millis(300));
-        a.signal(Signal::Attached("room".into()));
-        let room = Key::Subject("room".into());
-        assert_eq!(
-            next(&mut a_events),
-            Signal::Cluster(EventKind::Occupied, room.clone())
-        );
-        a.signal(Signal::Detached("room".into()));
-        // The return must come after the let-go, not before it.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while a.counts().pending.load(Ordering::Relaxed) == 0 {
-            assert!(Instant::now() < deadline, "a never let go");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        b.signal(Signal::Attached("room".into()));
-        std::thread::sleep(Duration::from_millis(600));
-        assert!(a_events.try_recv().is_err() && b_events.try_recv().is_err());
-        assert_eq!(b.counts().cancelled.load(Ordering::Relaxed), 2);
-        b.signal(Signal::Detached("room".into()));
-        assert_eq!(
-            next(&mut b_events),
-            Signal::Cluster(EventKind::Vacated, room)
-        );
-    }
-}
+mod tests;

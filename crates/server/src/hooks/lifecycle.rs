@@ -107,6 +107,14 @@ impl Lifecycle {
     pub fn subjects_occupied(&self) -> usize {
         self.subjects.len()
     }
+
+    /// Every user with a connection and subject with a subscriber on the
+    /// node.
+    pub fn held(&self) -> Vec<Key> {
+        let users = self.connections.keys().cloned().map(Key::User);
+        let subjects = self.subjects.keys().cloned().map(Key::Subject);
+        users.chain(subjects).collect()
+    }
 }
 
 /// One more of `key`; true when it is the first.

@@ -27,7 +27,8 @@
 //!    held, starting a pending let-go for each key left with no holder and
 //!    answering those with their generations: the renewing node owes
 //!    their confirms. A pending let-go whose node died before its confirm
-//!    is taken over the same way. Among nodes renewing at once, one takes each dead
+//!    is taken over the same way. A node that renews after it was taken
+//!    for dead learns so ([`Renewed::lost`]). Among nodes renewing at once, one takes each dead
 //!    node's key, never two. So a node killed without a word has its keys
 //!    let go within one lease plus one renewal period (a third of a lease)
 //!    plus the delay.
@@ -61,7 +62,19 @@ pub trait Tally: Send {
     fn up(&mut self, key: &Key) -> Result<Up, TallyError>;
     fn down(&mut self, key: &Key) -> Result<Option<String>, TallyError>;
     fn confirm(&mut self, key: &Key, generation: &str) -> Result<bool, TallyError>;
-    fn renew(&mut self) -> Result<Vec<(Key, String)>, TallyError>;
+    fn renew(&mut self) -> Result<Renewed, TallyError>;
+}
+
+/// What [`Tally::renew`] found.
+#[derive(Debug, Default)]
+pub struct Renewed {
+    /// Keys of dead nodes now pending a let-go, with their generations:
+    /// the renewing node owes their confirms.
+    pub emptied: Vec<(Key, String)>,
+    /// This node had no lease: it was taken for dead (its keys let go by
+    /// another node), or the store lost it. It must hold again the keys
+    /// it holds ([`Tally::up`] each).
+    pub lost: bool,
 }
 
 /// A key as the tallies name it: `u:` or `s:` and the user or subject.
@@ -187,12 +200,13 @@ impl Tally for MemoryTally {
         Ok(true)
     }
 
-    fn renew(&mut self) -> Result<Vec<(Key, String)>, TallyError> {
+    fn renew(&mut self) -> Result<Renewed, TallyError> {
         let now = (self.clock)();
         let mut world = self.world();
-        world
+        let lost = world
             .leases
-            .insert(self.node.clone(), now + self.lease.as_millis() as u64);
+            .insert(self.node.clone(), now + self.lease.as_millis() as u64)
+            .is_none();
         let dead: Vec<String> = world
             .leases
             .iter()
@@ -229,7 +243,7 @@ impl Tally for MemoryTally {
                 emptied.push((key, generation));
             }
         }
-        Ok(emptied)
+        Ok(Renewed { emptied, lost })
     }
 }
 

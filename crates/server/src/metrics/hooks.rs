@@ -18,11 +18,12 @@ pub(super) struct HookMetrics {
     cancelled: Counter<u64, AtomicU64>,
     dropped: Family<ReasonLabel, Counter>,
     queued: Gauge,
-    /// The lifecycle stage's (with the Redis engine): keys of dead nodes
-    /// this node let go, tally calls that failed, let-gos awaiting their
-    /// confirm.
+    /// The lifecycle stage's: keys of dead nodes this node let go, tally
+    /// calls that failed and those waiting to be made again, let-gos
+    /// awaiting their confirm.
     swept: Counter<u64, AtomicU64>,
     tally_failures: Counter<u64, AtomicU64>,
+    tally_retrying: Gauge,
     pending: Gauge,
     /// From a batch's oldest event being ready to the receiver's 2xx,
     /// through the batch window and any retries.
@@ -61,7 +62,12 @@ impl HookMetrics {
             tally_failures: registered(
                 r,
                 "hook_tally_failures",
-                "Lifecycle tally calls to Redis that failed: that transition's event is lost",
+                "Lifecycle tally calls that failed (made again at each lease renewal, in order)",
+            ),
+            tally_retrying: registered(
+                r,
+                "hook_tally_retrying",
+                "Lifecycle tally calls waiting to be made again (at most hook_queue)",
             ),
             pending: registered(
                 r,
@@ -104,6 +110,8 @@ impl HookMetrics {
         catch_up(&self.swept, of(|s| s.swept.load(Relaxed)));
         catch_up(&self.tally_failures, of(|s| s.failures.load(Relaxed)));
         self.pending.set(gauge(of(|s| s.pending.load(Relaxed))));
+        self.tally_retrying
+            .set(gauge(of(|s| s.retrying.load(Relaxed))));
         for (reason, total) in [
             (
                 "full",

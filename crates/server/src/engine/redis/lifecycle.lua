@@ -11,7 +11,9 @@
 --                                             dead node's pending taken
 --                                             over, 0 not
 -- A generation is its node's id, '-', and a counter.
---   'renew'   KEYS leases; node, lease ms  -> the nodes whose lease ended
+--   'renew'   KEYS leases; node, lease ms  -> '1' if node had no lease
+--                                             (else '0'), then the nodes
+--                                             whose lease ended
 -- `here` is a hash of node -> how many times it holds the key (1 in
 -- practice: a node reports only its own first and last); `down` holds the
 -- pending let-go's generation while nobody holds the key.
@@ -49,7 +51,9 @@ elseif mode == 'renew' then
   local leases, node, lease = KEYS[1], ARGV[2], tonumber(ARGV[3])
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  redis.call('ZADD', leases, now + lease, node)
-  return redis.call('ZRANGEBYSCORE', leases, '-inf', '(' .. now)
+  local lost = redis.call('ZADD', leases, now + lease, node)
+  local reply = redis.call('ZRANGEBYSCORE', leases, '-inf', '(' .. now)
+  table.insert(reply, 1, tostring(lost))
+  return reply
 end
 return redis.error_reply('unknown lifecycle mode ' .. tostring(mode))

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use redis::Script;
 
-use crate::hooks::tally::{key_name, key_of, Tally, TallyError, Up};
+use crate::hooks::tally::{key_name, key_of, Renewed, Tally, TallyError, Up};
 use crate::hooks::Key;
 
 /// See the module header.
@@ -183,10 +183,10 @@ impl Tally for RedisTally {
         Ok(done == 1)
     }
 
-    fn renew(&mut self) -> Result<Vec<(Key, String)>, TallyError> {
+    fn renew(&mut self) -> Result<Renewed, TallyError> {
         let (leases, node) = (self.leases(), self.node.clone());
         let lease = self.lease.as_millis() as u64;
-        let dead: Vec<String> = self.with_conn(|conn, script| {
+        let mut reply: Vec<String> = self.with_conn(|conn, script| {
             script
                 .key(&leases)
                 .arg("renew")
@@ -194,8 +194,9 @@ impl Tally for RedisTally {
                 .arg(lease)
                 .invoke(conn)
         })?;
+        let lost = !reply.is_empty() && reply.remove(0) == "1";
         let mut emptied = Vec::new();
-        for gone in dead {
+        for gone in reply {
             let set = self.node_set(&gone);
             let names: Vec<String> =
                 self.with_conn(|conn, _| redis::cmd("SMEMBERS").arg(&set).query(conn))?;
@@ -211,7 +212,7 @@ impl Tally for RedisTally {
                 redis::cmd("ZREM").arg(&leases).arg(&gone).query::<()>(conn)
             })?;
         }
-        Ok(emptied)
+        Ok(Renewed { emptied, lost })
     }
 }
 

@@ -77,7 +77,7 @@ pub(crate) fn a_down_never_up_is_no_change(rig: &dyn Rig) {
 pub(crate) fn a_dead_nodes_keys_are_let_go_once_after_its_lease(rig: &dyn Rig) {
     let (mut dead, mut b, mut c) = (rig.node("dead"), rig.node("b"), rig.node("c"));
     for t in [&mut dead, &mut b, &mut c] {
-        assert!(t.renew().unwrap().is_empty());
+        assert!(t.renew().unwrap().emptied.is_empty());
     }
     let (cy, dan, hall) = (user("cy"), user("dan"), Key::Subject("hall".to_owned()));
     assert_eq!(dead.up(&cy).unwrap(), Up::First);
@@ -86,11 +86,11 @@ pub(crate) fn a_dead_nodes_keys_are_let_go_once_after_its_lease(rig: &dyn Rig) {
     assert_eq!(b.up(&dan).unwrap(), Up::Held);
     // Within the lease nothing is let go.
     rig.pass(rig.lease() / 3);
-    assert!(b.renew().unwrap().is_empty());
-    assert!(c.renew().unwrap().is_empty());
+    assert!(b.renew().unwrap().emptied.is_empty());
+    assert!(c.renew().unwrap().emptied.is_empty());
     rig.pass(rig.lease() + rig.lease() / 2);
-    let mut taken = b.renew().unwrap();
-    taken.extend(c.renew().unwrap());
+    let mut taken = b.renew().unwrap().emptied;
+    taken.extend(c.renew().unwrap().emptied);
     let keys: BTreeSet<String> = taken.iter().map(|(k, _)| super::key_name(k)).collect();
     let expected: BTreeSet<String> = ["u:cy", "s:hall"].map(str::to_owned).into();
     assert_eq!(keys, expected, "each once, dan kept by b");
@@ -98,28 +98,34 @@ pub(crate) fn a_dead_nodes_keys_are_let_go_once_after_its_lease(rig: &dyn Rig) {
     for (key, generation) in &taken {
         assert!(b.confirm(key, generation).unwrap());
     }
-    assert!(b.renew().unwrap().is_empty(), "nothing twice");
+    assert!(b.renew().unwrap().emptied.is_empty(), "nothing twice");
+    assert!(!b.renew().unwrap().lost);
     assert_eq!(c.up(&cy).unwrap(), Up::First);
     assert_eq!(c.up(&dan).unwrap(), Up::Held);
+    // Back after all: it learns it was taken for dead, and holds again.
+    let back = dead.renew().unwrap();
+    assert!(back.lost && back.emptied.is_empty(), "{back:?}");
+    assert!(!dead.renew().unwrap().lost);
+    assert_eq!(dead.up(&hall).unwrap(), Up::First);
 }
 
 /// Clause 4: a node that dies owing a confirm has its pending let-go
 /// taken over, once, and a return cancels the taken-over one as well.
 pub(crate) fn a_dead_nodes_pending_let_go_is_taken_over(rig: &dyn Rig) {
     let (mut dead, mut b) = (rig.node("dead"), rig.node("b"));
-    assert!(dead.renew().unwrap().is_empty());
-    assert!(b.renew().unwrap().is_empty());
+    assert!(dead.renew().unwrap().emptied.is_empty());
+    assert!(b.renew().unwrap().emptied.is_empty());
     let (eve, fay) = (user("eve"), user("fay"));
     for key in [&eve, &fay] {
         assert_eq!(dead.up(key).unwrap(), Up::First);
         assert!(dead.down(key).unwrap().is_some());
     }
     rig.pass(rig.lease() * 2);
-    let taken = b.renew().unwrap();
+    let taken = b.renew().unwrap().emptied;
     let mut keys: Vec<String> = taken.iter().map(|(k, _)| super::key_name(k)).collect();
     keys.sort();
     assert_eq!(keys, ["u:eve", "u:fay"]);
-    assert!(b.renew().unwrap().is_empty(), "once");
+    assert!(b.renew().unwrap().emptied.is_empty(), "once");
     let generation = |name: &str| {
         let found = taken.iter().find(|(k, _)| super::key_name(k) == name);
         found.map(|(_, g)| g.clone()).expect("taken over")
