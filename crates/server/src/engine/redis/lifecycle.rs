@@ -269,6 +269,31 @@ mod tests {
         crate::hooks::tally::suite::tally_suite!(rig());
     }
 
+    /// What one node's transitions cost: `users` users each coming,
+    /// going and confirmed, one after another on one tally, as the stage
+    /// makes them. Prints the rate; checks every answer. Run with
+    /// `cargo test -p myriad-server --release --lib lifecycle_rate -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement"]
+    fn lifecycle_rate() {
+        let rig = InRedis::new("rate:");
+        let mut tally = rig.node("n1");
+        let users = 5_000;
+        let started = std::time::Instant::now();
+        for i in 0..users {
+            let key = Key::User(format!("u{i}"));
+            assert_eq!(tally.up(&key).unwrap(), Up::First);
+            let generation = tally.down(&key).unwrap().expect("let go");
+            assert!(tally.confirm(&key, &generation).unwrap());
+        }
+        let took = started.elapsed();
+        let per_user = took / users;
+        println!(
+            "{users} users up, down and confirmed in {took:?}: {per_user:?} per user, {:.0} users/s",
+            f64::from(users) / took.as_secs_f64()
+        );
+    }
+
     #[test]
     fn every_key_a_script_touches_shares_its_keys_hash_tag() {
         let rig = InRedis::new("p:");
