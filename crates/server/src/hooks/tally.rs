@@ -6,8 +6,9 @@
 //! # The contract
 //! Every [`Tally`] keeps these; `tally::suite` checks them, and the memory
 //! tally and the Redis one (`engine::redis::lifecycle`) run it unchanged.
-//! A node calls the tally only at its own transitions of a key (its first
-//! holder of it, its last gone), so each node holds a key or not.
+//! A node calls the tally at its own transitions of a key (its first
+//! holder of it, its last gone): each node holds a key or not, and an up
+//! or down made again is no change.
 //! 1. **Up.** [`Tally::up`] records that this node holds `key`. It answers
 //!    [`Up::First`] when no node held it and no let-go is pending: this
 //!    node then sends `online`/`occupied`, and no other node does for the

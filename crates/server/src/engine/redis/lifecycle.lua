@@ -14,14 +14,14 @@
 --   'renew'   KEYS leases; node, lease ms  -> '1' if node had no lease
 --                                             (else '0'), then the nodes
 --                                             whose lease ended
--- `here` is a hash of node -> how many times it holds the key (1 in
--- practice: a node reports only its own first and last); `down` holds the
--- pending let-go's generation while nobody holds the key.
+-- `here` is a hash of the nodes holding the key (a node holds it or not:
+-- an up it makes again, after a failed call or a lost lease, is no
+-- change); `down` holds the pending let-go's generation while nobody
+-- holds the key.
 local mode = ARGV[1]
 if mode == 'up' then
   local here, down, node = KEYS[1], KEYS[2], ARGV[2]
-  local count = redis.call('HINCRBY', here, node, 1)
-  if count ~= 1 or redis.call('HLEN', here) ~= 1 then return 0 end
+  if redis.call('HSETNX', here, node, 1) == 0 or redis.call('HLEN', here) ~= 1 then return 0 end
   if redis.call('DEL', down) == 1 then return 2 end
   return 1
 elseif mode == 'down' or mode == 'drop' then
@@ -36,9 +36,7 @@ elseif mode == 'down' or mode == 'drop' then
     end
     return 0
   end
-  local count = 0
-  if mode == 'down' then count = redis.call('HINCRBY', here, node, -1) end
-  if count <= 0 then redis.call('HDEL', here, node) end
+  redis.call('HDEL', here, node)
   if redis.call('EXISTS', here) == 1 then return 0 end
   redis.call('SET', down, ARGV[3], 'PX', ARGV[4])
   return 1
