@@ -440,3 +440,89 @@ fn a_stopped_node_lets_go_once(stop: impl FnOnce(&mut Node), extra: &[&str]) -> 
     seen.extend(after);
     seen
 }
+
+/// Counts of (about, type) in `seen`.
+fn tallied(seen: &[Seen]) -> std::collections::BTreeMap<(String, String), usize> {
+    let mut counts = std::collections::BTreeMap::new();
+    for s in seen {
+        *counts.entry(pair(&s.about, &s.kind)).or_insert(0) += 1;
+    }
+    counts
+}
+
+#[test]
+fn churn_across_two_nodes_loses_and_repeats_nothing() {
+    // Random opens and closes of users' connections and subjects'
+    // subscribers on either node, with pauses around the delay, so that
+    // some let-gos are cancelled by a return on the same or the other
+    // node and some go out. Whatever the interleaving, every user and
+    // subject met goes online (occupied) exactly as often as offline
+    // (vacated), at least once, and nothing else is sent.
+    let (_redis, receiver, nodes) = cluster("200ms");
+    let users: Vec<String> = (1..=12).map(|u| u.to_string()).collect();
+    let body = format!(r#"{{"users":[{}]}}"#, users.join(","));
+    for node in &nodes {
+        assert_eq!(node.http("POST", "/api/users", &[], &body).0, 200);
+    }
+    let subjects = ["s0", "s1", "s2", "s3"];
+    // xorshift64: a fixed seed, so a failure is the same run again.
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |n: u64| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % n
+    };
+    let mut open: Vec<common::Ws> = Vec::new();
+    let mut met = std::collections::BTreeSet::new();
+    for step in 0..240 {
+        if open.is_empty() || next(100) < 45 {
+            let node = &nodes[next(2) as usize];
+            if next(2) == 0 {
+                let user = &users[next(users.len() as u64) as usize];
+                open.push(node.connect_path(&format!("/ws?user={user}")));
+                met.insert(user.clone());
+            } else {
+                let subject = subjects[next(subjects.len() as u64) as usize];
+                open.push(subscriber(node, &[subject]));
+                met.insert(subject.to_owned());
+            }
+        } else {
+            let at = next(open.len() as u64) as usize;
+            close(open.swap_remove(at));
+        }
+        if step % 20 == 19 {
+            std::thread::sleep(Duration::from_millis(next(400)));
+        }
+    }
+    open.into_iter().for_each(close);
+    let seen = seen_within(&receiver, Duration::from_secs(6));
+    let counts = tallied(&seen);
+    for about in &met {
+        let (up, down) = if subjects.contains(&about.as_str()) {
+            ("occupied", "vacated")
+        } else {
+            ("online", "offline")
+        };
+        let ups = counts.get(&pair(about, up)).copied().unwrap_or(0);
+        let downs = counts.get(&pair(about, down)).copied().unwrap_or(0);
+        assert!(
+            ups >= 1 && ups == downs,
+            "{about}: {ups} {up}, {downs} {down}: {seen:?}"
+        );
+    }
+    let sent: usize = counts.values().sum();
+    let expected: usize = counts
+        .iter()
+        .filter(|((about, _), _)| met.contains(about))
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(sent, expected, "events about nothing met: {counts:?}");
+    // Some let-gos were cancelled by a return, which is what makes the
+    // run more than a sequence of whole lives.
+    let cancelled: u64 = nodes
+        .iter()
+        .map(|n| n.metric("myriad_hook_events_cancelled_total"))
+        .sum();
+    assert!(cancelled > 0 && cancelled % 2 == 0, "{cancelled}");
+}
