@@ -1,21 +1,21 @@
 //! The lifecycle stage: the cluster's view of who is here, between the
-//! workers and the delivery task when nodes share a [`Tally`] (the Redis
-//! engine).
+//! workers and the delivery task, over a [`Tally`]: the cluster's in
+//! Redis with the Redis engine, else the node's own in memory.
 //!
 //! One thread of its own, fed by a bounded channel (a worker never waits:
 //! a full channel drops the signal and counts it; a dropped disconnect
 //! leaves its user held by this node until the node dies or restarts),
-//! which may wait on the tally's round trips. It turns the workers' signals into this node's
-//! transitions (a node-wide [`Lifecycle`], as the delivery task keeps
-//! without a cluster), asks the tally whether each is the cluster's, and
-//! hands the delivery task only the events the cluster makes, as
-//! [`Signal::Cluster`]: `online`/`occupied` when the tally answers
-//! [`Up::First`]; `offline`/`vacated` when, `hook_delay` after this node
-//! let go of the last holder anywhere, the tally confirms nobody returned.
-//! The delay is thus waited here, against the whole cluster, and the
-//! delivery task is started with none. Every third of a lease it renews
-//! this node's lease, which also lets go a dead node's keys: those
-//! confirms are this node's then.
+//! which may wait on the tally's round trips. It turns the workers'
+//! signals into this node's transitions (a node-wide [`Lifecycle`]), asks
+//! the tally whether each is the cluster's, and hands the delivery task
+//! only the events the cluster makes, as [`Signal::Cluster`]:
+//! `online`/`occupied` when the tally answers [`Up::First`];
+//! `offline`/`vacated` when, `hook_delay` after this node let go of the
+//! last holder anywhere, the tally confirms nobody returned. The delay is
+//! thus waited here, against the whole cluster, and the delivery task is
+//! started with none. Every third of a lease it renews this node's lease,
+//! which also lets go a dead node's keys: those confirms are this node's
+//! then. A call that fails is made again, in order, at each renewal.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
