@@ -76,8 +76,8 @@ impl RedisTally {
         format!("{}lc:node:{{{node}}}", self.prefix)
     }
 
-    /// Takes `key` out of this node's set: it no longer holds it, nor
-    /// owes a confirm of it.
+    /// Takes `key` out of this node's set: it no longer holds it (a
+    /// confirm does the same in its own round trip).
     fn forget(&mut self, key: &Key) -> Result<(), TallyError> {
         let (set, name) = (self.node_set(&self.node), key_name(key));
         self.with_conn(|conn, _| redis::cmd("SREM").arg(&set).arg(&name).query(conn))
@@ -105,6 +105,12 @@ impl RedisTally {
                 .map_err(failed)?;
             conn.set_read_timeout(Some(self.timeout)).map_err(failed)?;
             conn.set_write_timeout(Some(self.timeout)).map_err(failed)?;
+            let mut conn = conn;
+            // Loaded on every connect: a pipeline runs it by its hash only.
+            self.script
+                .prepare_invoke()
+                .load(&mut conn)
+                .map_err(failed)?;
             self.conn = Some(conn);
         }
         let conn = self.conn.as_mut().expect("just made");
@@ -141,14 +147,14 @@ impl Tally for RedisTally {
         let (name, node) = (key_name(key), self.node.clone());
         // In the node's set first: a node dying between the two leaves a
         // key its sweep finds it does not hold, which is no change.
-        let answer: u8 = self.with_conn(|conn, script| {
-            redis::cmd("SADD").arg(&set).arg(&name).query::<()>(conn)?;
-            script
-                .key(&here)
-                .key(&down)
-                .arg("up")
-                .arg(&node)
-                .invoke(conn)
+        let (answer,): (u8,) = self.with_conn(|conn, script| {
+            redis::pipe()
+                .cmd("SADD")
+                .arg(&set)
+                .arg(&name)
+                .ignore()
+                .invoke_script(script.key(&here).key(&down).arg("up").arg(&node))
+                .query(conn)
         })?;
         Ok(match answer {
             1 => Up::First,
@@ -171,15 +177,16 @@ impl Tally for RedisTally {
 
     fn confirm(&mut self, key: &Key, generation: &str) -> Result<bool, TallyError> {
         let [here, down] = self.keys_of(key);
-        let done: u8 = self.with_conn(|conn, script| {
-            script
-                .key(&here)
-                .key(&down)
-                .arg("confirm")
-                .arg(generation)
-                .invoke(conn)
+        let (set, name) = (self.node_set(&self.node), key_name(key));
+        let (done,): (u8,) = self.with_conn(|conn, script| {
+            redis::pipe()
+                .invoke_script(script.key(&here).key(&down).arg("confirm").arg(generation))
+                .cmd("SREM")
+                .arg(&set)
+                .arg(&name)
+                .ignore()
+                .query(conn)
         })?;
-        self.forget(key)?;
         Ok(done == 1)
     }
 
