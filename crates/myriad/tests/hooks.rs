@@ -526,3 +526,26 @@ fn churn_across_two_nodes_loses_and_repeats_nothing() {
         .sum();
     assert!(cancelled > 0 && cancelled.is_multiple_of(2), "{cancelled}");
 }
+
+#[test]
+fn a_redis_stalled_through_a_disconnect_delays_the_offline_but_sends_it_once() {
+    let redis = RedisServer::start();
+    let receiver = HookReceiver::start(SECRET.as_bytes(), vec![]);
+    let mut args = hook_flags(&receiver, "300ms").to_vec();
+    args.extend(["--redis-timeout", "500ms", "--presence-lease", "3s"]);
+    args.extend(["--hook-events", "online,offline"]);
+    let node = with_users(Node::in_cluster_of(&[&redis], "stall", &args));
+    let ws = node.connect_path("/ws?user=10");
+    assert_eq!(events(receiver.next()), [pair("10", "online")]);
+    // The let-go meets a Redis that does not answer within redis_timeout:
+    // the call fails, is counted, and is made again at a renewal once
+    // Redis is back (the same call, which answers as it would have had
+    // the stalled one been made: the tally suite's clause 4).
+    redis.pause();
+    close(ws);
+    node.wait_for_metric("myriad_hook_tally_failures_total", 1);
+    std::thread::sleep(Duration::from_millis(1_500));
+    redis.resume();
+    assert_eq!(events(receiver.next()), [pair("10", "offline")]);
+    assert!(receiver.next_within(Duration::from_secs(3)).is_none());
+}

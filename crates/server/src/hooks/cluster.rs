@@ -82,6 +82,7 @@ impl Stage {
             node: Lifecycle::new(""),
             owed: VecDeque::new(),
             retrying: VecDeque::new(),
+            calls: 0,
             counts: Arc::clone(&counts),
         };
         std::thread::Builder::new()
@@ -102,14 +103,16 @@ impl Stage {
     }
 }
 
-/// A tally call the stage makes, kept to be made again when it fails.
+/// A tally call the stage makes, kept to be made again when it fails;
+/// `up` and `down` with their call numbers, so that a call made again
+/// answers as it did (contract clause 4).
 #[derive(Debug)]
 enum Op {
     /// The node's first holder of the key (its event kind, to send on
     /// [`Up::First`]).
-    Up(Key, EventKind),
+    Up(Key, EventKind, u64),
     /// The node's last holder of the key is gone.
-    Down(Key),
+    Down(Key, u64),
     /// The delay after a let-go is over.
     Confirm(Key, String),
 }
@@ -128,6 +131,8 @@ struct Run {
     /// key's up and down never swap. At most `capacity`; past it a call is
     /// lost (counted in `failures`).
     retrying: VecDeque<Op>,
+    /// Numbers this node's `up` and `down` calls.
+    calls: u64,
     counts: Arc<StageCounts>,
 }
 
@@ -168,10 +173,21 @@ impl Run {
         };
         let key = event.key();
         match event.kind {
-            EventKind::Online | EventKind::Occupied => self.make(Op::Up(key, event.kind)),
-            EventKind::Offline | EventKind::Vacated => self.make(Op::Down(key)),
+            EventKind::Online | EventKind::Occupied => {
+                let call = self.call_number();
+                self.make(Op::Up(key, event.kind, call));
+            }
+            EventKind::Offline | EventKind::Vacated => {
+                let call = self.call_number();
+                self.make(Op::Down(key, call));
+            }
             EventKind::Join | EventKind::Leave => {}
         }
+    }
+
+    fn call_number(&mut self) -> u64 {
+        self.calls += 1;
+        self.calls
     }
 
     /// Makes `op` now, or behind the calls waiting to be made again.
@@ -210,15 +226,15 @@ impl Run {
     /// One tally call, and what it makes this node send or owe.
     fn call(&mut self, op: &Op) -> Result<(), TallyError> {
         match op {
-            Op::Up(key, kind) => match self.tally.up(key)? {
+            Op::Up(key, kind, call) => match self.tally.up(key, *call)? {
                 Up::First => self.emit(*kind, key.clone()),
                 Up::Returned => {
                     self.counts.cancelled.fetch_add(2, Ordering::Relaxed);
                 }
                 Up::Held => {}
             },
-            Op::Down(key) => {
-                if let Some(generation) = self.tally.down(key)? {
+            Op::Down(key, call) => {
+                if let Some(generation) = self.tally.down(key, *call)? {
                     let due = Instant::now() + self.settings.delay;
                     self.owed.push_back((due, key.clone(), generation));
                 }
@@ -266,7 +282,8 @@ impl Run {
                     Key::User(_) => EventKind::Online,
                     Key::Subject(_) => EventKind::Occupied,
                 };
-                self.make(Op::Up(key, kind));
+                let call = self.call_number();
+                self.make(Op::Up(key, kind, call));
             }
         }
     }

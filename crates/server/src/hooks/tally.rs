@@ -6,6 +6,8 @@
 //! # The contract
 //! Every [`Tally`] keeps these; `tally::suite` checks them, and the memory
 //! tally and the Redis one (`engine::redis::lifecycle`) run it unchanged.
+//! A generation is the node's id, `-`, and more; a node's let-go of a key
+//! is `<node>-<call>`.
 //! A node calls the tally at its own transitions of a key (its first
 //! holder of it, its last gone): each node holds a key or not, and an up
 //! or down made again is no change.
@@ -23,7 +25,13 @@
 //!    when that generation is still pending and no node holds the key
 //!    (this node then sends `offline`/`vacated`); false when a return
 //!    cancelled it, or a later let-go replaced it.
-//! 4. **Leases.** [`Tally::renew`] keeps this node's lease for `lease`
+//! 4. **A call made again** (its reply lost: a timeout after the store
+//!    made it) answers as it did the first time: `up` and `down` carry a
+//!    call number, unique per node, and an `up` or `down` of the same
+//!    number finds its own mark; a `confirm` made again answers true while
+//!    nothing happened to the key since. A different call that finds the
+//!    node holding the key, or not, is no change.
+//! 5. **Leases.** [`Tally::renew`] keeps this node's lease for `lease`
 //!    more, and removes every node whose lease ended from every key it
 //!    held, starting a pending let-go for each key left with no holder and
 //!    answering those with their generations: the renewing node owes
@@ -60,8 +68,8 @@ pub struct TallyError(pub String);
 /// The cluster's tally; see the module contract. Called from one thread
 /// (the lifecycle stage's), so a call may wait on a round trip.
 pub trait Tally: Send {
-    fn up(&mut self, key: &Key) -> Result<Up, TallyError>;
-    fn down(&mut self, key: &Key) -> Result<Option<String>, TallyError>;
+    fn up(&mut self, key: &Key, call: u64) -> Result<Up, TallyError>;
+    fn down(&mut self, key: &Key, call: u64) -> Result<Option<String>, TallyError>;
     fn confirm(&mut self, key: &Key, generation: &str) -> Result<bool, TallyError>;
     fn renew(&mut self) -> Result<Renewed, TallyError>;
 }
@@ -99,8 +107,12 @@ pub fn key_of(name: &str) -> Option<Key> {
 /// The state every [`MemoryTally`] handle of one process shares.
 #[derive(Debug, Default)]
 struct World {
-    /// Per key, the nodes holding it.
-    held: HashMap<Key, BTreeMap<String, ()>>,
+    /// Per key, the nodes holding it, each with the call that made it
+    /// hold and what that call answered.
+    held: HashMap<Key, BTreeMap<String, (u64, Up)>>,
+    /// Per key, the generation its last confirm took, until the key is
+    /// held or let go again.
+    confirmed: HashMap<Key, String>,
     /// Per key with no holder, its pending let-go's generation and the
     /// node that owes its confirm.
     pending: HashMap<Key, (String, String)>,
@@ -144,6 +156,13 @@ impl MemoryTally {
         }
     }
 
+    /// A generation for a key this node takes from a dead one: apart
+    /// from its own calls' (`<node>-<call>`).
+    fn sweep_generation(&self, world: &mut World) -> String {
+        world.next += 1;
+        format!("{}-s{}", self.node, world.next)
+    }
+
     /// The world, its lock taken anyway if a holder panicked: its maps are
     /// each left whole by every step.
     fn world(&self) -> std::sync::MutexGuard<'_, World> {
@@ -152,10 +171,10 @@ impl MemoryTally {
 }
 
 impl World {
-    /// Starts a pending let-go of `key` whose confirm `owner` owes.
-    fn let_go(&mut self, key: &Key, owner: &str) -> String {
-        self.next += 1;
-        let generation = self.next.to_string();
+    /// Starts a pending let-go of `key` under `generation`, whose confirm
+    /// `owner` owes.
+    fn let_go(&mut self, key: &Key, generation: String, owner: &str) -> String {
+        self.confirmed.remove(key);
         let pending = (generation.clone(), owner.to_owned());
         self.pending.insert(key.clone(), pending);
         generation
@@ -163,41 +182,63 @@ impl World {
 }
 
 impl Tally for MemoryTally {
-    fn up(&mut self, key: &Key) -> Result<Up, TallyError> {
+    fn up(&mut self, key: &Key, call: u64) -> Result<Up, TallyError> {
         let lease_end = (self.clock)() + self.lease.as_millis() as u64;
         let node = self.node.clone();
         let mut world = self.world();
         world.leases.entry(node.clone()).or_insert(lease_end);
         let holders = world.held.entry(key.clone()).or_default();
-        let first = holders.is_empty();
-        holders.insert(node, ());
-        if !first {
-            return Ok(Up::Held);
+        if let Some(&(made, answer)) = holders.get(&node) {
+            return Ok(if made == call { answer } else { Up::Held });
         }
-        Ok(match world.pending.remove(key) {
-            Some(_) => Up::Returned,
-            None => Up::First,
-        })
+        let first = holders.is_empty();
+        let answer = if !first {
+            Up::Held
+        } else if world.pending.remove(key).is_some() {
+            Up::Returned
+        } else {
+            Up::First
+        };
+        world.confirmed.remove(key);
+        let holders = world.held.entry(key.clone()).or_default();
+        holders.insert(node, (call, answer));
+        Ok(answer)
     }
 
-    fn down(&mut self, key: &Key) -> Result<Option<String>, TallyError> {
+    fn down(&mut self, key: &Key, call: u64) -> Result<Option<String>, TallyError> {
+        let generation = format!("{}-{call}", self.node);
         let mut world = self.world();
-        let Some(holders) = world.held.get_mut(key) else {
-            return Ok(None);
-        };
-        if holders.remove(&self.node).is_none() || !holders.is_empty() {
-            return Ok(None);
+        let holding = world
+            .held
+            .get_mut(key)
+            .and_then(|holders| holders.remove(&self.node).map(|_| holders.is_empty()));
+        match holding {
+            // Not holding it: a let-go this call made already stands.
+            None => {
+                let own = world
+                    .pending
+                    .get(key)
+                    .is_some_and(|(g, _)| *g == generation);
+                Ok(own.then_some(generation))
+            }
+            Some(false) => Ok(None),
+            Some(true) => {
+                world.held.remove(key);
+                Ok(Some(world.let_go(key, generation, &self.node)))
+            }
         }
-        world.held.remove(key);
-        Ok(Some(world.let_go(key, &self.node)))
     }
 
     fn confirm(&mut self, key: &Key, generation: &str) -> Result<bool, TallyError> {
         let mut world = self.world();
+        if world.confirmed.get(key).map(String::as_str) == Some(generation) {
+            return Ok(true);
+        }
         if world.pending.get(key).map(|(g, _)| g.as_str()) != Some(generation) {
             return Ok(false);
         }
         world.pending.remove(key);
+        world.confirmed.insert(key.clone(), generation.to_owned());
         Ok(true)
     }
 
@@ -228,7 +269,8 @@ impl Tally for MemoryTally {
                 holders.remove(&node);
                 if holders.is_empty() {
                     world.held.remove(&key);
-                    let generation = world.let_go(&key, &self.node);
+                    let generation = self.sweep_generation(&mut world);
+                    let generation = world.let_go(&key, generation, &self.node);
                     emptied.push((key, generation));
                 }
             }
@@ -240,7 +282,8 @@ impl Tally for MemoryTally {
                 .map(|(key, _)| key.clone())
                 .collect();
             for key in owed {
-                let generation = world.let_go(&key, &self.node);
+                let generation = self.sweep_generation(&mut world);
+                let generation = world.let_go(&key, generation, &self.node);
                 emptied.push((key, generation));
             }
         }

@@ -87,9 +87,11 @@ impl RedisTally {
         format!("{}lc:leases", self.prefix)
     }
 
-    fn generation(&mut self) -> String {
+    /// A generation for a key this node takes from a dead one: apart
+    /// from its own calls' (`<node>-<call>`).
+    fn sweep_generation(&mut self) -> String {
         self.next += 1;
-        format!("{}-{}", self.node, self.next)
+        format!("{}-s{}", self.node, self.next)
     }
 
     /// Runs `call` on the connection, made first if there is none; a
@@ -120,13 +122,18 @@ impl RedisTally {
         })
     }
 
-    /// A let-go of `key` by `mode` (`down`, or `drop` for a dead `node`):
-    /// its generation when nobody holds the key any more.
-    fn let_go(&mut self, mode: &str, key: &Key, node: &str) -> Result<Option<String>, TallyError> {
+    /// A let-go of `key` by `mode` (`down`, or `drop` for a dead `node`)
+    /// under `generation`: the generation when nobody holds the key now.
+    fn let_go(
+        &mut self,
+        mode: &str,
+        key: &Key,
+        node: &str,
+        generation: String,
+    ) -> Result<Option<String>, TallyError> {
         let [here, down] = self.keys_of(key);
-        let generation = self.generation();
         let ttl = self.marker_ttl.as_millis() as u64;
-        let gone: u8 = self.with_conn(|conn, script| {
+        let gone: String = self.with_conn(|conn, script| {
             script
                 .key(&here)
                 .key(&down)
@@ -136,12 +143,12 @@ impl RedisTally {
                 .arg(ttl)
                 .invoke(conn)
         })?;
-        Ok((gone == 1).then_some(generation))
+        Ok((gone == generation).then_some(generation))
     }
 }
 
 impl Tally for RedisTally {
-    fn up(&mut self, key: &Key) -> Result<Up, TallyError> {
+    fn up(&mut self, key: &Key, call: u64) -> Result<Up, TallyError> {
         let [here, down] = self.keys_of(key);
         let set = self.node_set(&self.node);
         let (name, node) = (key_name(key), self.node.clone());
@@ -153,7 +160,7 @@ impl Tally for RedisTally {
                 .arg(&set)
                 .arg(&name)
                 .ignore()
-                .invoke_script(script.key(&here).key(&down).arg("up").arg(&node))
+                .invoke_script(script.key(&here).key(&down).arg("up").arg(&node).arg(call))
                 .query(conn)
         })?;
         Ok(match answer {
@@ -163,9 +170,10 @@ impl Tally for RedisTally {
         })
     }
 
-    fn down(&mut self, key: &Key) -> Result<Option<String>, TallyError> {
+    fn down(&mut self, key: &Key, call: u64) -> Result<Option<String>, TallyError> {
         let node = self.node.clone();
-        let gone = self.let_go("down", key, &node)?;
+        let generation = format!("{node}-{call}");
+        let gone = self.let_go("down", key, &node, generation)?;
         // Kept in the node's set while its let-go is pending, so that a
         // sweeper takes the let-go over if this node dies before its
         // confirm; dropped by the confirm.
@@ -178,9 +186,17 @@ impl Tally for RedisTally {
     fn confirm(&mut self, key: &Key, generation: &str) -> Result<bool, TallyError> {
         let [here, down] = self.keys_of(key);
         let (set, name) = (self.node_set(&self.node), key_name(key));
+        let ttl = self.marker_ttl.as_millis() as u64;
         let (done,): (u8,) = self.with_conn(|conn, script| {
             redis::pipe()
-                .invoke_script(script.key(&here).key(&down).arg("confirm").arg(generation))
+                .invoke_script(
+                    script
+                        .key(&here)
+                        .key(&down)
+                        .arg("confirm")
+                        .arg(generation)
+                        .arg(ttl),
+                )
                 .cmd("SREM")
                 .arg(&set)
                 .arg(&name)
@@ -208,7 +224,8 @@ impl Tally for RedisTally {
             let names: Vec<String> =
                 self.with_conn(|conn, _| redis::cmd("SMEMBERS").arg(&set).query(conn))?;
             for key in names.iter().filter_map(|name| key_of(name)) {
-                if let Some(generation) = self.let_go("drop", &key, &gone)? {
+                let generation = self.sweep_generation();
+                if let Some(generation) = self.let_go("drop", &key, &gone, generation)? {
                     emptied.push((key, generation));
                 }
             }
@@ -289,8 +306,11 @@ mod tests {
         let started = std::time::Instant::now();
         for i in 0..users {
             let key = Key::User(format!("u{i}"));
-            assert_eq!(tally.up(&key).unwrap(), Up::First);
-            let generation = tally.down(&key).unwrap().expect("let go");
+            assert_eq!(tally.up(&key, 2 * u64::from(i)).unwrap(), Up::First);
+            let generation = tally
+                .down(&key, 2 * u64::from(i) + 1)
+                .unwrap()
+                .expect("let go");
             assert!(tally.confirm(&key, &generation).unwrap());
         }
         let took = started.elapsed();

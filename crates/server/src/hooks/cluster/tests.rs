@@ -22,14 +22,14 @@ impl Flaky {
 }
 
 impl Tally for Flaky {
-    fn up(&mut self, key: &Key) -> Result<Up, TallyError> {
+    fn up(&mut self, key: &Key, call: u64) -> Result<Up, TallyError> {
         self.check()?;
-        self.inner.up(key)
+        self.inner.up(key, call)
     }
 
-    fn down(&mut self, key: &Key) -> Result<Option<String>, TallyError> {
+    fn down(&mut self, key: &Key, call: u64) -> Result<Option<String>, TallyError> {
         self.check()?;
-        self.inner.down(key)
+        self.inner.down(key, call)
     }
 
     fn confirm(&mut self, key: &Key, generation: &str) -> Result<bool, TallyError> {
