@@ -27,9 +27,12 @@ pub struct RedisTally {
     node: String,
     lease: Duration,
     timeout: Duration,
-    /// How long a pending marker outlives its let-go: past the confirm it
-    /// is owed, so that a confirm that comes late still finds it, and then
-    /// gone, so that a let-go whose node died holds no key for ever.
+    /// How long a pending marker outlives its let-go (`hook_delay` and four
+    /// leases): past the confirm it is owed, so that a confirm that comes
+    /// late (made again after failures) still finds it, and then gone, so
+    /// that a let-go nobody confirms holds no key for ever. A confirmed
+    /// one's `done:` mark lives as long, one small key per user or subject
+    /// gone in the last minute or so (by default).
     marker_ttl: Duration,
     /// Numbers this node's generations; with the node id, unique in the
     /// cluster.
