@@ -6,11 +6,10 @@
 //! # The contract
 //! Every [`Tally`] keeps these; `tally::suite` checks them, and the memory
 //! tally and the Redis one (`engine::redis::lifecycle`) run it unchanged.
-//! A generation is the node's id, `-`, and more; a node's let-go of a key
-//! is `<node>-<call>`.
 //! A node calls the tally at its own transitions of a key (its first
-//! holder of it, its last gone): each node holds a key or not, and an up
-//! or down made again is no change.
+//! holder of it, its last gone), so each node holds a key or not. A
+//! generation is the node's id, `-`, and more: a node's let-go of a key is
+//! `<node>-<call>`.
 //! 1. **Up.** [`Tally::up`] records that this node holds `key`. It answers
 //!    [`Up::First`] when no node held it and no let-go is pending: this
 //!    node then sends `online`/`occupied`, and no other node does for the
@@ -21,10 +20,10 @@
 //!    `key`. When no node holds it any more it starts a pending let-go and
 //!    answers its generation, unique in the cluster; this node then owes a
 //!    [`Tally::confirm`] after the delay.
-//! 3. **Confirm.** [`Tally::confirm`] ends a pending let-go: true, once,
-//!    when that generation is still pending and no node holds the key
-//!    (this node then sends `offline`/`vacated`); false when a return
-//!    cancelled it, or a later let-go replaced it.
+//! 3. **Confirm.** [`Tally::confirm`] ends a pending let-go: true when
+//!    that generation is still pending and no node holds the key (this
+//!    node then sends `offline`/`vacated`); false when a return cancelled
+//!    it, or a later let-go replaced it.
 //! 4. **A call made again** (its reply lost: a timeout after the store
 //!    made it) answers as it did the first time: `up` and `down` carry a
 //!    call number, unique per node, and an `up` or `down` of the same
@@ -37,8 +36,8 @@
 //!    answering those with their generations: the renewing node owes
 //!    their confirms. A pending let-go whose node died before its confirm
 //!    is taken over the same way. A node that renews after it was taken
-//!    for dead learns so ([`Renewed::lost`]). Among nodes renewing at once, one takes each dead
-//!    node's key, never two. So a node killed without a word has its keys
+//!    for dead learns so ([`Renewed::lost`]). Among nodes renewing at
+//!    once, one takes each dead node's key, never two. So a node killed without a word has its keys
 //!    let go within one lease plus one renewal period (a third of a lease)
 //!    plus the delay.
 
@@ -59,8 +58,8 @@ pub enum Up {
     Held,
 }
 
-/// Why the tally could not answer (its store is away); the transition is
-/// lost and counted.
+/// Why the tally could not answer (its store is away); the stage counts
+/// it and makes the call again.
 #[derive(Debug, thiserror::Error)]
 #[error("the lifecycle tally failed: {0}")]
 pub struct TallyError(pub String);
