@@ -215,20 +215,8 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     let redis_tls = config.redis_tls_files().load()?;
     let feeds = open_feeds(&config, Arc::clone(&hub), redis_tls.as_ref())?;
     let metrics = Arc::new(Metrics::new(workers));
-    // Checked by `Config::validate`; the node names itself by its pid and
-    // start time, so event ids never repeat across its restarts.
-    let hooks = match config.hooks().expect("hook settings were checked") {
-        None => None,
-        Some(settings) => {
-            let started = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis());
-            let node = format!("{}-{started}", std::process::id());
-            let metrics = Arc::clone(&metrics);
-            let delivered = Box::new(move |latency| metrics.hook_delivered(latency));
-            Some(hooks::Hooks::start(settings, &node, delivered)?)
-        }
-    };
+    // Both checked by `Config::validate`.
+    let (hooks, lifecycle) = start_hooks(&config, &metrics)?;
     let proxy = match config.proxies().expect("proxy settings were checked") {
         None => None,
         Some(settings) => Some(
@@ -254,6 +242,7 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
         baseline_rss_bytes: process::usage().rss_bytes,
         hooks,
         proxy,
+        lifecycle,
     });
 
     let mut threads = Vec::with_capacity(workers);
@@ -316,6 +305,75 @@ pub fn serve(config: Config) -> Result<(), ServeError> {
     shared.feeds.stop();
     info!("myriad stopped");
     outcome
+}
+
+/// The hooks' delivery thread, when `hook_url` is set, and the lifecycle
+/// stage in front of it, which waits out `hook_delay` against the tally
+/// (so the delivery thread holds nothing): with the Redis engine the
+/// cluster's, in the first instance (`engine::redis::lifecycle`); else, and
+/// behind Sentinels or over TLS for now, the node's own memory tally
+/// (operations.md, "Receiving hooks").
+fn start_hooks(
+    config: &Config,
+    metrics: &Arc<Metrics>,
+) -> Result<(Option<hooks::Hooks>, Option<hooks::cluster::Stage>), ServeError> {
+    let Some(mut settings) = config.hooks().expect("hook settings were checked") else {
+        return Ok((None, None));
+    };
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    // The node names itself by its pid and start time, so event ids (and
+    // the tally's generations) never repeat across its restarts.
+    let node = format!("{}-{started}", std::process::id());
+    let lease = Duration::from(config.presence_lease);
+    let tally = open_tally(config, &node, lease, settings.delay);
+    let stage_settings = hooks::cluster::StageSettings {
+        delay: settings.delay,
+        renew_every: lease / 3,
+        capacity: settings.queue_bound,
+    };
+    settings.delay = Duration::ZERO;
+    let delivered = {
+        let metrics = Arc::clone(metrics);
+        Box::new(move |latency| metrics.hook_delivered(latency))
+    };
+    let hooks = hooks::Hooks::start(settings, &node, delivered)?;
+    let stage = hooks::cluster::Stage::start(tally, hooks.clone(), stage_settings)
+        .map_err(|e| ServeError::Hooks(hooks::deliver::StartError::Thread(e)))?;
+    Ok((Some(hooks), Some(stage)))
+}
+
+/// The lifecycle tally of node `node`: the cluster's in Redis, or this
+/// node's own.
+fn open_tally(
+    config: &Config,
+    node: &str,
+    lease: Duration,
+    delay: Duration,
+) -> Box<dyn hooks::tally::Tally> {
+    let shared_url = config
+        .redis_urls
+        .first()
+        .filter(|url| config.engine == EngineKind::Redis && url.starts_with("redis://"));
+    if let Some(url) = shared_url {
+        let prefix = format!("{}:", config.redis_prefix);
+        let timeout = Duration::from(config.redis_timeout);
+        match engine::redis::lifecycle::RedisTally::new(url, &prefix, node, lease, delay, timeout) {
+            Ok(tally) => return Box::new(tally),
+            // Only a URL the engine's own connect refuses fails here, and
+            // that stops the start right after.
+            Err(error) => warn!(%error, "hooks are this node's own"),
+        }
+    } else if config.engine == EngineKind::Redis {
+        warn!("hooks are this node's own: no shared tally behind Sentinels or over TLS yet");
+    }
+    let wall = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    };
+    Box::new(hooks::tally::MemoryTally::new(node, lease, Arc::new(wall)))
 }
 
 /// The engine `config` asks for; the Redis engine connects to every

@@ -516,8 +516,12 @@ impl Metrics {
     }
 
     /// Copies the hooks' counts in, before metrics are read.
-    pub fn mirror_hooks(&self, snapshot: &crate::hooks::Snapshot) {
-        self.hooks.mirror(snapshot);
+    pub fn mirror_hooks(
+        &self,
+        snapshot: &crate::hooks::Snapshot,
+        stage: Option<&crate::hooks::cluster::StageCounts>,
+    ) {
+        self.hooks.mirror(snapshot, stage);
     }
 
     /// Copies the node's compression counts in, before metrics are read.

@@ -13,6 +13,7 @@ use crate::auth::Auth;
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::feeds::Feeds;
+use crate::hooks::cluster::Stage;
 use crate::hooks::{Hooks, Signal};
 use crate::hub::Hub;
 use crate::metrics::Metrics;
@@ -57,6 +58,9 @@ pub struct Shared {
     pub hooks: Option<Hooks>,
     /// The proxies' thread, when a proxy URL is set.
     pub proxy: Option<Proxy>,
+    /// The lifecycle stage in front of it, when nodes share a tally (the
+    /// Redis engine): the workers' signals go there instead.
+    pub lifecycle: Option<Stage>,
 }
 
 impl Shared {
@@ -64,7 +68,9 @@ impl Shared {
     /// no-op without `hook_url`, where `signal` is never called: a
     /// connection's open and close then allocate nothing for the hooks.
     pub fn hook(&self, signal: impl FnOnce() -> Signal) {
-        if let Some(hooks) = &self.hooks {
+        if let Some(stage) = &self.lifecycle {
+            stage.signal(signal());
+        } else if let Some(hooks) = &self.hooks {
             hooks.signal(signal());
         }
     }

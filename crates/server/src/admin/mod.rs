@@ -196,7 +196,8 @@ async fn whole_reply(req: Request<Incoming>, shared: &Shared, started: Instant) 
             shared.metrics.mirror_deflate(&crate::deflate::COUNTS);
             shared.metrics.mirror_feeds(&shared.feeds.stats());
             if let Some(hooks) = &shared.hooks {
-                shared.metrics.mirror_hooks(&hooks.snapshot());
+                let stage = shared.lifecycle.as_ref().map(|s| s.counts());
+                shared.metrics.mirror_hooks(&hooks.snapshot(), stage);
             }
             if let Some(proxy) = &shared.proxy {
                 shared.metrics.mirror_proxy(proxy.in_flight());

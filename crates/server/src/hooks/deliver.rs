@@ -1,6 +1,6 @@
 //! The delivery task: one thread running a tokio current-thread runtime
-//! that takes signals from the workers and the hub through a bounded
-//! channel, turns them into events with its [`Lifecycle`], drives the
+//! that takes signals from the lifecycle stage (`cluster.rs`) through a
+//! bounded channel, turns them into events with its [`Lifecycle`], drives the
 //! [`Queue`], and POSTs each batch, signed, to `hook_url`.
 //!
 //! Whoever reports never waits: [`Hooks::signal`] is a `try_send`, and a
@@ -42,6 +42,7 @@ pub struct Snapshot {
 }
 
 /// The node's handle on the delivery task.
+#[derive(Clone)]
 pub struct Hooks {
     signals: mpsc::Sender<Signal>,
     /// The queue's counts as of its last change; the lock is only taken to
@@ -98,6 +99,19 @@ impl Hooks {
         if self.signals.try_send(signal).is_err() {
             self.refused_full.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// A handle whose signals land in the returned receiver instead of a
+    /// delivery task: for tests of what the workers report.
+    #[cfg(test)]
+    pub(crate) fn tap(capacity: usize) -> (Hooks, mpsc::Receiver<Signal>) {
+        let (signals, inbox) = mpsc::channel(capacity);
+        let hooks = Hooks {
+            signals,
+            snapshot: Arc::default(),
+            refused_full: Arc::default(),
+        };
+        (hooks, inbox)
     }
 
     /// The counts so far.

@@ -18,6 +18,13 @@ pub(super) struct HookMetrics {
     cancelled: Counter<u64, AtomicU64>,
     dropped: Family<ReasonLabel, Counter>,
     queued: Gauge,
+    /// The lifecycle stage's: keys of dead nodes this node let go, tally
+    /// calls that failed and those waiting to be made again, let-gos
+    /// awaiting their confirm.
+    swept: Counter<u64, AtomicU64>,
+    tally_failures: Counter<u64, AtomicU64>,
+    tally_retrying: Gauge,
+    pending: Gauge,
     /// From a batch's oldest event being ready to the receiver's 2xx,
     /// through the batch window and any retries.
     latency: Histogram,
@@ -47,6 +54,26 @@ impl HookMetrics {
                 "hook_events_queued",
                 "Hook events held, ready, out or waiting to be retried",
             ),
+            swept: registered(
+                r,
+                "hook_dead_node_keys",
+                "Users and subjects of dead nodes this node let go (their offline/vacated owed here)",
+            ),
+            tally_failures: registered(
+                r,
+                "hook_tally_failures",
+                "Lifecycle tally calls that failed (made again at each lease renewal, in order)",
+            ),
+            tally_retrying: registered(
+                r,
+                "hook_tally_retrying",
+                "Lifecycle tally calls waiting to be made again (at most hook_queue)",
+            ),
+            pending: registered(
+                r,
+                "hook_let_go_pending",
+                "Cluster-wide offline/vacated waiting out hook_delay before their confirm",
+            ),
             latency: Histogram::new(exponential_buckets(0.005, 2.0, 15)),
         };
         r.register(
@@ -64,13 +91,32 @@ impl HookMetrics {
     }
 
     /// Copies the hooks' counts in, before metrics are read.
-    pub(super) fn mirror(&self, snapshot: &crate::hooks::Snapshot) {
+    /// With the lifecycle stage's counts: its cancels and full channel
+    /// are added to the queue's, one meaning each.
+    pub(super) fn mirror(
+        &self,
+        snapshot: &crate::hooks::Snapshot,
+        stage: Option<&crate::hooks::cluster::StageCounts>,
+    ) {
+        use std::sync::atomic::Ordering::Relaxed;
         let counts = &snapshot.counts;
+        let of = |read: fn(&crate::hooks::cluster::StageCounts) -> u64| stage.map_or(0, read);
         catch_up(&self.sent, counts.sent);
         catch_up(&self.retried, counts.retried);
-        catch_up(&self.cancelled, counts.cancelled);
+        catch_up(
+            &self.cancelled,
+            counts.cancelled + of(|s| s.cancelled.load(Relaxed)),
+        );
+        catch_up(&self.swept, of(|s| s.swept.load(Relaxed)));
+        catch_up(&self.tally_failures, of(|s| s.failures.load(Relaxed)));
+        self.pending.set(gauge(of(|s| s.pending.load(Relaxed))));
+        self.tally_retrying
+            .set(gauge(of(|s| s.retrying.load(Relaxed))));
         for (reason, total) in [
-            ("full", counts.dropped_full),
+            (
+                "full",
+                counts.dropped_full + of(|s| s.dropped_full.load(Relaxed)),
+            ),
             ("refused", counts.dropped_refused),
             ("retries", counts.dropped_retries),
         ] {

@@ -24,6 +24,7 @@ use super::{Sessions, Wire};
 use crate::engine::{
     Answer, Attach, Attached, Broken, ConnAnswer, ConnRequest, EngineError, HistoryPage,
 };
+use crate::hooks::Signal;
 use crate::metrics::ErrorKind;
 use crate::registry::{Change, ConnId};
 use crate::transport;
@@ -44,6 +45,10 @@ impl Sessions {
             .interned(subject)
             .or_else(|| self.attaching.interned(subject))
             .unwrap_or_else(|| Arc::from(subject));
+        // The worker's first subscriber of the subject, by the very test
+        // `detach` makes for its last (live or attaching), so that every
+        // `Attached` is matched by one `Detached` however the attach ends.
+        let first_local = !self.held_here(&name);
         let token = self.attaching.insert(&name, id);
         self.by_conn[id as usize]
             .subscriptions
@@ -61,6 +66,10 @@ impl Sessions {
             can_wait,
             join,
         };
+        if first_local {
+            let subject = attach.subject.to_string();
+            self.shared.hook(|| Signal::Attached(subject));
+        }
         self.shared.engine.attach(attach, &mut self.wakeups);
     }
 
@@ -314,8 +323,18 @@ impl Sessions {
     /// Tells the engine one subscription of this worker, `id`'s, ended.
     fn detach(&mut self, id: ConnId, name: &str) {
         self.leave_for(id, name);
-        let last_local =
-            self.registry.subscribers(name).is_empty() && !self.attaching.contains(name);
+        let last_local = !self.held_here(name);
         self.shared.engine.detach(name, self.worker, last_local);
+        if last_local {
+            self.shared.hook(|| Signal::Detached(name.to_owned()));
+        }
+    }
+
+    /// Whether a connection of this worker holds `name`, live or attaching:
+    /// the one test for a subject's first and last subscriber here, which
+    /// the engine's route (`last_local`) and the hooks' `Attached` and
+    /// `Detached` both count by.
+    pub(super) fn held_here(&self, name: &str) -> bool {
+        !self.registry.subscribers(name).is_empty() || self.attaching.contains(name)
     }
 }

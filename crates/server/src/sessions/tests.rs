@@ -24,6 +24,7 @@ use crate::auth::Auth;
 use crate::config::Config;
 use crate::engine::MemoryEngine;
 use crate::feeds::Keeper;
+use crate::hooks::{Hooks, Signal};
 use crate::hub::{Event, Hub};
 use crate::metrics::Metrics;
 use crate::peers::{PeerCounts, TokenFailures};
@@ -122,6 +123,16 @@ struct Harness {
 
 impl Harness {
     fn new(config: Config) -> Harness {
+        Harness::with_hooks(config, None)
+    }
+
+    /// A harness whose lifecycle signals land in the returned receiver.
+    fn tapped(config: Config) -> (Harness, tokio::sync::mpsc::Receiver<Signal>) {
+        let (hooks, signals) = Hooks::tap(100_000);
+        (Harness::with_hooks(config, Some(hooks)), signals)
+    }
+
+    fn with_hooks(config: Config, hooks: Option<Hooks>) -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let poll = mio::Poll::new().unwrap();
         let waker = mio::Waker::new(poll.registry(), mio::Token(0)).unwrap();
@@ -162,7 +173,8 @@ impl Harness {
             config,
             baseline_rss_bytes: 0,
             proxy: None,
-            hooks: None,
+            hooks,
+            lifecycle: None,
         });
         Harness {
             sessions: Sessions::new(0, Arc::clone(&shared)),
@@ -421,3 +433,5 @@ proptest! {
         prop_assert_eq!(h.sessions.answers_owed(), 0);
     }
 }
+
+mod hooks;

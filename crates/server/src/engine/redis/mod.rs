@@ -52,6 +52,7 @@ mod backlog;
 mod codec;
 mod context;
 mod instance;
+pub mod lifecycle;
 mod members;
 mod ops;
 mod ring;
