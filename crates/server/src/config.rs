@@ -494,6 +494,12 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_PROXY_MAX_ANSWER_BYTES", default_value_t = 65_536)]
     pub proxy_max_answer_bytes: usize,
 
+    /// Commands of one connection held behind one of its commands parked
+    /// for a proxy verdict (they run in order once the verdicts come); one
+    /// past it is refused with `too_many_held`. 0 holds none.
+    #[arg(long, env = "MYRIAD_PROXY_MAX_HELD", default_value_t = 64)]
+    pub proxy_max_held: usize,
+
     /// Where the follow graph lives: `sqlite` (a file in `data_dir`, this
     /// node's alone) or `redis` (one Redis the cluster's nodes share, keys
     /// under `<redis_prefix>:g:`; a follow through any node reaches the
