@@ -77,13 +77,13 @@ impl Gate {
 }
 
 #[test]
-fn a_proxy_url_that_is_not_http_stops_the_start_naming_it() {
+fn a_proxy_url_that_is_not_http_or_https_stops_the_start_naming_it() {
     for setting in [
         "proxy-connect-url",
         "proxy-subscribe-url",
         "proxy-publish-url",
     ] {
-        for url in ["ftp://127.0.0.1/p", "127.0.0.1:9/p", "https://127.0.0.1/p"] {
+        for url in ["ftp://127.0.0.1/p", "127.0.0.1:9/p", "https://"] {
             let flag = format!("--{setting}");
             let (code, stderr) = refused_start(&[&flag, url], &[]);
             assert_eq!(code, 2, "{setting} {url}: {stderr}");
@@ -650,4 +650,62 @@ fn calls_one_after_another_share_a_kept_alive_connection() {
         "{} connections",
         backend.connections()
     );
+}
+
+#[test]
+fn https_backends_are_trusted_through_backend_ca_file_for_proxies_and_hooks() {
+    let backend = ProxyBackend::start_tls(SECRET.as_bytes(), |call| {
+        if call["kind"] == "connect" {
+            Reply::json(json!({"allow": true, "user": "7", "subscribe": ["mine.*"]}))
+        } else {
+            // A hook batch: its 2xx is all that counts.
+            Reply::allow()
+        }
+    });
+    assert!(backend.url().starts_with("https://"));
+    let ca = backend.ca_file().to_str().unwrap();
+    // Both hooks and the connect proxy at the TLS backend.
+    fn tls_args<'a>(url: &'a str, ca: &'a str) -> Vec<&'a str> {
+        vec![
+            "--token-hmac-secret",
+            "a-test-secret-of-at-least-32-bytes!",
+            "--proxy-connect-url",
+            url,
+            "--hook-url",
+            url,
+            "--hook-events",
+            "online",
+            "--backend-ca-file",
+            ca,
+        ]
+    }
+    // Trusting the backend's certificate: the connect is judged over TLS,
+    // and the user's online event delivered over TLS.
+    let trusting = node(&tls_args(backend.url(), ca));
+    let mut ws = trusting.connect();
+    let connected = ask(&mut ws, 1, json!({"op": "connect", "token": "seven"}));
+    assert_eq!(connected["op"], "ok", "{connected}");
+    let call = backend.next_within(Duration::from_secs(10)).unwrap();
+    assert!(call.verified, "signed over TLS too");
+    assert_eq!(call.body["kind"], "connect");
+    let batch = backend.next_within(Duration::from_secs(10)).unwrap();
+    assert!(batch.verified);
+    assert!(
+        batch.body.to_string().contains("online"),
+        "{:?}",
+        batch.body
+    );
+    drop(ws);
+    drop(trusting);
+    // Trusting another authority (whatever the system's roots are, this
+    // one is checked): no verdict, so proxy_fail = closed refuses.
+    let other = tempfile::tempdir().unwrap();
+    let stranger = other.path().join("other.pem");
+    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    std::fs::write(&stranger, certified.cert.pem()).unwrap();
+    let doubting = node(&tls_args(backend.url(), stranger.to_str().unwrap()));
+    let mut ws = doubting.connect();
+    let refused = ask(&mut ws, 1, json!({"op": "connect", "token": "seven"}));
+    assert_eq!(error_code(&refused), "proxy_unavailable");
+    assert_eq!(calls(&doubting, "connect", "error"), 1);
 }
