@@ -10,7 +10,7 @@
 import { backoff } from "./backoff.js";
 import { Emitter } from "./emitter.js";
 import { MyriadError, serverError, TimeoutError, UnauthorizedError } from "./errors.js";
-import { KNOWN_OPS, mayReconnect, parseServerMessage, TOKEN_EXPIRED, type Member, type Position, type ServerMessage } from "./protocol.js";
+import { CREDENTIALS_REFUSED, KNOWN_OPS, mayReconnect, parseServerMessage, SUBSCRIBE_AGAIN, TOKEN_EXPIRED, type Member, type Position, type ServerMessage } from "./protocol.js";
 import { HttpLink, type EventSourceConstructor, type FetchLike, type Transport } from "./http.js";
 import { Subscription } from "./subscription.js";
 import { refreshDelay, tokenExp } from "./token.js";
@@ -366,7 +366,10 @@ export class Client extends Emitter<ClientEvents> {
       settle: (_message, error) => {
         if (generation !== this.generation) return;
         if (!error) return this.established(generation, url);
-        if (error.code !== "invalid_token") return this.lost(generation, { type: "token", error });
+        // A refusal of these credentials is final for them; any other
+        // answer (proxy_unavailable, proxy_busy, rate_limited…) is an
+        // attempt that failed: back off and try again.
+        if (!CREDENTIALS_REFUSED.has(error.code)) return this.lost(generation, { type: "token", error });
         if (!this.tokenFresh && this.o.getToken) {
           this.token = undefined;
           this.fetchToken().then(
@@ -380,7 +383,7 @@ export class Client extends Emitter<ClientEvents> {
           );
         } else {
           this.token = undefined;
-          this.stop("closed", { type: "token", error: new UnauthorizedError(error.message, "invalid_token") }, new MyriadError("client_closed", "the token was refused"));
+          this.stop("closed", { type: "token", error: new UnauthorizedError(error.message, error.code) }, new MyriadError("client_closed", "the token was refused"));
         }
       },
     });
@@ -611,7 +614,7 @@ export class Client extends Emitter<ClientEvents> {
       settle: (_message, error) => {
         clearTimeout(p.timer);
         if (!error || generation !== this.generation) return;
-        if (error.code === "unavailable" || error.code === "rate_limited" || error.code === "timeout") return retry();
+        if (SUBSCRIBE_AGAIN.has(error.code)) return retry();
         if (this.subs.get(sub.subject) === sub) this.subs.delete(sub.subject);
         sub.setState("unsubscribed", { type: "error", error });
       },

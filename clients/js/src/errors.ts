@@ -48,8 +48,9 @@ export class TimeoutError extends MyriadError {
 /**
  * This user may not connect: thrown by the application's `getToken` when
  * its backend refuses (`code` `unauthorized`), or made by the client when
- * the node refused a fresh token (`code` `invalid_token`). Terminal: the
- * client goes to `closed`.
+ * the node refused a fresh token (`code` `invalid_token`) or the backend's
+ * connect proxy refused it (`proxy_refused`, `forbidden`; the message is
+ * the backend's reason). Terminal: the client goes to `closed`.
  */
 export class UnauthorizedError extends MyriadError {
   constructor(message = "unauthorized", code = "unauthorized") {

@@ -122,3 +122,17 @@ export function judge(position: Position | null, epoch: string, offset: number):
   if (offset <= position.offset) return "duplicate";
   return offset === position.offset + 1 ? "deliver" : "gap";
 }
+
+/**
+ * The answers to `connect` that refuse its credentials (docs/sdk.md,
+ * "Tokens"): the node's `invalid_token`, the backend proxy's
+ * `proxy_refused` or `forbidden`. Final for that token; any other answer
+ * is an attempt that failed.
+ */
+export const CREDENTIALS_REFUSED: ReadonlySet<string> = new Set(["invalid_token", "proxy_refused", "forbidden"]);
+
+/**
+ * The refusals of a subscribe that pass (docs/sdk.md, "Subscription
+ * states"): sent again after a delay, while connected.
+ */
+export const SUBSCRIBE_AGAIN: ReadonlySet<string> = new Set(["unavailable", "rate_limited", "timeout", "proxy_unavailable", "proxy_busy", "too_many_held"]);

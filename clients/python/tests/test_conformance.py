@@ -41,12 +41,53 @@ SKIPPED: Dict[str, str] = {}
 Event = Union[Publication, Discontinuity]
 
 
+class Backend:
+    """The scenario's backend: a real HTTP/1.1 server on loopback (connections
+    kept alive) answering every call with the same status and JSON body."""
+
+    def __init__(self, status: int, answer: Any) -> None:
+        body = json.dumps(answer).encode()
+        head = f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+        self._reply = head.encode() + body
+        self.calls = 0
+        self.url = ""
+        self._server: Optional[asyncio.base_events.Server] = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}/proxy"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.decode("latin-1").split("\r\n"):
+                    name, _, value = line.partition(":")
+                    if name.strip().lower() == "content-length":
+                        length = int(value.strip())
+                await reader.readexactly(length)
+                self.calls += 1
+                writer.write(self._reply)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+
 @dataclass
 class Run:
     """One scenario's world: what was started, what the client did, what was published."""
 
     scenario: Dict[str, Any]
     redis: Optional[Redis] = None
+    backend: Optional[Backend] = None
     nodes: Dict[str, Node] = field(default_factory=dict)
     proxies: Dict[str, Proxy] = field(default_factory=dict)
     # The name a URL was given by the scenario, to report `open` causes by name.
@@ -92,7 +133,8 @@ def _scenario_files() -> List[Path]:
 async def _start_node(run: Run, name: str) -> None:
     spec = run.scenario["nodes"][name]
     redis_url = run.redis.url if run.redis is not None else "${redis}"
-    args = [arg.replace("${redis}", redis_url) for arg in spec["args"]]
+    backend_url = run.backend.url if run.backend is not None else "${backend}"
+    args = [arg.replace("${redis}", redis_url).replace("${backend}", backend_url) for arg in spec["args"]]
     if "config" in spec:
         config_dir = tempfile.mkdtemp(prefix="myriad-scenario-")
 
@@ -404,6 +446,8 @@ def _check(run: Run) -> None:
         _within("get_token calls", run.get_token_calls, expect["get_token_calls"])
     for name, bounds in expect.get("proxy_accepted", {}).items():
         _within(f"connections through {name}", run.proxies[name].accepted, bounds)
+    if "backend_calls" in expect:
+        _within("backend calls", run.backend.calls if run.backend is not None else 0, expect["backend_calls"])
     for subject in expect.get("server_held", []):
         held = run.c.get_subscription(subject)
         assert held is not None and held.server, f"{subject} held as a feed the node made"
@@ -430,6 +474,10 @@ async def test_scenario(path: Path) -> None:
         if scenario.get("redis"):
             run.redis = await start_redis()
             run.cleanup.append(run.redis.kill)
+        if "backend" in scenario:
+            run.backend = Backend(scenario["backend"]["status"], scenario["backend"]["answer"])
+            await run.backend.start()
+            run.cleanup.append(run.backend.close)
         for name, spec in scenario["nodes"].items():
             if spec.get("start", True):
                 await _start_node(run, name)

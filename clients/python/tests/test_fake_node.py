@@ -167,6 +167,29 @@ async def test_a_fresh_token_refused_is_terminal(fake: FakeNode) -> None:
     assert calls == 1 and len(fake.all) == 1
 
 
+@pytest.mark.parametrize("code", ["proxy_refused", "forbidden", "proxy_unavailable", "proxy_busy"])
+async def test_a_connect_the_backend_proxy_refuses_is_terminal_and_one_it_could_not_judge_retried(
+    fake: FakeNode, code: str
+) -> None:
+    c = make(fake.url, get_token=_returns("t"))
+    states = record(c)
+    c.connect()
+    conn = await fake.accept()
+    frame = await conn.recv()
+    await conn.send({"op": "error", "id": frame["id"], "code": code, "message": "backend says"})
+    if code in ("proxy_refused", "forbidden"):
+        await until("closed", lambda: c.state == "closed")
+        cause = states[-1].cause
+        assert isinstance(cause.error, UnauthorizedError)
+        assert (cause.error.code, cause.error.message) == (code, "backend says")
+        assert len(fake.all) == 1
+    else:
+        retried = await fake.accept()
+        assert (await retried.recv())["op"] == "connect"
+        assert c.state == "connecting"
+    c.close()
+
+
 async def test_a_cached_token_refused_is_fetched_again_on_the_same_socket(fake: FakeNode) -> None:
     c = make(fake.url, token="cached", get_token=_returns("fresh"))
     c.connect()
@@ -475,6 +498,29 @@ async def test_a_subscribe_refused_for_good_and_one_refused_once(fake: FakeNode)
     assert again["subject"] == "later" and again["id"] != second["id"]
     await conn.send({"op": "subscribed", "id": again["id"], "subject": "later", "epoch": "e", "offset": 0})
     await later.ready()
+    c.close()
+
+
+@pytest.mark.parametrize("code", ["proxy_unavailable", "proxy_busy", "too_many_held", "proxy_refused"])
+async def test_the_backend_proxys_refusal_of_a_subscribe_is_final_and_its_passing_ones_retried(
+    fake: FakeNode, code: str
+) -> None:
+    c = make(fake.url)
+    c.connect()
+    conn = await fake.accept()
+    await until("connected", lambda: c.state == "connected")
+    sub = c.subscribe("s")
+    first = await conn.recv()
+    await conn.send({"op": "error", "id": first["id"], "code": code, "message": "backend"})
+    if code == "proxy_refused":
+        with pytest.raises(ServerError) as raised:
+            await sub.ready()
+        assert raised.value.code == code and sub.state == "unsubscribed"
+    else:
+        again = await conn.recv()
+        assert again["subject"] == "s" and again["id"] != first["id"]
+        await conn.send({"op": "subscribed", "id": again["id"], "subject": "s", "epoch": "e", "offset": 0})
+        await sub.ready()
     c.close()
 
 

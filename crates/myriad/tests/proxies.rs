@@ -4,8 +4,9 @@
 //! obeys it: allow, refuse with a code, a connect's user and grants. A
 //! timeout and a malformed answer go by `proxy_fail` in both modes, a slow
 //! answer holds no other connection of the same worker, a closed
-//! connection's late verdict reaches nobody, the in-flight cap refuses
-//! clearly, a namespace may switch its proxy off, and a URL-opened stream
+//! connection's late verdict reaches nobody, a connection's commands take
+//! effect in the order sent (those behind a parked one held, within
+//! `proxy_max_held`), the in-flight cap refuses clearly, a namespace may switch its proxy off, and a URL-opened stream
 //! under a subscribe proxy is refused (403). Waits are for events (a gate the test opens, a counter),
 //! never for a time.
 
@@ -76,13 +77,13 @@ impl Gate {
 }
 
 #[test]
-fn a_proxy_url_that_is_not_http_stops_the_start_naming_it() {
+fn a_proxy_url_that_is_not_http_or_https_stops_the_start_naming_it() {
     for setting in [
         "proxy-connect-url",
         "proxy-subscribe-url",
         "proxy-publish-url",
     ] {
-        for url in ["ftp://127.0.0.1/p", "127.0.0.1:9/p", "https://127.0.0.1/p"] {
+        for url in ["ftp://127.0.0.1/p", "127.0.0.1:9/p", "https://"] {
             let flag = format!("--{setting}");
             let (code, stderr) = refused_start(&[&flag, url], &[]);
             assert_eq!(code, 2, "{setting} {url}: {stderr}");
@@ -257,9 +258,19 @@ fn a_malformed_answer_is_a_counted_failure_per_the_fail_mode() {
     }
 }
 
+/// A node that checks tokens, its `connect`s asked of `backend`.
+fn connect_proxied(backend: &ProxyBackend) -> Node {
+    node(&[
+        "--token-hmac-secret",
+        "a-test-secret-of-at-least-32-bytes!",
+        "--proxy-connect-url",
+        backend.url(),
+    ])
+}
+
 /// A node whose subscribe proxy allows everything, the calls about
 /// `held` only once the returned gate is open.
-fn gated(held: &'static str) -> (Node, ProxyBackend, Gate) {
+fn gated(held: &'static str, extra: &[&str]) -> (Node, ProxyBackend, Gate) {
     let gate = Gate::default();
     let waits = gate.clone();
     let backend = ProxyBackend::start(SECRET.as_bytes(), move |call| {
@@ -268,13 +279,15 @@ fn gated(held: &'static str) -> (Node, ProxyBackend, Gate) {
         }
         Reply::allow()
     });
-    let node = node(&["--proxy-subscribe-url", backend.url()]);
+    let mut args = vec!["--proxy-subscribe-url", backend.url()];
+    args.extend_from_slice(extra);
+    let node = node(&args);
     (node, backend, gate)
 }
 
 #[test]
 fn a_slow_answer_blocks_no_other_connection_of_its_worker() {
-    let (node, _backend, gate) = gated("slow");
+    let (node, _backend, gate) = gated("slow", &[]);
     let mut waiting = node.connect();
     send(
         &mut waiting,
@@ -313,7 +326,7 @@ fn a_slow_answer_blocks_no_other_connection_of_its_worker() {
 
 #[test]
 fn a_closed_connection_gets_no_late_verdict_and_its_slot_successor_none() {
-    let (node, _backend, gate) = gated("late");
+    let (node, _backend, gate) = gated("late", &[]);
     let mut gone = node.connect();
     send(
         &mut gone,
@@ -343,34 +356,152 @@ fn a_closed_connection_gets_no_late_verdict_and_its_slot_successor_none() {
 
 #[test]
 fn a_connections_parked_commands_run_in_the_order_it_sent_them() {
-    let (node, _backend, gate) = gated("first");
+    let (node, _backend, gate) = gated("first", &[]);
     let mut ws = node.connect();
+    // One call per subject, both parked at once.
     send(
         &mut ws,
-        json!({"op": "subscribe", "subject": "first", "id": 1}),
-    );
-    backend_saw(&node, 1);
-    send(
-        &mut ws,
-        json!({"op": "subscribe", "subject": "second", "id": 2}),
+        json!({"op": "subscribe", "subjects": ["first", "second"], "id": 1}),
     );
     // The second verdict is in before the first ...
     common::wait_until("the second verdict", || {
         calls(&node, "subscribe", "allowed") == 1
     });
-    // ... but waits behind it: a ping, which needs no call, overtakes both.
+    // ... but waits behind it: a ping, which changes nothing, overtakes both.
     send(&mut ws, json!({"op": "ping", "id": 3}));
     let pong = recv(&mut ws);
     assert_eq!(pong["op"], "pong", "{pong}");
     gate.open();
-    for (id, subject) in [(1, "first"), (2, "second")] {
+    for subject in ["first", "second"] {
         let reply = recv(&mut ws);
         assert_eq!(reply["op"], "subscribed", "{reply}");
+        assert_eq!(reply["subject"], subject, "{reply}");
+    }
+}
+
+#[test]
+fn a_subscribe_after_a_parked_connect_runs_as_the_admitted_user() {
+    let gate = Gate::default();
+    let waits = gate.clone();
+    let backend = ProxyBackend::start(SECRET.as_bytes(), move |_| {
+        waits.wait();
+        Reply::json(json!({"allow": true, "user": "7", "subscribe": ["mine.*"]}))
+    });
+    let node = connect_proxied(&backend);
+    let mut ws = node.connect();
+    send(&mut ws, json!({"op": "connect", "token": "seven", "id": 1}));
+    // Sent at once, before the verdict: only user 7 may read it.
+    send(
+        &mut ws,
+        json!({"op": "subscribe", "subject": "mine.1", "id": 2}),
+    );
+    backend_saw(&node, 1);
+    // Held, not refused as anonymous: nothing is answered before the
+    // verdict but the ping.
+    send(&mut ws, json!({"op": "ping", "id": 3}));
+    let pong = recv(&mut ws);
+    assert_eq!(pong["op"], "pong", "{pong}");
+    gate.open();
+    let connected = recv(&mut ws);
+    assert_eq!(
+        (connected["op"].as_str(), connected["id"].as_u64()),
+        (Some("ok"), Some(1)),
+        "{connected}"
+    );
+    // The user's own feed comes with the connect; then the subscribe.
+    let subscribed = loop {
+        let message = recv(&mut ws);
+        if message["subject"] != "@7" {
+            break message;
+        }
+    };
+    assert_eq!(subscribed["op"], "subscribed", "{subscribed}");
+    assert_eq!(subscribed["id"], 2, "{subscribed}");
+    node.publish("mine.1", &json!("for 7"));
+    assert_eq!(recv(&mut ws)["data"], "for 7");
+}
+
+#[test]
+fn a_publish_after_a_parked_subscribe_reaches_that_subscription() {
+    let (node, _backend, gate) = gated("first", &[]);
+    let mut ws = node.connect();
+    send(
+        &mut ws,
+        json!({"op": "subscribe", "subject": "first", "id": 1}),
+    );
+    // Held behind `first`; asked about (and parked) when its turn comes,
+    // ahead of the publish held after it.
+    send(
+        &mut ws,
+        json!({"op": "subscribe", "subject": "room", "id": 2}),
+    );
+    // Not asked about (no publish proxy), yet it waits its turn.
+    send(
+        &mut ws,
+        json!({"op": "publish", "subject": "room", "data": "mine", "id": 3}),
+    );
+    backend_saw(&node, 1);
+    send(&mut ws, json!({"op": "ping", "id": 4}));
+    let pong = recv(&mut ws);
+    assert_eq!(pong["op"], "pong", "the publish waits: {pong}");
+    gate.open();
+    for (id, subject) in [(1, "first"), (2, "room")] {
+        let subscribed = recv(&mut ws);
+        assert_eq!(subscribed["op"], "subscribed", "{subscribed}");
         assert_eq!(
-            (reply["id"].as_u64(), reply["subject"].as_str()),
+            (subscribed["id"].as_u64(), subscribed["subject"].as_str()),
             (Some(id), Some(subject))
         );
     }
+    // The publish, run after the subscribe, reaches it: its answer and the
+    // publication, in either order.
+    let (a, b) = (recv(&mut ws), recv(&mut ws));
+    let (answer, delivered) = if a["id"] == 3 { (a, b) } else { (b, a) };
+    assert_eq!(answer["op"], "ok", "{answer}");
+    assert_eq!(delivered["data"], "mine", "{delivered}");
+}
+
+#[test]
+fn past_proxy_max_held_a_command_is_refused_with_too_many_held() {
+    let (node, _backend, gate) = gated("slow", &["--proxy-max-held", "2"]);
+    let mut ws = node.connect();
+    send(
+        &mut ws,
+        json!({"op": "subscribe", "subject": "slow", "id": 1}),
+    );
+    backend_saw(&node, 1);
+    for id in 2..=4 {
+        send(
+            &mut ws,
+            json!({"op": "publish", "subject": "slow", "data": id, "id": id}),
+        );
+    }
+    // The third held one is refused at once, before anything else.
+    let refused = recv(&mut ws);
+    assert_eq!(refused["id"], 4, "{refused}");
+    assert_eq!(error_code(&refused), "too_many_held");
+    assert_eq!(node.metric("myriad_proxy_held_total"), 2);
+    assert_eq!(
+        node.metric("myriad_errors_total{kind=\"too_many_held\"}"),
+        1
+    );
+    gate.open();
+    let subscribed = recv(&mut ws);
+    assert_eq!(subscribed["op"], "subscribed", "{subscribed}");
+    // The two held publishes ran after it: each answered, each delivered
+    // to the subscription it follows.
+    let mut answered = Vec::new();
+    let mut delivered = Vec::new();
+    while answered.len() < 2 || delivered.len() < 2 {
+        let message = recv(&mut ws);
+        if message["op"] == "ok" {
+            answered.push(message["id"].as_u64().unwrap());
+        } else {
+            delivered.push(message["data"].as_u64().unwrap());
+        }
+    }
+    answered.sort_unstable();
+    assert_eq!((answered, delivered), (vec![2, 3], vec![2, 3]));
 }
 
 /// Waits until the node has `n` proxy calls out.
@@ -398,7 +529,9 @@ fn past_proxy_max_in_flight_a_command_is_refused_with_proxy_busy() {
     let mut ws = node.connect();
     send(&mut ws, json!({"op": "subscribe", "subject": "a", "id": 1}));
     backend_saw(&node, 1);
-    let busy = ask(&mut ws, 2, json!({"op": "subscribe", "subject": "b"}));
+    // Another connection: this one's next command would wait behind `a`.
+    let mut other = node.connect();
+    let busy = ask(&mut other, 2, json!({"op": "subscribe", "subject": "b"}));
     assert_eq!(error_code(&busy), "proxy_busy");
     assert_eq!(calls(&node, "subscribe", "busy"), 1);
     gate.open();
@@ -421,12 +554,7 @@ fn a_connect_acts_as_the_admitted_user_within_the_token_grammar() {
             _ => Reply::refuse("forbidden", "who are you"),
         }
     });
-    let node = node(&[
-        "--token-hmac-secret",
-        "a-test-secret-of-at-least-32-bytes!",
-        "--proxy-connect-url",
-        backend.url(),
-    ]);
+    let node = connect_proxied(&backend);
     let mut ws = node.connect();
     let refused = ask(&mut ws, 1, json!({"op": "connect", "token": "stranger"}));
     assert_eq!(error_code(&refused), "forbidden");
@@ -522,4 +650,62 @@ fn calls_one_after_another_share_a_kept_alive_connection() {
         "{} connections",
         backend.connections()
     );
+}
+
+#[test]
+fn https_backends_are_trusted_through_backend_ca_file_for_proxies_and_hooks() {
+    let backend = ProxyBackend::start_tls(SECRET.as_bytes(), |call| {
+        if call["kind"] == "connect" {
+            Reply::json(json!({"allow": true, "user": "7", "subscribe": ["mine.*"]}))
+        } else {
+            // A hook batch: its 2xx is all that counts.
+            Reply::allow()
+        }
+    });
+    assert!(backend.url().starts_with("https://"));
+    let ca = backend.ca_file().to_str().unwrap();
+    // Both hooks and the connect proxy at the TLS backend.
+    fn tls_args<'a>(url: &'a str, ca: &'a str) -> Vec<&'a str> {
+        vec![
+            "--token-hmac-secret",
+            "a-test-secret-of-at-least-32-bytes!",
+            "--proxy-connect-url",
+            url,
+            "--hook-url",
+            url,
+            "--hook-events",
+            "online",
+            "--backend-ca-file",
+            ca,
+        ]
+    }
+    // Trusting the backend's certificate: the connect is judged over TLS,
+    // and the user's online event delivered over TLS.
+    let trusting = node(&tls_args(backend.url(), ca));
+    let mut ws = trusting.connect();
+    let connected = ask(&mut ws, 1, json!({"op": "connect", "token": "seven"}));
+    assert_eq!(connected["op"], "ok", "{connected}");
+    let call = backend.next_within(Duration::from_secs(10)).unwrap();
+    assert!(call.verified, "signed over TLS too");
+    assert_eq!(call.body["kind"], "connect");
+    let batch = backend.next_within(Duration::from_secs(10)).unwrap();
+    assert!(batch.verified);
+    assert!(
+        batch.body.to_string().contains("online"),
+        "{:?}",
+        batch.body
+    );
+    drop(ws);
+    drop(trusting);
+    // Trusting another authority (whatever the system's roots are, this
+    // one is checked): no verdict, so proxy_fail = closed refuses.
+    let other = tempfile::tempdir().unwrap();
+    let stranger = other.path().join("other.pem");
+    let certified = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+    std::fs::write(&stranger, certified.cert.pem()).unwrap();
+    let doubting = node(&tls_args(backend.url(), stranger.to_str().unwrap()));
+    let mut ws = doubting.connect();
+    let refused = ask(&mut ws, 1, json!({"op": "connect", "token": "seven"}));
+    assert_eq!(error_code(&refused), "proxy_unavailable");
+    assert_eq!(calls(&doubting, "connect", "error"), 1);
 }

@@ -143,11 +143,14 @@ pub enum ErrorCode {
     /// `proxy_max_in_flight` proxy calls are out on the node: the command
     /// was not asked about and nothing was done; retry later.
     ProxyBusy,
+    /// `proxy_max_held` commands of the connection already wait behind
+    /// one parked for its proxy verdict: this one was not run.
+    TooManyHeld,
 }
 
 impl ErrorCode {
     /// Every code, for metrics registration and documentation.
-    pub const ALL: [ErrorCode; 18] = [
+    pub const ALL: [ErrorCode; 19] = [
         ErrorCode::InvalidJson,
         ErrorCode::UnknownOp,
         ErrorCode::MissingField,
@@ -166,6 +169,7 @@ impl ErrorCode {
         ErrorCode::ProxyRefused,
         ErrorCode::ProxyUnavailable,
         ErrorCode::ProxyBusy,
+        ErrorCode::TooManyHeld,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -188,6 +192,7 @@ impl ErrorCode {
             ErrorCode::ProxyRefused => "proxy_refused",
             ErrorCode::ProxyUnavailable => "proxy_unavailable",
             ErrorCode::ProxyBusy => "proxy_busy",
+            ErrorCode::TooManyHeld => "too_many_held",
         }
     }
 }
@@ -970,7 +975,8 @@ mod tests {
             PresenceFull,
             ProxyRefused,
             ProxyUnavailable,
-            ProxyBusy
+            ProxyBusy,
+            TooManyHeld
         );
         assert_eq!(every, ErrorCode::ALL);
     }

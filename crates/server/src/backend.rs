@@ -4,54 +4,123 @@
 //!
 //! It owns the wire only: a connection per request, or kept alive in a
 //! [`Pool`] between requests (hyper's HTTP/1.1 client over a tokio
-//! `TcpStream`), the headers its caller adds (the
+//! `TcpStream`, inside TLS for an `https://` URL, the backend's
+//! certificate checked against `backend_ca_file` or else the system's
+//! trusted roots), the headers its caller adds (the
 //! HMAC signature of `hooks::sign::headers`, which both callers use, so
 //! the backend verifies one scheme), the deadline and a bound on the
 //! answer's body. What a status or a body means is its callers'. It runs
 //! only inside a tokio runtime of its caller's thread, never on a worker.
 //! A leaf: it names no other module of the crate.
 
-use std::sync::Mutex;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::rt::TokioIo;
+use rustls::crypto::ring::default_provider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, RootCertStore};
 
 /// Where requests to one backend URL go, taken apart once.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Target {
     /// `host:port`, the port made explicit, what is connected to and the
     /// `Host` header.
     authority: String,
     /// The path and query, `/` when the URL has none.
     path: String,
+    /// For an `https://` URL: the name its certificate must carry, and
+    /// the roots it is checked against.
+    tls: Option<(ServerName<'static>, Arc<ClientConfig>)>,
+}
+
+/// Why a backend URL cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error("not an http:// or https:// URL with a host")]
+    Scheme,
+    #[error("backend_ca_file {path:?}: {why}")]
+    Authorities { path: String, why: String },
+    #[error("no trusted roots for https:// (the system has none: set backend_ca_file)")]
+    NoRoots,
 }
 
 impl Target {
-    /// Takes an `http://` URL with a host apart; `None` for anything else
-    /// (`https://` included: no TLS client yet), which the caller refuses
-    /// naming its setting.
-    pub fn parse(url: &str) -> Option<Target> {
-        let uri: hyper::Uri = url.parse().ok()?;
-        let (Some("http"), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
-            return None;
+    /// Takes an `http://` or `https://` URL with a host apart; an
+    /// `https://` one trusts the certificate authorities of the PEM file
+    /// `ca` when given, else the system's roots (read here, once).
+    pub fn parse(url: &str, ca: Option<&Path>) -> Result<Target, TargetError> {
+        let uri: hyper::Uri = url.parse().map_err(|_| TargetError::Scheme)?;
+        let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+            return Err(TargetError::Scheme);
+        };
+        let port = match scheme {
+            "http" => 80,
+            "https" => 443,
+            _ => return Err(TargetError::Scheme),
         };
         if authority.host().is_empty() {
-            return None;
+            return Err(TargetError::Scheme);
         }
-        let authority = if authority.port().is_some() {
-            authority.to_string()
+        let tls = if port == 443 {
+            let host = authority
+                .host()
+                .trim_start_matches('[')
+                .trim_end_matches(']');
+            let name = ServerName::try_from(host.to_owned()).map_err(|_| TargetError::Scheme)?;
+            Some((name, client_config(ca)?))
         } else {
-            format!("{}:80", authority.host())
+            None
         };
-        Some(Target {
-            authority,
+        Ok(Target {
+            authority: format!(
+                "{}:{}",
+                authority.host(),
+                authority.port_u16().unwrap_or(port)
+            ),
             path: uri
                 .path_and_query()
                 .map_or("/".to_owned(), |p| p.as_str().to_owned()),
+            tls,
         })
     }
+}
+
+/// What an `https://` backend's certificate is checked against: the
+/// authorities of `ca`, or the system's roots.
+fn client_config(ca: Option<&Path>) -> Result<Arc<ClientConfig>, TargetError> {
+    let mut roots = RootCertStore::empty();
+    match ca {
+        Some(path) => {
+            let failed = |why: String| TargetError::Authorities {
+                path: path.display().to_string(),
+                why,
+            };
+            let bytes = std::fs::read(path).map_err(|e| failed(e.to_string()))?;
+            for certificate in CertificateDer::pem_slice_iter(&bytes) {
+                let certificate = certificate.map_err(|e| failed(e.to_string()))?;
+                roots.add(certificate).map_err(|e| failed(e.to_string()))?;
+            }
+        }
+        None => {
+            // Certificates the system lists but rustls cannot read are
+            // skipped, as every other TLS client does.
+            let _ = roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+        }
+    }
+    if roots.is_empty() {
+        return Err(TargetError::NoRoots);
+    }
+    let config = ClientConfig::builder_with_provider(Arc::new(default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("ring offers the default protocol versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
 }
 
 /// The backend's answer: its status and body.
@@ -113,6 +182,14 @@ impl Pool {
 /// sender is dropped or the peer closes it.
 async fn connect(target: &Target) -> Result<Sender, BoxError> {
     let stream = tokio::net::TcpStream::connect(target.authority.as_str()).await?;
+    let Some((name, config)) = &target.tls else {
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+        tokio::spawn(connection);
+        return Ok(sender);
+    };
+    let connector = tokio_rustls::TlsConnector::from(Arc::clone(config));
+    let stream = connector.connect(name.clone(), stream).await?;
     let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     tokio::spawn(connection);
     Ok(sender)
@@ -195,18 +272,27 @@ mod tests {
 
     #[test]
     fn http_urls_taken_apart() {
-        let t = Target::parse("http://127.0.0.1:9/p?q=1").unwrap();
+        let t = Target::parse("http://127.0.0.1:9/p?q=1", None).unwrap();
         assert_eq!(t.authority, "127.0.0.1:9");
         assert_eq!(t.path, "/p?q=1");
-        let t = Target::parse("http://backend.test").unwrap();
+        assert!(t.tls.is_none());
+        let t = Target::parse("http://backend.test", None).unwrap();
         assert_eq!(t.authority, "backend.test:80");
         assert_eq!(t.path, "/");
     }
 
     #[test]
     fn other_urls_refused() {
-        for url in ["https://a/", "ftp://a/", "a/b", "", "http://", "http:///x"] {
-            assert_eq!(Target::parse(url), None, "{url}");
+        for url in ["ftp://a/", "a/b", "", "http://", "http:///x", "https://"] {
+            assert!(
+                matches!(Target::parse(url, None), Err(TargetError::Scheme)),
+                "{url}"
+            );
         }
+        let missing = Path::new("/nonexistent/ca.pem");
+        assert!(matches!(
+            Target::parse("https://a/", Some(missing)),
+            Err(TargetError::Authorities { .. })
+        ));
     }
 }

@@ -489,10 +489,22 @@ pub struct Config {
     #[arg(long, env = "MYRIAD_PROXY_MAX_IN_FLIGHT", default_value_t = 10_000)]
     pub proxy_max_in_flight: usize,
 
+    /// PEM certificate authorities an `https://` backend's certificate is
+    /// checked against (hooks and proxies); without it, the system's
+    /// trusted roots.
+    #[arg(long, env = "MYRIAD_BACKEND_CA_FILE")]
+    pub backend_ca_file: Option<PathBuf>,
+
     /// The largest proxy answer body read; a longer one is a failure
     /// (handled per proxy_fail).
     #[arg(long, env = "MYRIAD_PROXY_MAX_ANSWER_BYTES", default_value_t = 65_536)]
     pub proxy_max_answer_bytes: usize,
+
+    /// Commands of one connection held behind one of its commands parked
+    /// for a proxy verdict (they run in order once the verdicts come); one
+    /// past it is refused with `too_many_held`. 0 holds none.
+    #[arg(long, env = "MYRIAD_PROXY_MAX_HELD", default_value_t = 64)]
+    pub proxy_max_held: usize,
 
     /// Where the follow graph lives: `sqlite` (a file in `data_dir`, this
     /// node's alone) or `redis` (one Redis the cluster's nodes share, keys
@@ -824,6 +836,7 @@ impl Config {
             ));
         };
         let mut settings = HookSettings::new(url.clone(), secret.as_bytes());
+        settings.ca = self.backend_ca_file.clone();
         settings.events = parse_events(&self.hook_events).map_err(invalid)?;
         settings.delay = self.hook_delay.0;
         settings.batch_window = self.hook_batch_window.0;
@@ -848,11 +861,8 @@ impl Config {
         let mut targets: [Option<Target>; 3] = Default::default();
         for (i, (name, url)) in urls.into_iter().enumerate() {
             if let Some(url) = url {
-                let target = Target::parse(url).ok_or_else(|| {
-                    invalid(format!(
-                        "{name} {url:?} is not an http:// URL with a host (https is not sent yet)"
-                    ))
-                })?;
+                let target = Target::parse(url, self.backend_ca_file.as_deref())
+                    .map_err(|e| invalid(format!("{name} {url:?}: {e}")))?;
                 targets[i] = Some(target);
             }
         }
@@ -1332,8 +1342,13 @@ mod tests {
         assert!(!policies.policy_for("any").subscribe);
         for (args, named) in [
             (
-                vec!["--proxy-subscribe-url", "https://a/"],
-                "proxy_subscribe_url",
+                vec![
+                    "--proxy-subscribe-url",
+                    "https://a/",
+                    "--backend-ca-file",
+                    "/nonexistent/ca.pem",
+                ],
+                "proxy_subscribe_url \"https://a/\": backend_ca_file",
             ),
             (vec!["--proxy-connect-url", "a/b"], "proxy_connect_url"),
             (

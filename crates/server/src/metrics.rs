@@ -510,6 +510,11 @@ impl Metrics {
             .call(kind, outcome, latency.map(|l| l.as_secs_f64()));
     }
 
+    /// A command was held behind a parked one of its connection.
+    pub fn proxy_held(&self) {
+        self.proxy.held();
+    }
+
     /// Copies the proxy calls out now in, before metrics are read.
     pub fn mirror_proxy(&self, in_flight: usize) {
         self.proxy.in_flight(in_flight);

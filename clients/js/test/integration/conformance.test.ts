@@ -8,6 +8,8 @@
  */
 
 import assert from "node:assert/strict";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -61,6 +63,7 @@ type Step =
 interface Scenario {
   name: string;
   redis?: boolean;
+  backend?: { status: number; answer: unknown };
   nodes: Record<string, { args: string[]; start?: boolean; config?: string }>;
   proxies: Record<string, string>;
   client: {
@@ -80,6 +83,7 @@ interface Scenario {
     terminal?: { type: string; code: string };
     get_token_calls?: Bounds;
     proxy_accepted?: Record<string, Bounds>;
+    backend_calls?: Bounds;
     opened?: string[];
     server_held?: string[];
     errors?: number;
@@ -93,6 +97,8 @@ type Event = { publication: Publication } | { discontinuity: Discontinuity };
 /** One scenario's world: what was started, what the client did, what was published. */
 class Run {
   redis: Redis | null = null;
+  /** The scenario's backend: its proxy URL and the calls it answered. */
+  backend: { url: string; calls: number } | null = null;
   nodes = new Map<string, Node>();
   proxies = new Map<string, Proxy>();
   /** The name a URL was given by the scenario, to report `open` causes by name. */
@@ -140,7 +146,8 @@ class Run {
   async startNode(name: string): Promise<void> {
     const redisUrl = this.redis?.url ?? "${redis}";
     const spec = this.scenario.nodes[name]!;
-    const args = spec.args.map((a) => a.replaceAll("${redis}", redisUrl));
+    const backendUrl = this.backend?.url ?? "${backend}";
+    const args = spec.args.map((a) => a.replaceAll("${redis}", redisUrl).replaceAll("${backend}", backendUrl));
     if (spec.config !== undefined) {
       const dir = mkdtempSync(join(tmpdir(), "myriad-scenario-"));
       this.cleanup.push(() => rmSync(dir, { recursive: true, force: true }));
@@ -474,6 +481,7 @@ class Run {
     for (const [name, bounds] of Object.entries(expect.proxy_accepted ?? {})) {
       within(`connections through ${name}`, this.proxies.get(name)!.accepted, bounds);
     }
+    if (expect.backend_calls) within("backend calls", this.backend?.calls ?? 0, expect.backend_calls);
     for (const subject of expect.server_held ?? []) {
       assert.equal(this.c.getSubscription(subject)?.server, true, `${subject} held as a feed the node made`);
     }
@@ -509,6 +517,24 @@ function checkContinuity(subject: string, events: Event[]): void {
   }
 }
 
+/** The scenario's backend: a real HTTP server on loopback answering every call the same. */
+async function startBackend(run: Run, spec: { status: number; answer: unknown }): Promise<{ url: string; calls: number }> {
+  const backend = { url: "", calls: 0 };
+  const body = JSON.stringify(spec.answer);
+  const server = createServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      backend.calls++;
+      res.writeHead(spec.status, { "content-type": "application/json", "content-length": Buffer.byteLength(body) });
+      res.end(body);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  run.cleanup.push(() => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()); }));
+  backend.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/proxy`;
+  return backend;
+}
+
 async function runScenario(scenario: Scenario): Promise<void> {
   const run = new Run(scenario);
   try {
@@ -517,6 +543,7 @@ async function runScenario(scenario: Scenario): Promise<void> {
       run.redis = redis;
       run.cleanup.push(() => redis.kill());
     }
+    if (scenario.backend) run.backend = await startBackend(run, scenario.backend);
     for (const [name, spec] of Object.entries(scenario.nodes)) {
       if (spec.start ?? true) await run.startNode(name);
     }

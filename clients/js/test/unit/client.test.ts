@@ -188,6 +188,31 @@ test("a fresh token refused is terminal: closed with UnauthorizedError, no retry
   assert.equal(server.last.ops("subscribe").length, 0, "nothing ran without the user");
 });
 
+test("a connect the backend proxy refuses is terminal; one it could not judge is retried", async () => {
+  for (const code of ["proxy_refused", "forbidden", "proxy_unavailable", "proxy_busy"]) {
+    const { server, client, causes } = setup({ getToken: async () => "t" });
+    server.onCommand = (socket, f) => f.op === "connect" && socket.push({ op: "error", id: f.id, code, message: "backend says" });
+    client.connect();
+    await flush();
+    server.last.open();
+    await flush();
+    mock.timers.tick(120_000);
+    await flush();
+    if (code === "proxy_refused" || code === "forbidden") {
+      assert.equal(client.state, "closed", code);
+      const cause = causes.at(-1) as { type: string; error: MyriadError };
+      assert.ok(cause.error instanceof UnauthorizedError, code);
+      assert.equal(cause.error.code, code);
+      assert.equal(cause.error.message, "backend says");
+      assert.equal(server.sockets.length, 1, code);
+    } else {
+      assert.equal(client.state, "connecting", code);
+      assert.ok(server.sockets.length >= 2, `${code}: tried again`);
+    }
+    client.close();
+  }
+});
+
 test("a cached token refused gets one fresh token on the same socket", async () => {
   let calls = 0;
   const { server, client } = setup({ token: "stale", getToken: async () => `fresh${++calls}` });
@@ -559,6 +584,32 @@ test("a subscribe refused for good unsubscribes; a passing refusal is retried", 
   await ready;
   assert.equal(server.last.ops("subscribe").filter((f) => f.subject === "open").length, 2);
   assert.throws(() => client.subscribe("open"), (e: MyriadError) => e.code === "already_subscribed");
+});
+
+test("the backend proxy's refusal of a subscribe unsubscribes; its passing refusals are retried", async () => {
+  for (const code of ["proxy_unavailable", "proxy_busy", "too_many_held", "proxy_refused"]) {
+    const { server, client } = setup();
+    let refused = 1;
+    server.onCommand = (socket, f) => {
+      if (f.op !== "subscribe") return;
+      if (refused-- > 0) socket.push({ op: "error", id: f.id, code, message: "backend" });
+      else answering(0)(socket, f);
+    };
+    client.connect();
+    const sub = client.subscribe("a");
+    server.last.open();
+    mock.timers.tick(250);
+    await flush();
+    const sent = server.last.ops("subscribe").length;
+    if (code === "proxy_refused") {
+      assert.equal(sub.state, "unsubscribed", code);
+      assert.equal(sent, 1, code);
+    } else {
+      assert.equal(sub.state, "subscribed", code);
+      assert.equal(sent, 2, code);
+    }
+    client.close();
+  }
 });
 
 test("an old subscription object cannot take back a subject held by a new one, nor subscribe on a closed client", () => {

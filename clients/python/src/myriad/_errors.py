@@ -48,8 +48,9 @@ class TimeoutError(MyriadError):  # noqa: A001 - the spec's name; not the builti
 class UnauthorizedError(MyriadError):
     """This user may not connect: raised by the application's ``get_token``
     when its backend refuses (``unauthorized``), or made by the client when
-    the node refused a fresh token (``invalid_token``). Terminal: the client
-    goes to ``closed``."""
+    the node refused a fresh token (``invalid_token``) or the backend's
+    connect proxy refused it (``proxy_refused``, ``forbidden``; the message
+    is the backend's reason). Terminal: the client goes to ``closed``."""
 
     def __init__(self, message: str = "unauthorized", code: str = "unauthorized") -> None:
         super().__init__(code, message)

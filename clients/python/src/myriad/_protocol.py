@@ -89,6 +89,18 @@ KNOWN_OPS = frozenset({"msg", "subscribed", "error", "ok", "pong", "history", "p
 # 4501 token_expired: get a new token before reconnecting.
 TOKEN_EXPIRED = 4501
 
+#: The answers to ``connect`` that refuse its credentials (docs/sdk.md,
+#: "Tokens"): the node's ``invalid_token``, the backend proxy's
+#: ``proxy_refused`` or ``forbidden``. Final for that token; any other
+#: answer is an attempt that failed.
+CREDENTIALS_REFUSED = frozenset({"invalid_token", "proxy_refused", "forbidden"})
+
+#: The refusals of a subscribe that pass (docs/sdk.md, "Subscription
+#: states"): sent again after a delay, while connected.
+SUBSCRIBE_AGAIN = frozenset(
+    {"unavailable", "rate_limited", "timeout", "proxy_unavailable", "proxy_busy", "too_many_held"}
+)
+
 _MAX_SAFE = 2**53 - 1
 
 

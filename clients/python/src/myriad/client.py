@@ -26,7 +26,9 @@ from ._backoff import backoff
 from ._emitter import Emitter
 from ._errors import MyriadError, TimeoutError, UnauthorizedError, server_error
 from ._protocol import (
+    CREDENTIALS_REFUSED,
     KNOWN_OPS,
+    SUBSCRIBE_AGAIN,
     TOKEN_EXPIRED,
     Message,
     Position,
@@ -415,7 +417,9 @@ class Client(Emitter):
                 return
             if error is None:
                 self._established(generation, url)
-            elif error.code != "invalid_token":
+            elif error.code not in CREDENTIALS_REFUSED:
+                # Not a refusal of these credentials (proxy_unavailable,
+                # proxy_busy, rate_limited...): back off and try again.
                 self._lost(generation, ClientCause("token", error=error))
             elif not self._token_fresh and self._get_token is not None:
                 self._token = None
@@ -424,7 +428,7 @@ class Client(Emitter):
                 self._token = None
                 self._stop(
                     "closed",
-                    ClientCause("token", error=UnauthorizedError(error.message, "invalid_token")),
+                    ClientCause("token", error=UnauthorizedError(error.message, error.code)),
                     MyriadError("client_closed", "the token was refused"),
                 )
 
@@ -678,7 +682,7 @@ class Client(Emitter):
             _cancel(p.timer)
             if error is None or generation != self._generation:
                 return
-            if error.code in ("unavailable", "rate_limited", "timeout"):
+            if error.code in SUBSCRIBE_AGAIN:
                 retry()
                 return
             if self._subs.get(sub.subject) is sub:

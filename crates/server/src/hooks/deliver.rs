@@ -9,9 +9,8 @@
 //! online on this node until the node restarts: the channel holds
 //! `hook_queue` signals, so only a task that far behind loses one). Batches go one at a time, each
 //! on a connection of its own, within [`REQUEST_TIMEOUT`], through the
-//! crate's one backend client (`crate::backend`). Only `http://`
-//! is sent so far; an `https://` URL is refused by [`Hooks::start`] until
-//! the TLS client is added.
+//! crate's one backend client (`crate::backend`), over TLS for an
+//! `https://` URL.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -55,8 +54,8 @@ pub struct Hooks {
 /// Why the delivery task could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("hook_url {0:?}: only http:// is delivered so far")]
-    Scheme(String),
+    #[error("hook_url {0:?}: {1}")]
+    Target(String, backend::TargetError),
     #[error("cannot start the hook delivery thread: {0}")]
     Thread(std::io::Error),
 }
@@ -70,8 +69,8 @@ impl Hooks {
         node: &str,
         delivered: Delivered,
     ) -> Result<Hooks, StartError> {
-        let target =
-            Target::parse(&settings.url).ok_or_else(|| StartError::Scheme(settings.url.clone()))?;
+        let target = Target::parse(&settings.url, settings.ca.as_deref())
+            .map_err(|e| StartError::Target(settings.url.clone(), e))?;
         let (signals, inbox) = mpsc::channel(settings.queue_bound);
         let lifecycle = Lifecycle::new(node);
         let snapshot = Arc::new(Mutex::new(Snapshot::default()));

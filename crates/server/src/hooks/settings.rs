@@ -16,6 +16,9 @@ pub const MIN_SECRET_LEN: usize = 32;
 pub struct HookSettings {
     /// `hook_url`: the receiver, `http://` or `https://` only.
     pub url: String,
+    /// `backend_ca_file`: the authorities an `https://` receiver's
+    /// certificate is checked against; `None`, the system's roots.
+    pub ca: Option<std::path::PathBuf>,
     /// `hook_secret`: the HMAC key, at least [`MIN_SECRET_LEN`] bytes.
     pub secret: Vec<u8>,
     /// `hook_events`: which kinds go out.
@@ -47,6 +50,7 @@ impl std::fmt::Debug for HookSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HookSettings")
             .field("url", &self.url)
+            .field("ca", &self.ca)
             .field("secret", &format_args!("<{} bytes>", self.secret.len()))
             .field("events", &self.events)
             .field("delay", &self.delay)
@@ -64,6 +68,7 @@ impl HookSettings {
     pub fn new(url: impl Into<String>, secret: impl Into<Vec<u8>>) -> HookSettings {
         HookSettings {
             url: url.into(),
+            ca: None,
             secret: secret.into(),
             events: EventKind::ALL.to_vec(),
             delay: Duration::from_secs(5),

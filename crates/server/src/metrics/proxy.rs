@@ -1,5 +1,5 @@
 //! The proxies' series: calls by kind and outcome, their latency by kind,
-//! and the calls out now. Counted by the worker that gets each verdict
+//! the calls out now, and the commands held behind a parked one. Counted by the worker that gets each verdict
 //! (every call's verdict comes back to its worker, even for a connection
 //! closed since), and `busy` where the call was refused.
 
@@ -48,6 +48,7 @@ pub(super) struct ProxyMetrics {
     calls: Family<CallLabel, Counter>,
     latency: Latency,
     in_flight: Gauge,
+    held: Counter,
 }
 
 fn latency_histogram() -> Histogram {
@@ -75,6 +76,12 @@ impl ProxyMetrics {
                 "proxy_in_flight",
                 "Proxy calls out now (proxy_max_in_flight)",
             ),
+            held: registered(
+                r,
+                "proxy_held",
+                "Commands held behind an earlier command of their connection parked for a \
+                 proxy verdict (proxy_max_held)",
+            ),
         }
     }
 
@@ -90,6 +97,10 @@ impl ProxyMetrics {
                 .get_or_create(&KindLabel { kind })
                 .observe(seconds);
         }
+    }
+
+    pub(super) fn held(&self) {
+        self.held.inc();
     }
 
     pub(super) fn in_flight(&self, n: usize) {

@@ -19,9 +19,16 @@ use crate::metrics::ErrorKind;
 use crate::registry::ConnId;
 
 impl Sessions {
-    /// Handles one text message on the pub/sub endpoint.
+    /// Handles one text message on the pub/sub endpoint: run now, or, while
+    /// an earlier command of `id` waits for its proxy verdict, held to run
+    /// in its turn (see `proxied`).
     pub fn on_command(&mut self, id: ConnId, text: &str, out: &mut impl Wire) -> Flow {
         match parse_command(text, self.shared.config.max_subject_len) {
+            Ok(command @ Command::Ping { .. }) => self.run_command(id, command, out),
+            Ok(command) if self.parked.waiting(id) => {
+                self.hold(id, command.id(), text, out);
+                Flow::Continue
+            }
             Ok(command) => self.run_command(id, command, out),
             Err(e) => {
                 self.refuse(id, e.id, e.code, &e.detail, out);
@@ -40,13 +47,12 @@ impl Sessions {
                 let session = &self.by_conn[id as usize];
                 let mut new: Vec<&Cow<'_, str>> = Vec::new();
                 for s in &subjects {
-                    let parked = self.parked.subscribing(id, s);
-                    if !session.holds(s) && !parked && !new.contains(&s) {
+                    if !session.holds(s) && !new.contains(&s) {
                         new.push(s);
                     }
                 }
                 let limit = self.shared.config.max_subscriptions;
-                let held = session.client_subscriptions() + self.parked.subscribes(id);
+                let held = session.client_subscriptions();
                 let refused = new.iter().find_map(|s| {
                     self.shared
                         .auth
@@ -87,7 +93,6 @@ impl Sessions {
                 self.abuse
                     .charge(id, Bucket::Subscribe, subjects.len() as u32);
                 for subject in &subjects {
-                    self.drop_parked_subscribe(id, subject, out);
                     if self.remove_subscription(id, subject) && is_feed(subject) {
                         self.by_conn[id as usize].feed_dropped(subject);
                     }

@@ -5,14 +5,26 @@
 //! passed the node's own checks (grants, limits, rates) when it is parked
 //! here: one call per subject, its verdict back through the worker's
 //! mailbox like an engine answer, so the worker goes on serving every
-//! other connection meanwhile. A connection's parked commands run in the
-//! order it sent them: a verdict that overtakes an earlier one waits at
-//! its place in the connection's queue. Commands that need no call are
-//! not held behind them. The queue carries the connection's life, and
-//! closing drops it: a verdict for a closed connection, or for the next
-//! one in its slab slot, finds no command of its own and is dropped (it
-//! is counted all the same). An unsubscribe drops the subject's parked
-//! subscribes, as it drops a subscription still attaching.
+//! other connection meanwhile.
+//!
+//! A connection's commands take effect in the order it sent them: a
+//! verdict that overtakes an earlier one waits at its place in the
+//! connection's queue, and every command that arrives while one is parked
+//! (a subscribe after a proxied `connect`, a publish after a proxied
+//! subscribe, an unsubscribe) is held there as its text, unchecked, and
+//! checked and run in its turn, as the connection is then (acting as the
+//! user the `connect` admitted). Only a `ping`, which changes nothing,
+//! and a command that does not parse, refused at once, go by; closing is
+//! no command. At most `proxy_max_held` commands are held per
+//! connection: one past it is refused with `too_many_held`. Parked
+//! commands sit before held ones: a held command that parks when it runs
+//! parks at the front, ahead of those held after it.
+//!
+//! The queue carries the connection's life, and closing drops it: a
+//! verdict for a closed connection, or for the next one in its slab slot,
+//! finds no command of its own and is dropped (it is counted all the
+//! same). A posted command (`POST /cmd`) is a connection of its own, with
+//! nothing parked before it, so it is never held.
 //!
 //! What no verdict (a timeout, an error, a malformed answer, an admission
 //! whose user or grants break their grammar) does is `proxy_fail`'s: with
@@ -25,7 +37,7 @@ use std::collections::VecDeque;
 use foldhash::fast::RandomState;
 use hashbrown::HashMap;
 use myriad_graph::UserId;
-use myriad_protocol::message::ErrorCode;
+use myriad_protocol::message::{parse_command, ErrorCode};
 use myriad_protocol::position::Position;
 use myriad_protocol::subject::is_feed;
 
@@ -60,11 +72,16 @@ enum Pending {
 }
 
 #[derive(Debug)]
-struct Item {
-    seq: u64,
-    pending: Pending,
-    /// The verdict, once it came, while an earlier command still waits.
-    verdict: Option<Verdict>,
+enum Item {
+    /// Asked about: waits for its verdict.
+    Parked {
+        seq: u64,
+        pending: Pending,
+        /// The verdict, once it came, while an earlier command still waits.
+        verdict: Option<Verdict>,
+    },
+    /// Arrived behind a parked command: its text, checked when it runs.
+    Held(Box<str>),
 }
 
 /// One connection's parked commands, oldest first.
@@ -83,31 +100,19 @@ pub(super) struct Parked {
 }
 
 impl Parked {
-    /// Subscribes of `id` waiting for a verdict (they count against
-    /// `max_subscriptions` like held ones).
-    pub(super) fn subscribes(&self, id: ConnId) -> usize {
+    /// Whether `id` has commands waiting: a command it sends now waits
+    /// behind them.
+    pub(super) fn waiting(&self, id: ConnId) -> bool {
+        self.by_conn.contains_key(&id)
+    }
+
+    /// Commands of `id` held behind a parked one.
+    fn held(&self, id: ConnId) -> usize {
         self.by_conn.get(&id).map_or(0, |q| {
             q.items
                 .iter()
-                .filter(|i| matches!(i.pending, Pending::Subscribe { .. }))
+                .filter(|i| matches!(i, Item::Held(_)))
                 .count()
-        })
-    }
-
-    /// Whether `id` has a subscribe to `subject` parked.
-    pub(super) fn subscribing(&self, id: ConnId, subject: &str) -> bool {
-        self.by_conn.get(&id).is_some_and(|q| {
-            q.items.iter().any(
-                |i| matches!(&i.pending, Pending::Subscribe { subject: s, .. } if &**s == subject),
-            )
-        })
-    }
-
-    fn connecting(&self, id: ConnId) -> bool {
-        self.by_conn.get(&id).is_some_and(|q| {
-            q.items
-                .iter()
-                .any(|i| matches!(i.pending, Pending::Connect { .. }))
         })
     }
 
@@ -193,11 +198,6 @@ impl Sessions {
         if !self.shared.proxy.as_ref().is_some_and(|p| p.asks_connect()) {
             return false;
         }
-        if self.parked.connecting(id) {
-            let detail = "a connect of this connection is being asked about already";
-            self.refuse(id, request, ErrorCode::AlreadyConnected, detail, out);
-            return true;
-        }
         let pending = Pending::Connect {
             request,
             token: token.into(),
@@ -251,24 +251,34 @@ impl Sessions {
             life: ticket.life,
             items: VecDeque::new(),
         });
-        queue.items.push_back(Item {
+        queue.items.push_back(Item::Parked {
             seq: ticket.seq,
             pending,
             verdict: None,
         });
     }
 
-    /// An unsubscribe of `subject`: its parked subscribes of `id` are
-    /// dropped (their verdicts will find nothing), and what waited behind
-    /// them may run.
-    pub(super) fn drop_parked_subscribe(&mut self, id: ConnId, subject: &str, out: &mut impl Wire) {
+    /// Holds `text`, a command of `id` that arrived while an earlier one is
+    /// parked, to run in its turn; refuses it with `too_many_held` when
+    /// `proxy_max_held` wait already.
+    pub(super) fn hold(
+        &mut self,
+        id: ConnId,
+        request: Option<u64>,
+        text: &str,
+        out: &mut impl Wire,
+    ) {
+        let most = self.shared.config.proxy_max_held;
+        if self.parked.held(id) >= most {
+            let detail =
+                format!("{most} commands (proxy_max_held) already wait behind one asked about");
+            return self.refuse(id, request, ErrorCode::TooManyHeld, &detail, out);
+        }
         let Some(queue) = self.parked.by_conn.get_mut(&id) else {
             return;
         };
-        queue.items.retain(
-            |i| !matches!(&i.pending, Pending::Subscribe { subject: s, .. } if &**s == subject),
-        );
-        self.run_decided(id, out);
+        queue.items.push_back(Item::Held(text.into()));
+        self.shared.metrics.proxy_held();
     }
 
     /// The backend's verdict on a parked command: counted, then, if its
@@ -304,10 +314,14 @@ impl Sessions {
         if queue.life != ticket.life {
             return;
         }
-        let Some(item) = queue.items.iter_mut().find(|i| i.seq == ticket.seq) else {
+        let parked = queue.items.iter_mut().find_map(|i| match i {
+            Item::Parked { seq, verdict, .. } if *seq == ticket.seq => Some(verdict),
+            _ => None,
+        });
+        let Some(slot) = parked else {
             return;
         };
-        item.verdict = Some(verdict);
+        *slot = Some(verdict);
         self.run_decided(id, out);
     }
 
@@ -326,26 +340,62 @@ impl Sessions {
         Verdict::Allow(Some(admitted))
     }
 
-    /// Runs `id`'s parked commands from the oldest while their verdicts
-    /// are in.
+    /// Runs `id`'s waiting commands from the oldest: each parked one once
+    /// its verdict is in, each held one as a command read now would run.
     fn run_decided(&mut self, id: ConnId, out: &mut impl Wire) {
         loop {
             let Some(queue) = self.parked.by_conn.get_mut(&id) else {
                 return;
             };
-            if queue.items.front().is_none_or(|i| i.verdict.is_none()) {
-                if queue.items.is_empty() {
+            let ready = match queue.items.front() {
+                None => {
                     self.parked.forget(id);
+                    return;
                 }
-                return;
+                Some(Item::Parked { verdict: None, .. }) => return,
+                Some(_) => queue.items.pop_front().expect("front just seen"),
+            };
+            match ready {
+                Item::Parked {
+                    pending,
+                    verdict: Some(verdict),
+                    ..
+                } => self.decide(id, pending, verdict, out),
+                Item::Parked { verdict: None, .. } => unreachable!("an undecided front stays"),
+                Item::Held(text) => self.run_held(id, &text, out),
             }
-            let item = queue.items.pop_front().expect("front just seen");
-            let verdict = item.verdict.expect("front just seen decided");
-            self.decide(id, item.pending, verdict, out);
             if out.open_transport(id).is_none() {
                 return;
             }
         }
+    }
+
+    /// Runs held command `text` of `id` with nothing waiting before it: the
+    /// commands held after it are set aside meanwhile, so what it parks
+    /// goes ahead of them.
+    fn run_held(&mut self, id: ConnId, text: &str, out: &mut impl Wire) {
+        let Some(queue) = self.parked.by_conn.remove(&id) else {
+            return;
+        };
+        let Queue { life, items: after } = queue;
+        // Parsed before it was held; the limits are those of the node now.
+        if let Ok(command) = parse_command(text, self.shared.config.max_subject_len) {
+            // Read-side back-pressure is for the reading loop, as for a
+            // verdict's publish.
+            let _ = self.run_command(id, command, out);
+        }
+        if after.is_empty() || out.open_transport(id).is_none() {
+            return;
+        }
+        self.parked
+            .by_conn
+            .entry(id)
+            .or_insert_with(|| Queue {
+                life,
+                items: VecDeque::new(),
+            })
+            .items
+            .extend(after);
     }
 
     /// What `verdict` makes of `pending`, `proxy_fail` deciding for no

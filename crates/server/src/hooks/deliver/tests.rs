@@ -114,15 +114,11 @@ fn no_receiver_is_retried_within_the_bound_then_dropped() {
 }
 
 #[test]
-fn https_is_refused_until_it_is_delivered() {
-    let error = Hooks::start(
-        settings("https://127.0.0.1:9/hooks"),
-        "n1",
-        Box::new(|_| {}),
-    )
-    .err()
-    .unwrap();
-    assert!(error.to_string().contains("only http://"), "{error}");
+fn an_https_url_with_an_unreadable_ca_file_is_refused_at_start() {
+    let mut s = settings("https://127.0.0.1:9/hooks");
+    s.ca = Some("/nonexistent/ca.pem".into());
+    let error = Hooks::start(s, "n1", Box::new(|_| {})).err().unwrap();
+    assert!(error.to_string().contains("backend_ca_file"), "{error}");
 }
 
 #[test]
