@@ -599,10 +599,12 @@ impl Instance {
         pipe.ignore_errors();
         for subject in subjects {
             let policy = ctx.namespaces.policy_for(subject);
-            pipe.add_command(super::scripts::evalsha(&ctx.scripts.forget))
-                .arg(&ctx.settings.prefix)
-                .arg(&**subject)
-                .arg(policy.size);
+            pipe.add_command(super::scripts::evalsha(
+                &ctx.scripts.forget,
+                ctx.base_of(subject),
+            ))
+            .arg(&**subject)
+            .arg(policy.size);
         }
         let mut values: Vec<Value> = pipe.query_async(conn).await?;
         if let Some(Value::Array(totals)) = values.pop() {
@@ -644,8 +646,12 @@ impl Instance {
         let Some(mut conn) = self.conn.clone() else {
             return;
         };
+        let base = &self.ctx.bases[self.index];
         let mut invocation = self.ctx.scripts.sweep.prepare_invoke();
-        invocation.arg(&self.ctx.settings.prefix).arg(SWEEP_BATCH);
+        for key in super::keys::shared(base) {
+            invocation.key(key);
+        }
+        invocation.arg(base).arg(SWEEP_BATCH);
         let totals = invocation.invoke_async::<Vec<Value>>(&mut conn);
         match unless_switched(&mut self.switches, self.master.as_ref(), totals).await {
             Ok(totals) => self.ctx.totals[self.index].store(totals),

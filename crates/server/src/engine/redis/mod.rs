@@ -52,6 +52,7 @@ mod backlog;
 mod codec;
 mod context;
 mod instance;
+mod keys;
 mod members;
 mod ops;
 mod ring;
@@ -60,6 +61,8 @@ mod scripts;
 #[cfg(test)]
 mod sentinel_tests;
 mod settings;
+#[cfg(test)]
+mod slot_tests;
 mod target;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -373,7 +376,7 @@ mod tests {
     /// restarted node over it would keep its epochs; a new prefix is a
     /// Redis that lost everything, as the suite's "restarted" engine
     /// expects). The maker owns the server, so it stops with the test.
-    fn over(server: RedisServer) -> impl Fn(usize, Namespaces, usize) -> Harness {
+    pub(super) fn over(server: RedisServer) -> impl Fn(usize, Namespaces, usize) -> Harness {
         let made = Cell::new(0);
         move |workers, namespaces, max_bytes| {
             made.set(made.get() + 1);
