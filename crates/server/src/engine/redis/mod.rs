@@ -63,6 +63,9 @@ mod sentinel_tests;
 mod settings;
 #[cfg(test)]
 mod slot_tests;
+// The Cluster shape's routing, tested but not wired yet (issue 31 item 2).
+#[allow(dead_code)]
+mod slots;
 mod target;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
