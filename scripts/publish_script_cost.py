@@ -124,7 +124,7 @@ def one_run(script, args, out_dir):
         subjects = [f"s{i}" for i in range(args.subjects)]
         listener = Conn(port)
         for i in range(0, len(subjects), 1000):
-            listener.sock.sendall(encode("SUBSCRIBE", *[f"{BASE}:c:{s}" for s in subjects[i:i + 1000]]))
+            listener.sock.sendall(encode("SSUBSCRIBE", *[f"{BASE}:c:{s}" for s in subjects[i:i + 1000]]))
         for _ in subjects:
             listener.reply()
 

@@ -273,7 +273,7 @@ fn an_unsubscribe_is_not_lost_when_the_queue_towards_redis_is_full() {
         let reply = redis
             .command(&[
                 "EVAL",
-                "return redis.call('PUBSUB', 'NUMSUB', KEYS[1])[2]",
+                "return redis.call('PUBSUB', 'SHARDNUMSUB', KEYS[1])[2]",
                 "1",
                 // One instance: the subject's partition is 0.
                 "myriad:{0}:c:left",

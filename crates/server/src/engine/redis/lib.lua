@@ -104,9 +104,10 @@ local function entry_cost(s, entry)
   return cost_of(s, #entry - data + 1)
 end
 
--- Nodes subscribed to the subject's channel.
+-- Nodes subscribed to the subject's channel (a sharded channel: SPUBLISH,
+-- SSUBSCRIBE; instance.rs).
 local function listeners(s)
-  return tonumber(redis.call('PUBSUB', 'NUMSUB', channel(s))[2])
+  return tonumber(redis.call('PUBSUB', 'SHARDNUMSUB', channel(s))[2])
 end
 
 local function ttl_of(s)

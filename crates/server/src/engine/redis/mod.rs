@@ -17,11 +17,11 @@
 //! names ([`target`]), followed across failovers, with every stream renewed
 //! in a new epoch when met under a new master (lib.lua, "failover").
 //!
-//! Standalone instances with client-side hashing, not Redis Cluster: a
-//! message goes only to the instance owning its subject, which is the
-//! broadcast sharded pub/sub (`SPUBLISH`) exists to avoid in a cluster, and
-//! scripts may touch any key of their instance (the budget evicts across
-//! subjects). Plain `PUBLISH`/`SUBSCRIBE` on each instance do the rest.
+//! Standalone instances with client-side hashing, not Redis Cluster (not
+//! yet: [`keys`] lays keys out for one, [`slots`] reads its slot map): a
+//! message goes only to the instance owning its subject, on a sharded
+//! channel (`SPUBLISH`/`SSUBSCRIBE`), which a Redis Cluster would keep on
+//! the slot's master too.
 //!
 //! The contract of [`crate::engine`] holds as for the memory engine, and
 //! the same conformance suite checks it (tests below), with these readings:

@@ -77,7 +77,7 @@ local function publish(s, data, size, ttl)
   end
   if #fields > 0 then redis.call('HSET', meta, unpack(fields)) end
   if size > 0 then enforce_budget(max) end
-  redis.call('PUBLISH', channel(s), entry)
+  redis.call('SPUBLISH', channel(s), entry)
   return epoch, offset
 end
 
