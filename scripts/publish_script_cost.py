@@ -38,7 +38,11 @@ from cluster import CLK_TCK, Children, catch_signals, redis_info, resp, stat_fie
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = "crates/server/src/engine/redis"
-PREFIX = "cost"
+# The base of the one partition measured, as the engine builds it
+# (engine/redis/keys.rs): prefix "cost", partition 0.
+BASE = "cost:{0}"
+# The partition's shared keys, the scripts' KEYS[1..3] (lib.lua).
+SHARED = [f"{BASE}:totals", f"{BASE}:oldest", f"{BASE}:expiry"]
 # A fresh epoch as the engine passes it (16 hex digits).
 EPOCH = "00000000c0ffee00"
 
@@ -120,7 +124,7 @@ def one_run(script, args, out_dir):
         subjects = [f"s{i}" for i in range(args.subjects)]
         listener = Conn(port)
         for i in range(0, len(subjects), 1000):
-            listener.sock.sendall(encode("SUBSCRIBE", *[f"{PREFIX}:c:{s}" for s in subjects[i:i + 1000]]))
+            listener.sock.sendall(encode("SSUBSCRIBE", *[f"{BASE}:c:{s}" for s in subjects[i:i + 1000]]))
         for _ in subjects:
             listener.reply()
 
@@ -138,7 +142,8 @@ def one_run(script, args, out_dir):
         requests = []
         k = 0
         for _ in range(calls):
-            argv = ["EVALSHA", sha, 0, PREFIX, args.budget, EPOCH]
+            # ARGV: base, budget, fresh epoch, replication id ('' = none).
+            argv = ["EVALSHA", sha, len(SHARED), *SHARED, BASE, args.budget, EPOCH, ""]
             for _ in range(args.run):
                 argv += [subjects[k % len(subjects)], data, args.size, args.ttl]
                 k += 1

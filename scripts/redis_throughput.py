@@ -37,7 +37,7 @@ the nodes, the bench and its workers, other processes, and the niced
 background work), with the ratio B/A of deliveries/s. Where publishes went
 is counted by the nodes and Redis, not the bench: the nodes' publish
 counter (taken), their engine failures (refused: `redis_busy` when a
-Redis queue is full), and the PUBLISH commands Redis's scripts made
+Redis queue is full), and the SPUBLISH commands Redis's scripts made
 (run); "lost" is what the publishes the nodes took and did not refuse
 owed and the subscribers did not receive. Publishes the bench sent that no
 node took are counted apart: its publishers close as soon as they have
@@ -311,9 +311,9 @@ def run_bench(args, children, config, workload, redises, index):
                 total[1] += int(stat["usec"])
             return tuple(total)
 
-        # Every publish script that found listeners ends in one PUBLISH
+        # Every publish script that found listeners ends in one SPUBLISH
         # (commands run by scripts count in commandstats too).
-        ran, _ = calls("publish")
+        ran, _ = calls("spublish")
         evalsha = dict(zip(("calls", "usec"), calls("evalsha")))
         figures["ran in redis"] = ran
         figures["not run in redis"] = figures["taken by the nodes"] - refused - ran

@@ -273,9 +273,10 @@ fn an_unsubscribe_is_not_lost_when_the_queue_towards_redis_is_full() {
         let reply = redis
             .command(&[
                 "EVAL",
-                "return redis.call('PUBSUB', 'NUMSUB', KEYS[1])[2]",
+                "return redis.call('PUBSUB', 'SHARDNUMSUB', KEYS[1])[2]",
                 "1",
-                "myriad:c:left",
+                // One instance: the subject's partition is 0.
+                "myriad:{0}:c:left",
             ])
             .unwrap();
         if reply == ":0" {
@@ -588,7 +589,7 @@ fn subjects_spread_over_several_redis_instances_and_every_node_agrees_where() {
         .iter()
         .map(|r| {
             let keys = r
-                .command(&["EVAL", "return #redis.call('KEYS', 'myriad:s:*')", "0"])
+                .command(&["EVAL", "return #redis.call('KEYS', 'myriad:{*}:s:*')", "0"])
                 .unwrap();
             keys.trim_start_matches(':').parse().unwrap()
         })

@@ -1103,8 +1103,11 @@ impl Config {
                     .into(),
             );
         }
-        if self.redis_prefix.is_empty() || self.redis_prefix.contains(char::is_whitespace) {
-            return invalid("redis_prefix must be non-empty, without spaces".into());
+        // Braces would change which part of a key Redis Cluster hashes
+        // (engine/redis/keys.rs).
+        let braced = |c: char| c.is_whitespace() || c == '{' || c == '}';
+        if self.redis_prefix.is_empty() || self.redis_prefix.contains(braced) {
+            return invalid("redis_prefix must be non-empty, without spaces or braces".into());
         }
         if self.redis_queue == 0 {
             return invalid("redis_queue must be at least 1".into());
@@ -1488,6 +1491,18 @@ mod tests {
     /// Why the command line `args` makes no configuration.
     fn refusal(args: &[&str]) -> String {
         assembled(args).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_redis_prefix_with_a_brace_is_refused() {
+        for prefix in ["a{b", "a}b", "{0}", "a b"] {
+            let why = refusal(&["myriad", "--redis-prefix", prefix]);
+            assert!(
+                why.contains("redis_prefix must be non-empty"),
+                "{prefix}: {why}"
+            );
+        }
+        assert!(assembled(&["myriad", "--redis-prefix", "c1.x:y"]).is_ok());
     }
 
     #[test]

@@ -75,6 +75,22 @@ impl RedisServer {
         RedisServer::launch(false)
     }
 
+    /// A Redis Cluster of this one node, serving all 16384 slots: it
+    /// answers every command itself (no `-MOVED`), yet checks what a
+    /// cluster checks, such as a script touching keys of one slot only.
+    pub fn start_single_node_cluster() -> RedisServer {
+        let server = RedisServer::launch_as(false, None, Role::ClusterNode { bus: free_port() });
+        server
+            .command(&["CLUSTER", "ADDSLOTSRANGE", "0", "16383"])
+            .expect("CLUSTER ADDSLOTSRANGE");
+        wait_for("the one-node cluster to serve its slots", || {
+            server
+                .command(&["CLUSTER", "INFO"])
+                .is_ok_and(|info| info.contains("cluster_state:ok"))
+        });
+        server
+    }
+
     /// A server with an append-only file fsynced on every write, so a
     /// restart (even after `kill -9`) keeps what it acknowledged.
     pub fn start_persistent() -> RedisServer {

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use redis::Value;
 
 use super::codec;
+use super::keys;
 use super::members::{self, Members};
 use super::ops::{Op, PublishOp, Read, ReadOp, ScriptCall, ScriptReply, Totals};
 use super::router::Router;
@@ -75,8 +76,9 @@ pub struct Context {
     pub(super) unavailable_ms: AtomicU64,
     /// Script pipelines sent, over every instance.
     pub(super) round_trips: AtomicU64,
-    /// `<prefix>:c:`: what channel names start with.
-    pub(super) channel_prefix: String,
+    /// Each partition's base ([`keys::base`]), by partition (today one
+    /// per instance, in the same order).
+    pub(super) bases: Box<[String]>,
     /// This node's presence members, for its lease renewals.
     pub(super) members: Members,
 }
@@ -94,7 +96,9 @@ impl Context {
         Context {
             router: Router::new(hub),
             namespaces,
-            channel_prefix: format!("{}:c:", settings.prefix),
+            bases: (0..instances)
+                .map(|i| keys::base(&settings.prefix, i))
+                .collect(),
             members: Members::new(instances),
             settings,
             max_bytes,
@@ -129,8 +133,13 @@ impl Context {
         }
     }
 
+    /// The base of `subject`'s partition.
+    pub(super) fn base_of(&self, subject: &str) -> &str {
+        &self.bases[keys::partition_of(subject, self.bases.len())]
+    }
+
     pub(super) fn channel(&self, subject: &str) -> String {
-        format!("{}{subject}", self.channel_prefix)
+        keys::channel(self.base_of(subject), subject)
     }
 
     pub(super) fn count_failure(&self, error: &EngineError) {
@@ -146,10 +155,7 @@ impl Context {
 
     /// A message on one of this node's channels.
     pub(super) fn on_message(&self, channel: &[u8], payload: &[u8]) {
-        let Some(subject) = channel
-            .strip_prefix(self.channel_prefix.as_bytes())
-            .and_then(|s| std::str::from_utf8(s).ok())
-        else {
+        let Some(subject) = keys::subject_of(&self.settings.prefix, channel) else {
             return;
         };
         let mut wakeups = Wakeups::default();
@@ -177,6 +183,8 @@ impl Context {
     ) {
         match call {
             ScriptCall::Publish(run) => {
+                // A run is one instance's, so one partition's.
+                let base = run.first().map_or("", |p| self.base_of(&p.subject));
                 let publications = run.iter().map(|PublishOp { subject, data, .. }| {
                     let policy = self.namespaces.policy_for(subject);
                     let ttl_ms = policy.ttl.as_millis() as u64;
@@ -184,7 +192,7 @@ impl Context {
                 });
                 pipe.add_command(publish_call(
                     &self.scripts.publish,
-                    &self.settings.prefix,
+                    base,
                     self.max_bytes,
                     epoch,
                     replid,
@@ -212,22 +220,22 @@ impl Context {
                 }
             }
             ScriptCall::Read(ReadOp::Leave { subject, member }) => {
-                let prefix = &self.settings.prefix;
-                let mut call = members::call(&self.scripts.presence, prefix, "leave");
+                let base = self.base_of(subject);
+                let mut call = members::call(&self.scripts.presence, base, "leave");
                 call.arg(&**subject).arg(&self.members.node).arg(&**member);
                 pipe.add_command(call);
             }
             ScriptCall::Read(ReadOp::Presence { query, .. }) => {
-                let prefix = &self.settings.prefix;
-                let mut call = members::call(&self.scripts.presence, prefix, "page");
+                let base = self.base_of(&query.subject);
+                let mut call = members::call(&self.scripts.presence, base, "page");
                 call.arg(&*query.subject)
                     .arg(query.after.as_deref().unwrap_or(""))
                     .arg(query.limit);
                 pipe.add_command(call);
             }
             ScriptCall::Read(ReadOp::PresenceStats { subject, .. }) => {
-                let prefix = &self.settings.prefix;
-                let mut call = members::call(&self.scripts.presence, prefix, "stats");
+                let base = self.base_of(subject);
+                let mut call = members::call(&self.scripts.presence, base, "stats");
                 call.arg(&**subject);
                 pipe.add_command(call);
             }
@@ -260,8 +268,7 @@ impl Context {
             ReadMode::Attach => "attach",
             ReadMode::Read => "read",
         };
-        pipe.add_command(scripts::evalsha(&self.scripts.read))
-            .arg(&self.settings.prefix)
+        pipe.add_command(scripts::evalsha(&self.scripts.read, self.base_of(subject)))
             .arg(subject)
             .arg(mode)
             .arg(policy.ttl.as_millis() as u64)

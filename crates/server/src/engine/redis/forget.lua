@@ -1,4 +1,4 @@
--- After a node unsubscribed from a subject's channel: ARGV = prefix,
+-- After a node unsubscribed from a subject's channel: ARGV = base (lib.lua),
 -- subject, history size. When no node listens any more and the subject
 -- holds no history, its position goes: at once without history (its next
 -- life starts a new epoch), after its retention with history.

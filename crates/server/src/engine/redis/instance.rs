@@ -14,9 +14,9 @@
 //! oldest, so a queue kept full cannot starve it; with a `linger`, a batch
 //! short of that waits as long for more) and runs it in at most four round
 //! trips, however many there are:
-//! 1. one `UNSUBSCRIBE` for every subject still without subscribers;
+//! 1. one `SUNSUBSCRIBE` for every subject still without subscribers;
 //! 2. one pipeline of `forget` scripts for those;
-//! 3. one `SUBSCRIBE` for every subject that gained interest;
+//! 3. one `SSUBSCRIBE` for every subject that gained interest;
 //! 4. one pipeline of scripts: the publishes (a run of them per call),
 //!    attaches and reads, in order.
 //!
@@ -177,7 +177,7 @@ struct Inbox {
 impl AsyncPushSender for Inbox {
     fn send(&self, info: PushInfo) -> Result<(), SendError> {
         match info.kind {
-            PushKind::Message => {
+            PushKind::SMessage => {
                 if let [Value::BulkString(channel), Value::BulkString(payload)] = &info.data[..] {
                     self.ctx.on_message(channel, payload);
                 }
@@ -330,7 +330,7 @@ impl Instance {
             .subjects(|s| super::ring::instance_of(s, instances) == index);
         for chunk in subjects.chunks(RESUBSCRIBE_CHUNK) {
             let channels: Vec<String> = chunk.iter().map(|s| self.ctx.channel(s)).collect();
-            conn.subscribe(&channels).await?;
+            shard_subscription(&mut conn, "SSUBSCRIBE", &channels).await?;
         }
         self.subscribed = subjects.into_iter().collect();
         Ok(conn)
@@ -540,7 +540,7 @@ impl Instance {
             scripted.push(op);
         }
         if !subscribe.is_empty() {
-            let subscribed = conn.subscribe(&subscribe);
+            let subscribed = shard_subscription(&mut conn, "SSUBSCRIBE", &subscribe);
             let master = self.master.as_ref();
             if let Err(e) = unless_switched(&mut self.switches, master, subscribed).await {
                 return self.fail_all(scripted, &e, false, wakeups);
@@ -594,15 +594,17 @@ impl Instance {
     ) -> Result<(), redis::RedisError> {
         let ctx = &*self.ctx;
         let channels: Vec<String> = subjects.iter().map(|s| ctx.channel(s)).collect();
-        conn.unsubscribe(&channels).await?;
+        shard_subscription(conn, "SUNSUBSCRIBE", &channels).await?;
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         for subject in subjects {
             let policy = ctx.namespaces.policy_for(subject);
-            pipe.add_command(super::scripts::evalsha(&ctx.scripts.forget))
-                .arg(&ctx.settings.prefix)
-                .arg(&**subject)
-                .arg(policy.size);
+            pipe.add_command(super::scripts::evalsha(
+                &ctx.scripts.forget,
+                ctx.base_of(subject),
+            ))
+            .arg(&**subject)
+            .arg(policy.size);
         }
         let mut values: Vec<Value> = pipe.query_async(conn).await?;
         if let Some(Value::Array(totals)) = values.pop() {
@@ -644,8 +646,12 @@ impl Instance {
         let Some(mut conn) = self.conn.clone() else {
             return;
         };
+        let base = &self.ctx.bases[self.index];
         let mut invocation = self.ctx.scripts.sweep.prepare_invoke();
-        invocation.arg(&self.ctx.settings.prefix).arg(SWEEP_BATCH);
+        for key in super::keys::shared(base) {
+            invocation.key(key);
+        }
+        invocation.arg(base).arg(SWEEP_BATCH);
         let totals = invocation.invoke_async::<Vec<Value>>(&mut conn);
         match unless_switched(&mut self.switches, self.master.as_ref(), totals).await {
             Ok(totals) => self.ctx.totals[self.index].store(totals),
@@ -721,6 +727,28 @@ async fn next_switch(switches: &mut Option<mpsc::UnboundedReceiver<String>>) -> 
         Some(switches) => switches.recv().await,
         None => std::future::pending().await,
     }
+}
+
+/// `command` (`SSUBSCRIBE` or `SUNSUBSCRIBE`) of `channels`. Subjects'
+/// channels are sharded channels (Redis 7): a Redis Cluster keeps each on
+/// its slot's master instead of sending every message to every node, and
+/// a lone Redis serves them alike. One command per channel, in one
+/// pipeline: the connection takes each confirmation as the reply of the
+/// oldest command waiting, so one channel a command keeps the two paired
+/// (the crate's own `ssubscribe` is its cluster client's only).
+async fn shard_subscription(
+    conn: &mut MultiplexedConnection,
+    command: &str,
+    channels: &[String],
+) -> Result<(), redis::RedisError> {
+    if channels.is_empty() {
+        return Ok(());
+    }
+    let mut pipe = redis::pipe();
+    for channel in channels {
+        pipe.cmd(command).arg(channel);
+    }
+    pipe.query_async::<Vec<Value>>(conn).await.map(drop)
 }
 
 /// A script's answer from a master demoted to a replica.

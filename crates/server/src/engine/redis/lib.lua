@@ -1,7 +1,11 @@
+#!lua
 -- myriad's Redis engine: what every script shares. Loaded in front of each
 -- entry script (see scripts.rs), so every script sees the same key layout.
 --
--- ARGV[1] is always the key prefix P. Keys, all on this one Redis:
+-- A script works on one partition (keys.rs): ARGV[1] is always its base
+-- P, "<prefix>:{<partition>}", whose hash tag puts every key and channel
+-- below in one Redis Cluster slot, and KEYS[1..3] are always its shared
+-- keys P:totals, P:oldest and P:expiry, so the slot is declared. Keys:
 --   P:s:<subject>  hash: e (epoch, 16 hex digits), o (last offset),
 --                  t (history age limit in ms, 0 = none), h (while the
 --                  subject holds history: the time of its oldest entry,
@@ -33,14 +37,18 @@
 -- right (budget, expire, reindex). That keeps a publish to a full history
 -- at five Redis calls instead of nine.
 --
--- Scripts touch keys they cannot declare (another subject evicted by the
--- budget), which standalone Redis allows; myriad shards subjects over
--- instances itself instead of using Redis Cluster.
+-- Scripts make the subjects' keys from P in Lua (the budget evicts from
+-- subjects the caller cannot name), never a key of another partition: each
+-- lies in the slot KEYS[] declare. The first line, a shebang without
+-- flags, is what makes Redis (7.0 on) check that: in a cluster it refuses
+-- such a script touching a key of another slot, where a script without
+-- one (the EVAL compatibility mode) is let through (slot_tests.rs).
 
 local P = ARGV[1]
-local TOTALS = P .. ':totals'
-local OLDEST = P .. ':oldest'
-local EXPIRY = P .. ':expiry'
+local TOTALS, OLDEST, EXPIRY = KEYS[1], KEYS[2], KEYS[3]
+if TOTALS ~= P .. ':totals' or OLDEST ~= P .. ':oldest' or EXPIRY ~= P .. ':expiry' then
+  return redis.error_reply('KEYS are not the shared keys of partition ' .. P)
+end
 -- What a kept entry costs beyond its data and subject, for the byte budget.
 local ENTRY_OVERHEAD = 64
 -- How long a subject with history but no age limit keeps its position once
@@ -96,9 +104,10 @@ local function entry_cost(s, entry)
   return cost_of(s, #entry - data + 1)
 end
 
--- Nodes subscribed to the subject's channel.
+-- Nodes subscribed to the subject's channel (a sharded channel: SPUBLISH,
+-- SSUBSCRIBE; instance.rs).
 local function listeners(s)
-  return tonumber(redis.call('PUBSUB', 'NUMSUB', channel(s))[2])
+  return tonumber(redis.call('PUBSUB', 'SHARDNUMSUB', channel(s))[2])
 end
 
 local function ttl_of(s)

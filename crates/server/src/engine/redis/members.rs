@@ -173,11 +173,11 @@ impl Members {
     }
 }
 
-/// One call of presence.lua in `mode` under `prefix`; the caller adds the
-/// mode's arguments.
-pub(super) fn call(script: &redis::Script, prefix: &str, mode: &str) -> redis::Cmd {
-    let mut call = scripts::evalsha(script);
-    call.arg(prefix).arg(mode);
+/// One call of presence.lua in `mode` over the partition whose keys start
+/// `base`; the caller adds the mode's arguments.
+pub(super) fn call(script: &redis::Script, base: &str, mode: &str) -> redis::Cmd {
+    let mut call = scripts::evalsha(script, base);
+    call.arg(mode);
     call
 }
 

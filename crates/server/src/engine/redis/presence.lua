@@ -1,5 +1,5 @@
 -- Presence but the join (which read.lua makes with its attach):
--- ARGV = prefix, mode, then by mode
+-- ARGV = base (lib.lua), mode, then by mode
 --   'leave', subject, node, member id           -> {left (0 or 1)}
 --   'page', subject, after ('' = from the start), limit
 --                                               -> {more (0 or 1), id, entry, ...}

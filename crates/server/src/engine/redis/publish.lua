@@ -1,4 +1,4 @@
--- Publish a run of publications: ARGV = prefix, byte budget, a fresh
+-- Publish a run of publications: ARGV = base (lib.lua), byte budget, a fresh
 -- epoch, the master's replication id ('' = none; lib.lua, "failover"),
 -- then four per publication: subject, data, history size, age
 -- limit ms. Each takes its subject's next offset, is kept in history
@@ -77,7 +77,7 @@ local function publish(s, data, size, ttl)
   end
   if #fields > 0 then redis.call('HSET', meta, unpack(fields)) end
   if size > 0 then enforce_budget(max) end
-  redis.call('PUBLISH', channel(s), entry)
+  redis.call('SPUBLISH', channel(s), entry)
   return epoch, offset
 end
 

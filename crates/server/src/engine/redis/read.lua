@@ -1,4 +1,4 @@
--- Attach or history read: ARGV = prefix, subject, mode ('attach' or
+-- Attach or history read: ARGV = base (lib.lua), subject, mode ('attach' or
 -- 'read'), age limit ms, a fresh epoch, since epoch ('' for none), since
 -- offset, limit, byte limit, the master's replication id ('' = none;
 -- lib.lua, "failover": a read renews a stream from before a failover);

@@ -1,4 +1,4 @@
--- The once-a-second pass: ARGV = prefix, most subjects to visit. Expires
+-- The once-a-second pass: ARGV = base (lib.lua), most subjects to visit. Expires
 -- the publications past their age limit on subjects nobody touches, and
 -- scores again those whose expiry score was early (lib.lua).
 -- Returns {bytes, messages, evictions, subjects}.

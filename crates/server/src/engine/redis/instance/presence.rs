@@ -21,10 +21,10 @@ impl Instance {
         let (index, instances) = (self.index, self.ctx.instances);
         let ours = |s: &str| ring::instance_of(s, instances) == index;
         let members = &self.ctx.members;
-        let prefix = &self.ctx.settings.prefix;
+        let base = &self.ctx.bases[index];
         let mut lost = members.take_lost(ours).into_iter();
         while let Some((subject, member)) = lost.next() {
-            let mut call = members::call(&self.ctx.scripts.presence, prefix, "leave");
+            let mut call = members::call(&self.ctx.scripts.presence, base, "leave");
             call.arg(&*subject).arg(&members.node).arg(&*member);
             if let Err(e) = call.query_async::<Value>(&mut conn).await {
                 tracing::warn!(error = %e, "a lost presence leave failed again");
@@ -36,7 +36,7 @@ impl Instance {
         let subjects = members.subjects(ours);
         let lease = self.ctx.settings.presence_lease.as_millis() as u64;
         for batch in subjects.chunks(RENEW_BATCH) {
-            let mut call = members::call(&self.ctx.scripts.presence, prefix, "renew");
+            let mut call = members::call(&self.ctx.scripts.presence, base, "renew");
             call.arg(&members.node).arg(lease);
             for (subject, taken) in batch {
                 call.arg(&**subject).arg(*taken);
@@ -53,7 +53,7 @@ impl Instance {
             };
             // Nothing of this instance is sent while this task renews, so
             // a leave released since the count is made after the restore.
-            let mut call = members::call(&self.ctx.scripts.presence, prefix, "restore");
+            let mut call = members::call(&self.ctx.scripts.presence, base, "restore");
             call.arg(&members.node).arg(lease);
             let mut restoring = 0;
             for place in short {

@@ -194,7 +194,7 @@ impl Rig {
             .get_connection()
             .unwrap();
         let (_, n): (String, i64) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
+            .arg("SHARDNUMSUB")
             .arg(self.ctx.channel(subject))
             .query(&mut conn)
             .unwrap();
